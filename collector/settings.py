@@ -1,0 +1,31 @@
+"""Settings of ``isrwatch collect``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from isrwatch.settings import option, positive
+
+__all__ = ["CollectSettings"]
+
+
+@dataclass(frozen=True)
+class CollectSettings:
+    bootstrap_servers: str | None = option(
+        None, "bootstrap servers of the cluster to watch (required)", metavar="HOSTS"
+    )
+    kafka_config: list[str] = option(
+        [], "librdkafka property KEY=VALUE for every Kafka client (repeatable)", metavar="KEY=VALUE"
+    )
+    telemetry_bootstrap_servers: str | None = option(
+        None, "publish telemetry to this cluster instead of the watched one", metavar="HOSTS"
+    )
+    telemetry_topic: str = option("isr.telemetry", "telemetry topic")
+    interval: float = option(1.0, "seconds between polling rounds (sub-second allowed)", check=positive)
+    cluster: str = option("default", "cluster name written into the telemetry")
+    duration: float | None = option(None, "stop after this many seconds", check=positive, metavar="SECONDS")
+
+    def validate(self) -> str | None:
+        if not self.bootstrap_servers:
+            return "--bootstrap-servers is required (for example --bootstrap-servers kafka1:9092,kafka2:9092)"
+        return None

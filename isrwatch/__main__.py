@@ -1,0 +1,5 @@
+import sys
+
+from isrwatch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,238 @@
+"""Alerts: which ones a replica status calls for, and their transitions.
+
+An ``Alert`` maps one to one onto an Alertmanager API v2 alert object.
+``AlertBook`` remembers what is firing and turns each evaluation into the
+transitions to send: started, resolved (and, for re-sending, what still
+holds). Pure Python, no I/O; delivery lives in ``streaming.notify``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from isrwatch.status import ReplicaStatus, State
+
+__all__ = [
+    "AlertName",
+    "SEVERITY",
+    "Alert",
+    "AlertBook",
+    "Transition",
+    "replica_alerts",
+    "partition_alerts",
+    "stale_alert",
+    "RUNBOOK_BASE",
+]
+
+RUNBOOK_BASE = "https://github.com/isrwatch/isrwatch/blob/main/docs/runbook.md"
+
+
+class AlertName(str, enum.Enum):
+    NEARING = "KafkaReplicaNearingIsrShrink"
+    IMMINENT = "KafkaReplicaIsrShrinkImminent"
+    OUT_OF_SYNC = "KafkaReplicaOutOfSync"
+    STALLED = "KafkaReplicaStalled"
+    MIN_ISR_AT_RISK = "KafkaPartitionMinIsrAtRisk"
+    TELEMETRY_STALE = "IsrwatchTelemetryStale"
+
+
+SEVERITY = {
+    AlertName.NEARING: "warning",
+    AlertName.IMMINENT: "critical",
+    AlertName.OUT_OF_SYNC: "critical",
+    AlertName.STALLED: "critical",
+    AlertName.MIN_ISR_AT_RISK: "critical",
+    AlertName.TELEMETRY_STALE: "warning",
+}
+
+# Lag alerts are cumulative: a replica past 0.8 is also past 0.5.
+_BY_STATE = {
+    State.OK: (),
+    State.NEARING: (AlertName.NEARING,),
+    State.CRITICAL: (AlertName.NEARING, AlertName.IMMINENT),
+    State.OUT_OF_SYNC: (AlertName.NEARING, AlertName.IMMINENT, AlertName.OUT_OF_SYNC),
+    State.STALLED: (AlertName.STALLED,),
+}
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: AlertName
+    labels: tuple[tuple[str, str], ...]  # sorted, without alertname/severity
+    summary: str
+    description: str
+    starts_ms: int
+    ends_ms: int | None = None
+    generator_url: str = ""
+
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return (self.name.value, self.labels)
+
+    def to_alertmanager(self) -> dict[str, Any]:
+        """The Alertmanager API v2 ``postableAlert`` object."""
+        labels = {"alertname": self.name.value, "severity": SEVERITY[self.name], **dict(self.labels)}
+        body: dict[str, Any] = {
+            "labels": labels,
+            "annotations": {
+                "summary": self.summary,
+                "description": self.description,
+                "runbook_url": f"{RUNBOOK_BASE}#{self.name.value.lower()}",
+            },
+            "startsAt": _iso(self.starts_ms),
+        }
+        if self.ends_ms is not None:
+            body["endsAt"] = _iso(self.ends_ms)
+        if self.generator_url:
+            body["generatorURL"] = self.generator_url
+        return body
+
+
+def _replica_labels(s: ReplicaStatus) -> tuple[tuple[str, str], ...]:
+    return (
+        ("broker_id", str(s.broker_id)),
+        ("cluster", s.cluster),
+        ("leader_id", str(s.leader_id)),
+        ("partition", str(s.partition)),
+        ("topic", s.topic),
+    )
+
+
+def replica_alerts(s: ReplicaStatus) -> list[Alert]:
+    """The alerts one replica status calls for."""
+    where = f"{s.topic}-{s.partition} on broker {s.broker_id} (leader {s.leader_id}, cluster {s.cluster})"
+    out = []
+    for name in _BY_STATE[s.state]:
+        if name is AlertName.STALLED:
+            summary = f"Follower {where} is stalled"
+            description = (
+                f"Broker {s.broker_id} has not answered while leader {s.leader_id} moved "
+                f"{s.offset_lag} messages ahead; it is paused, crashed or cut off."
+            )
+        else:
+            summary = f"Follower {where}: {s.lag_ratio:.0%} of replica.lag.time.max.ms"
+            description = (
+                f"Not caught up for {s.time_since_caught_up_s:.1f}s of "
+                f"{s.lag_time_max_ms / 1000:.1f}s; {s.offset_lag} messages behind; "
+                f"predicted removal from the ISR in {s.time_to_shrink_s:.1f}s "
+                f"(window {_iso(s.shrink_window_start_ms)} .. {_iso(s.shrink_window_end_ms)})."
+            )
+        out.append(Alert(name, _replica_labels(s), summary, description, s.eval_ms))
+    return out
+
+
+def partition_alerts(statuses: Iterable[ReplicaStatus], default_min_isr: int) -> list[Alert]:
+    """``KafkaPartitionMinIsrAtRisk`` for partitions whose predicted ISR falls
+    below ``min.insync.replicas``. A follower predicted to leave is one that is
+    critical, out of sync or stalled; the leader always stays."""
+    by_partition: dict[tuple[str, str, int], list[ReplicaStatus]] = {}
+    for s in statuses:
+        by_partition.setdefault((s.cluster, s.topic, s.partition), []).append(s)
+    out = []
+    for (cluster, topic, partition), group in by_partition.items():
+        first = group[0]
+        min_isr = first.min_isr or default_min_isr
+        leaving = sum(1 for s in group if s.in_isr and s.state in (State.CRITICAL, State.OUT_OF_SYNC, State.STALLED))
+        predicted = first.isr_size - leaving
+        if first.isr_size and predicted < min_isr:
+            labels = (
+                ("cluster", cluster),
+                ("leader_id", str(first.leader_id)),
+                ("partition", str(partition)),
+                ("topic", topic),
+            )
+            out.append(
+                Alert(
+                    AlertName.MIN_ISR_AT_RISK,
+                    labels,
+                    f"{topic}-{partition} (cluster {cluster}) may fall below min.insync.replicas={min_isr}",
+                    f"ISR has {first.isr_size} replicas; {leaving} predicted to leave soon; "
+                    f"producers with acks=all would fail.",
+                    max(s.eval_ms for s in group),
+                )
+            )
+    return out
+
+
+def stale_alert(cluster: str, last_telemetry_ms: int, now_ms: int) -> Alert:
+    age = (now_ms - last_telemetry_ms) / 1000
+    return Alert(
+        AlertName.TELEMETRY_STALE,
+        (("cluster", cluster),),
+        f"No telemetry from cluster {cluster} for {age:.0f}s",
+        "isrwatch cannot see this cluster: the collector is down or cannot reach it. "
+        "Replica ages are frozen until telemetry returns; no replica alert is raised from the gap.",
+        now_ms,
+    )
+
+
+@dataclass(frozen=True)
+class Transition:
+    started: list[Alert]
+    resolved: list[Alert]
+    holding: list[Alert]
+
+
+@dataclass
+class AlertBook:
+    """What is firing, keyed by alert name + labels."""
+
+    active: dict[tuple[str, tuple[tuple[str, str], ...]], Alert] = field(default_factory=dict)
+
+    def update(self, desired: Iterable[Alert], now_ms: int, scope: set[str] | None = None) -> Transition:
+        """Move to ``desired``. Alerts of a name outside ``scope`` (if given)
+        are left as they are, so replica and staleness alerts can be updated
+        apart."""
+        wanted = {a.key: a for a in desired}
+        started, holding, resolved = [], [], []
+        for key, alert in wanted.items():
+            if key in self.active:
+                kept = self.active[key]
+                fresh = Alert(alert.name, alert.labels, alert.summary, alert.description, kept.starts_ms)
+                self.active[key] = fresh
+                holding.append(fresh)
+            else:
+                self.active[key] = alert
+                started.append(alert)
+        for key in list(self.active):
+            if key in wanted or (scope is not None and key[0] not in scope):
+                continue
+            old = self.active.pop(key)
+            resolved.append(
+                Alert(old.name, old.labels, old.summary, old.description, old.starts_ms, max(now_ms, old.starts_ms))
+            )
+        return Transition(started, resolved, holding)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": a.name.value,
+                "labels": [list(p) for p in a.labels],
+                "summary": a.summary,
+                "description": a.description,
+                "starts_ms": a.starts_ms,
+            }
+            for a in self.active.values()
+        ]
+
+    @classmethod
+    def from_json(cls, items: list[dict[str, Any]]) -> AlertBook:
+        book = cls()
+        for it in items:
+            a = Alert(
+                AlertName(it["name"]),
+                tuple((k, v) for k, v in it["labels"]),
+                it["summary"],
+                it["description"],
+                int(it["starts_ms"]),
+            )
+            book.active[a.key] = a
+        return book

@@ -1,0 +1,15 @@
+"""One exception root for isrwatch."""
+
+__all__ = ["IsrwatchError", "ConfigError", "UnreachableError"]
+
+
+class IsrwatchError(Exception):
+    """Anything isrwatch reports to the user as one clear line."""
+
+
+class ConfigError(IsrwatchError):
+    """A flag, environment variable or config file value is wrong."""
+
+
+class UnreachableError(IsrwatchError):
+    """A service isrwatch needs at start-up (Kafka, Alertmanager) cannot be reached."""

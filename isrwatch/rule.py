@@ -1,0 +1,183 @@
+"""The broker's ISR rule, in every Kafka version isrwatch knows.
+
+Pure Python: no Spark, Kafka or I/O. The streaming job, the simulator and the
+what-if replay all call this module, so the rule lives in one place.
+
+Three variants (``Rule``):
+
+* ``legacy-messages`` (before 0.9): a follower is out of sync when it is at
+  least ``replica.lag.max.messages`` behind the leader LEO, or has not fetched
+  for ``replica.lag.time.max.ms``.
+* ``kip16`` (0.9 - 0.10.1): a fetch at time t whose fetch offset reaches the
+  leader LEO taken before the read sets ``lastCaughtUpTimeMs`` to t.
+* ``kip16-refined`` (0.10.2+, KAFKA-4485, the default): as ``kip16``; else if
+  the fetch offset reaches the leader LEO seen at the follower's *previous*
+  fetch, ``lastCaughtUpTimeMs`` becomes the time of that previous fetch. From
+  2.1 a follower whose LEO equals the leader LEO is caught up whatever its
+  ``lastCaughtUpTimeMs`` (idle partitions are never shrunk).
+
+Under the KIP-16 variants a follower is out of sync when
+``now - lastCaughtUpTimeMs > replica.lag.time.max.ms``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+__all__ = [
+    "Rule",
+    "RuleConfig",
+    "FollowerState",
+    "caught_up_time",
+    "check_period_ms",
+    "removal_window",
+    "on_fetch",
+    "is_out_of_sync",
+    "can_rejoin",
+]
+
+
+class Rule(str, enum.Enum):
+    LEGACY_MESSAGES = "legacy-messages"
+    KIP16 = "kip16"
+    KIP16_REFINED = "kip16-refined"
+
+    @classmethod
+    def parse(cls, value: str) -> Rule:
+        try:
+            return cls(value)
+        except ValueError:
+            allowed = ", ".join(r.value for r in cls)
+            raise ValueError(f"rule={value!r} is not one of: {allowed}") from None
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    """The broker settings the rule depends on."""
+
+    rule: Rule = Rule.KIP16_REFINED
+    lag_time_max_ms: int = 10_000
+    lag_max_messages: int = 4000
+    # 2.1+: a follower at the leader LEO is caught up whatever its lcu.
+    idle_is_caught_up: bool = True
+
+    def __post_init__(self) -> None:
+        if self.lag_time_max_ms <= 0:
+            raise ValueError(f"lag_time_max_ms={self.lag_time_max_ms} must be > 0")
+        if self.lag_max_messages <= 0:
+            raise ValueError(f"lag_max_messages={self.lag_max_messages} must be > 0")
+
+
+def check_period_ms(cfg: RuleConfig) -> int:
+    """How often the leader runs its ISR check (``isr-expiration``).
+
+    Every ``replica.lag.time.max.ms`` up to 0.10.1, every half of it from
+    0.10.2 (KAFKA-4485).
+    """
+    if cfg.rule is Rule.KIP16_REFINED:
+        return max(1, cfg.lag_time_max_ms // 2)
+    return cfg.lag_time_max_ms
+
+
+def removal_window(last_caught_up_ms: int, cfg: RuleConfig) -> tuple[int, int]:
+    """The (earliest, latest] times at which the leader may drop the follower.
+
+    The follower becomes out of sync just after ``lcu + maxLag``; the leader
+    notices at its next check, at most one check period later.
+    """
+    earliest = last_caught_up_ms + cfg.lag_time_max_ms
+    return earliest, earliest + check_period_ms(cfg)
+
+
+def caught_up_time(
+    rule: Rule,
+    t_ms: int,
+    fetch_offset: int | None,
+    leader_leo: int | None,
+    prev_t_ms: int | None,
+    prev_leader_leo: int | None,
+) -> int | None:
+    """What one observation proves about ``lastCaughtUpTimeMs``.
+
+    Returns the latest time at which the observation shows the follower was
+    caught up, or None when it shows nothing. Because ``lastCaughtUpTimeMs``
+    only moves forward, the state after many observations is the max of
+    these values: the streaming job computes exactly this as a Spark ``max``.
+    """
+    if fetch_offset is None or leader_leo is None:
+        return None
+    if fetch_offset >= leader_leo:
+        return t_ms
+    if (
+        rule is Rule.KIP16_REFINED
+        and prev_t_ms is not None
+        and prev_leader_leo is not None
+        and fetch_offset >= prev_leader_leo
+    ):
+        return prev_t_ms
+    return None
+
+
+@dataclass(frozen=True)
+class FollowerState:
+    """What a leader knows about one follower."""
+
+    last_caught_up_ms: int
+    last_fetch_ms: int
+    leo: int
+    prev_fetch_ms: int | None = None
+    prev_leader_leo: int | None = None
+
+    @classmethod
+    def new(cls, now_ms: int, leo: int = 0) -> FollowerState:
+        """A follower as the leader starts tracking it (lcu starts at now)."""
+        return cls(last_caught_up_ms=now_ms, last_fetch_ms=now_ms, leo=leo)
+
+
+def on_fetch(
+    state: FollowerState,
+    cfg: RuleConfig,
+    t_ms: int,
+    fetch_offset: int,
+    leader_leo: int,
+) -> FollowerState:
+    """Update the follower after a fetch at ``t_ms``.
+
+    ``leader_leo`` is the leader's LEO taken *before* the read, as KIP-16 asks.
+    The fetch offset is the follower's LEO at the time of the fetch.
+    """
+    seen = caught_up_time(cfg.rule, t_ms, fetch_offset, leader_leo, state.prev_fetch_ms, state.prev_leader_leo)
+    lcu = state.last_caught_up_ms if seen is None else max(state.last_caught_up_ms, seen)
+    return replace(
+        state,
+        last_caught_up_ms=lcu,
+        last_fetch_ms=max(state.last_fetch_ms, t_ms),
+        leo=fetch_offset,
+        prev_fetch_ms=t_ms,
+        prev_leader_leo=leader_leo,
+    )
+
+
+def is_out_of_sync(state: FollowerState, cfg: RuleConfig, now_ms: int, leader_leo: int) -> bool:
+    """The leader's check: should this follower leave the ISR at ``now_ms``?
+
+    ``legacy-messages`` follows the seeds' example: with
+    ``replica.lag.max.messages=4`` a follower 3 messages behind stays, 4
+    behind goes.
+    """
+    if cfg.rule is Rule.LEGACY_MESSAGES:
+        too_far = leader_leo - state.leo >= cfg.lag_max_messages
+        stuck = now_ms - state.last_fetch_ms > cfg.lag_time_max_ms
+        return too_far or stuck
+    if cfg.rule is Rule.KIP16_REFINED and cfg.idle_is_caught_up and state.leo >= leader_leo:
+        return False
+    return now_ms - state.last_caught_up_ms > cfg.lag_time_max_ms
+
+
+def can_rejoin(follower_leo: int, leader_hw: int, leader_epoch_start_offset: int | None = None) -> bool:
+    """A follower outside the ISR rejoins once its LEO reaches the leader's HW
+    (and, from 2.1, the start offset of the leader's epoch)."""
+    if follower_leo < leader_hw:
+        return False
+    return leader_epoch_start_offset is None or follower_leo >= leader_epoch_start_offset

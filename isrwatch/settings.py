@@ -1,0 +1,210 @@
+"""Typed, layered settings shared by every component.
+
+Each component declares one dataclass whose fields are built with ``option``.
+From that single declaration come the command-line flags, the environment
+variables (``ISRWATCH_<FIELD>``), the config file keys and docs/configuration.md
+(kept true by a test). Layers, later wins: defaults, ``--config FILE`` (TOML,
+keys as the field names, unknown keys are an error), environment, flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import tomllib
+
+from isrwatch.exceptions import ConfigError
+
+__all__ = ["option", "add_options", "load", "env_name", "flag_name", "describe", "Secret"]
+
+T = TypeVar("T")
+
+
+class Secret(str):
+    """A string that never shows itself in logs or reprs."""
+
+    def __repr__(self) -> str:
+        return "Secret('****')"
+
+    def __str__(self) -> str:  # the value is read with .reveal()
+        return "****"
+
+    def reveal(self) -> str:
+        return str.__str__(self)
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    check: Callable[[Any], str | None] | None = None,
+    metavar: str | None = None,
+) -> Any:
+    """A settings field. ``check`` returns an error text, or None when fine."""
+    meta = {"help": help, "choices": choices, "check": check, "metavar": metavar}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def env_name(field: str) -> str:
+    return "ISRWATCH_" + field.upper()
+
+
+def _base_type(tp: Any) -> Any:
+    """int for ``int | None``; list for ``list[str]``."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _base_type(args[0])
+    if origin is list:
+        return list
+    return tp
+
+
+def _fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, _base_type(hints[f.name])) for f in dataclasses.fields(cls)]
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add ``--config`` and one flag per field of ``cls``."""
+    parser.add_argument(
+        "--config", metavar="FILE", default=argparse.SUPPRESS, help="TOML file with settings (keys as below, with _)"
+    )
+    for f, tp in _fields(cls):
+        m = f.metadata
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        shown = "" if default in (None, "", []) else f" (default: {default})"
+        text = f"{m['help']}{shown} [env {env_name(f.name)}]"
+        kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": text}
+        if tp is bool:
+            parser.add_argument(flag_name(f.name), action=argparse.BooleanOptionalAction, **kwargs)
+            continue
+        if tp is list:
+            kwargs["action"] = "append"
+        if m["metavar"]:
+            kwargs["metavar"] = m["metavar"]
+        parser.add_argument(flag_name(f.name), **kwargs)
+
+
+def _convert(name: str, where: str, tp: Any, raw: Any, choices: tuple[str, ...] | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        if tp is bool:
+            if isinstance(raw, bool):
+                value: Any = raw
+            elif str(raw).lower() in ("1", "true", "yes", "on"):
+                value = True
+            elif str(raw).lower() in ("0", "false", "no", "off"):
+                value = False
+            else:
+                raise ValueError
+        elif tp is list:
+            items = raw if isinstance(raw, list) else [s for s in str(raw).split(",") if s]
+            value = [str(s) for s in items]
+        elif tp is int:
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError
+            value = int(raw)
+        elif tp is float:
+            value = float(raw)
+        elif tp is Secret:
+            value = Secret(str(raw))
+        else:
+            value = str(raw)
+    except (TypeError, ValueError):
+        kind = {bool: "true or false", int: "a whole number", float: "a number"}.get(tp, "text")
+        raise ConfigError(f"{where}: {raw!r} is not {kind}") from None
+    if choices and value not in choices:
+        raise ConfigError(f"{where}: {value!r} is not one of: {', '.join(choices)}")
+    return value
+
+
+def load(cls: type[T], args: argparse.Namespace | None = None, env: Mapping[str, str] | None = None) -> T:
+    """Build settings from the layers and check every field."""
+    env = os.environ if env is None else env
+    ns = vars(args) if args is not None else {}
+    fields = _fields(cls)
+    names = {f.name for f, _ in fields}
+    values: dict[str, Any] = {}
+
+    path = ns.get("config") or env.get("ISRWATCH_CONFIG")
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except OSError as e:
+            raise ConfigError(f"--config: cannot read {path}: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"--config: {path} is not valid TOML: {e}") from None
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"--config: {path}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(names))}")
+        for f, tp in fields:
+            if f.name in data:
+                values[f.name] = _convert(f.name, f"{path}: {f.name}", tp, data[f.name], f.metadata["choices"])
+    for f, tp in fields:
+        if env_name(f.name) in env:
+            values[f.name] = _convert(f.name, env_name(f.name), tp, env[env_name(f.name)], f.metadata["choices"])
+    for f, tp in fields:
+        if f.name in ns:
+            values[f.name] = _convert(f.name, flag_name(f.name), tp, ns[f.name], f.metadata["choices"])
+
+    settings = cls(**values)
+    for f, _ in fields:
+        check = f.metadata["check"]
+        if check is not None:
+            problem = check(getattr(settings, f.name))
+            if problem:
+                raise ConfigError(f"{flag_name(f.name)}: {problem}")
+    validate = getattr(settings, "validate", None)
+    if callable(validate):
+        problem = validate()
+        if problem:
+            raise ConfigError(problem)
+    return settings
+
+
+def describe(cls: type) -> list[dict[str, str]]:
+    """One row per option: name, flag, env, default, help (for the reference docs)."""
+    rows = []
+    for f, _ in _fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        rows.append(
+            {
+                "name": f.name,
+                "flag": flag_name(f.name),
+                "env": env_name(f.name),
+                "default": "" if default is None else str(default),
+                "help": f.metadata["help"],
+            }
+        )
+    return rows
+
+
+def positive(v: Any) -> str | None:
+    return None if v is None or v > 0 else f"{v} must be greater than 0"
+
+
+def kafka_config_pairs(items: list[str]) -> dict[str, str]:
+    """``--kafka-config KEY=VALUE`` items as a dict; ConfigError on a bad item."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--kafka-config: {item!r} is not KEY=VALUE (for example security.protocol=SASL_SSL)")
+        out[key.strip()] = value
+    return out

@@ -1,0 +1,194 @@
+"""From what the job knows about a replica to what isrwatch says about it.
+
+``ReplicaAggregate`` is the per-replica row the streaming job keeps in Spark's
+state store (monotone max / max_by aggregates of the observations).
+``evaluate`` turns it into a ``ReplicaStatus`` at the cluster's telemetry
+clock: the gauges, the state topic and the alerts are all made from that.
+Pure Python, no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from isrwatch.rule import Rule, RuleConfig, check_period_ms
+
+__all__ = [
+    "State",
+    "Thresholds",
+    "ReplicaAggregate",
+    "ReplicaStatus",
+    "evaluate",
+    "status_key",
+    "status_to_json",
+    "status_from_json",
+]
+
+
+class State(str, enum.Enum):
+    OK = "ok"
+    NEARING = "nearing"
+    CRITICAL = "critical"
+    OUT_OF_SYNC = "out_of_sync"
+    STALLED = "stalled"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    nearing_ratio: float = 0.5
+    critical_ratio: float = 0.8
+    # A follower whose broker has not answered for this long, while its
+    # leader answers and is ahead, is STALLED (paused / crashed broker).
+    stall_after_ms: int = 3000
+
+    def __post_init__(self) -> None:
+        if not 0 < self.nearing_ratio <= self.critical_ratio < 1:
+            raise ValueError(
+                f"need 0 < nearing_ratio ({self.nearing_ratio}) <= critical_ratio ({self.critical_ratio}) < 1"
+            )
+        if self.stall_after_ms <= 0:
+            raise ValueError(f"stall_after_ms={self.stall_after_ms} must be > 0")
+
+
+@dataclass(frozen=True)
+class ReplicaAggregate:
+    """What the state store holds for one follower replica.
+
+    Column names are a contract between ``streaming`` (which computes them in
+    Spark) and this module.
+    """
+
+    cluster: str
+    topic: str
+    partition: int
+    broker_id: int
+    first_t_ms: int  # min t_ms: when isrwatch first saw the replica
+    last_t_ms: int  # max t_ms
+    last_caught_up_ms: int | None  # max of rule.caught_up_time over observations
+    last_answer_ms: int | None  # max t_ms where the follower answered (leo not null)
+    last_leader_answer_ms: int | None  # max t_ms where the leader answered
+    last_progress_ms: int | None  # max t_ms where leo > prev_leo, or caught up
+    # From the newest observation (max_by t_ms):
+    leader_id: int
+    leo: int | None
+    leader_leo: int | None
+    hw: int | None
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    lag_time_max_ms: int | None
+    min_isr: int | None
+    # Newest known offsets (max_by over observations where each is not null):
+    known_leo: int | None = None
+    known_leader_leo: int | None = None
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    cluster: str
+    topic: str
+    partition: int
+    broker_id: int
+    leader_id: int
+    eval_ms: int  # the telemetry time this status is for
+    state: State
+    time_since_caught_up_s: float
+    lag_ratio: float
+    time_to_shrink_s: float
+    offset_lag: int
+    in_isr: bool
+    isr_size: int
+    min_isr: int | None
+    lag_time_max_ms: int
+    shrink_window_start_ms: int  # earliest predicted removal
+    shrink_window_end_ms: int  # latest predicted removal
+
+
+def evaluate(agg: ReplicaAggregate, cluster_now_ms: int, cfg: RuleConfig, th: Thresholds) -> ReplicaStatus:
+    """Evaluate one replica at the cluster's telemetry clock.
+
+    Ages freeze where telemetry stops: a replica is evaluated at the last time
+    its leader answered, so a gap (collector down, leader unreachable) never
+    ages replicas into false alerts.
+    """
+    max_lag = agg.lag_time_max_ms or cfg.lag_time_max_ms
+    if max_lag != cfg.lag_time_max_ms:
+        cfg = RuleConfig(cfg.rule, max_lag, cfg.lag_max_messages, cfg.idle_is_caught_up)
+    leader_seen = agg.last_leader_answer_ms if agg.last_leader_answer_ms is not None else agg.first_t_ms
+    now = min(cluster_now_ms, leader_seen)
+    leo = agg.known_leo if agg.known_leo is not None else agg.leo
+    leader_leo = agg.known_leader_leo if agg.known_leader_leo is not None else agg.leader_leo
+    offset_lag = max(0, (leader_leo or 0) - (leo or 0)) if leader_leo is not None else 0
+
+    lcu = agg.last_caught_up_ms if agg.last_caught_up_ms is not None else agg.first_t_ms
+    if cfg.rule is Rule.LEGACY_MESSAGES:
+        fetched = agg.last_progress_ms if agg.last_progress_ms is not None else agg.first_t_ms
+        age = max(0, now - max(fetched, lcu))
+        ratio = max(age / max_lag, offset_lag / cfg.lag_max_messages)
+        lcu = now - int(ratio * max_lag)
+    else:
+        idle = (
+            cfg.rule is Rule.KIP16_REFINED
+            and cfg.idle_is_caught_up
+            and leo is not None
+            and leader_leo is not None
+            and leo >= leader_leo
+        )
+        if idle:
+            lcu = max(lcu, now)
+        age = max(0, now - lcu)
+        ratio = age / max_lag
+
+    in_isr = agg.broker_id in agg.isr
+    stalled = (
+        agg.leo is None
+        and agg.leader_leo is not None
+        and now - (agg.last_answer_ms if agg.last_answer_ms is not None else agg.first_t_ms) >= th.stall_after_ms
+        and offset_lag > 0
+    )
+    if stalled:
+        state = State.STALLED
+    elif ratio >= 1.0 or (agg.isr and not in_isr):
+        state = State.OUT_OF_SYNC
+    elif ratio >= th.critical_ratio:
+        state = State.CRITICAL
+    elif ratio >= th.nearing_ratio:
+        state = State.NEARING
+    else:
+        state = State.OK
+
+    start = lcu + max_lag
+    return ReplicaStatus(
+        cluster=agg.cluster,
+        topic=agg.topic,
+        partition=agg.partition,
+        broker_id=agg.broker_id,
+        leader_id=agg.leader_id,
+        eval_ms=now,
+        state=state,
+        time_since_caught_up_s=max(0, now - lcu) / 1000.0,
+        lag_ratio=0.0 if ratio <= 0 else ratio,
+        time_to_shrink_s=max(0, start - now) / 1000.0,
+        offset_lag=offset_lag,
+        in_isr=in_isr,
+        isr_size=len(agg.isr),
+        min_isr=agg.min_isr,
+        lag_time_max_ms=max_lag,
+        shrink_window_start_ms=start,
+        shrink_window_end_ms=start + check_period_ms(cfg),
+    )
+
+
+def status_key(s: ReplicaStatus) -> str:
+    """The state topic key: ``cluster/topic/partition/broker_id``."""
+    return f"{s.cluster}/{s.topic}/{s.partition}/{s.broker_id}"
+
+
+def status_to_json(s: ReplicaStatus) -> dict[str, object]:
+    d = dict(s.__dict__)
+    d["state"] = s.state.value
+    return d
+
+
+def status_from_json(d: dict[str, object]) -> ReplicaStatus:
+    return ReplicaStatus(**{**d, "state": State(d["state"])})  # type: ignore[arg-type]

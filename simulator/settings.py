@@ -1,0 +1,36 @@
+"""Settings of ``isrwatch simulate``; the scenario names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from isrwatch.settings import option, positive
+
+__all__ = ["SCENARIOS", "SimulateSettings"]
+
+SCENARIOS = (
+    "steady",
+    "burst",
+    "low-volume",
+    "stuck-follower",
+    "slow-follower",
+    "bootstrapping-follower",
+    "broker-pause",
+)
+
+
+@dataclass(frozen=True)
+class SimulateSettings:
+    scenario: str = option("steady", "scenario to simulate", choices=SCENARIOS)
+    duration: float = option(60.0, "simulated seconds to run", check=positive)
+    speed: float = option(1.0, "simulated seconds per wall-clock second (0 < speed; large for replay)", check=positive)
+    seed: int = option(1, "random seed")
+    lag_time_max_ms: int = option(10_000, "replica.lag.time.max.ms of the simulated brokers", check=positive)
+    cluster: str = option("sim", "cluster name in the telemetry")
+    bootstrap_servers: str | None = option(None, "publish telemetry to this Kafka cluster", metavar="HOSTS")
+    kafka_config: list[str] = option([], "librdkafka property KEY=VALUE (repeatable)", metavar="KEY=VALUE")
+    telemetry_topic: str = option("isr.telemetry", "telemetry topic")
+    spool_dir: str | None = option(None, "write telemetry to this spool directory instead", metavar="DIR")
+    truth_file: str | None = option(
+        None, "write the true ISR changes the simulated leaders made (JSON lines)", metavar="FILE"
+    )

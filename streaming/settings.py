@@ -1,0 +1,101 @@
+"""Settings of ``isrwatch run`` (the streaming job)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from isrwatch.rule import Rule
+from isrwatch.settings import Secret, option, positive
+from simulator.settings import SCENARIOS
+
+__all__ = ["RunSettings"]
+
+
+def _ratio(v: float) -> str | None:
+    return None if 0 < v < 1 else f"{v} must be between 0 and 1"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    simulate: str | None = option(
+        None,
+        "scenario for the embedded simulator (the default source when no --bootstrap-servers)",
+        choices=SCENARIOS,
+        metavar="SCENARIO",
+    )
+    bootstrap_servers: str | None = option(None, "Kafka bootstrap servers of the telemetry topic", metavar="HOSTS")
+    kafka_config: list[str] = option(
+        [], "librdkafka property KEY=VALUE for every Kafka client (repeatable)", metavar="KEY=VALUE"
+    )
+    telemetry_topic: str = option("isr.telemetry", "telemetry topic (input)")
+    state_topic: str = option("isr.replica-state", "replica state topic (output, compacted)")
+    alerts_topic: str = option("isr.alerts", "alert transitions topic (output)")
+    deadletter_topic: str = option("isr.deadletter", "rejected telemetry topic (output)")
+    max_records_per_trigger: int = option(100_000, "most telemetry records read per micro-batch", check=positive)
+    starting_offsets: str = option(
+        "latest", "where a new checkpoint starts on the telemetry topic", choices=("earliest", "latest")
+    )
+
+    rule: str = option(
+        Rule.KIP16_REFINED.value, "ISR rule of the cluster's Kafka version", choices=tuple(r.value for r in Rule)
+    )
+    lag_time_max_ms: int | None = option(
+        None,
+        "replica.lag.time.max.ms (default: from telemetry, else 10000 simulated / 30000 real)",
+        check=positive,
+        metavar="MS",
+    )
+    lag_max_messages: int = option(4000, "replica.lag.max.messages (legacy-messages rule only)", check=positive)
+    min_insync_replicas: int = option(1, "min.insync.replicas where telemetry does not say", check=positive)
+    nearing_ratio: float = option(0.5, "lag ratio of KafkaReplicaNearingIsrShrink", check=_ratio)
+    critical_ratio: float = option(0.8, "lag ratio of KafkaReplicaIsrShrinkImminent", check=_ratio)
+    stall_after_ms: int = option(
+        3000, "a follower's broker silent this long while its leader moves: stalled", check=positive, metavar="MS"
+    )
+    stale_after_seconds: float = option(
+        15.0, "no telemetry from a cluster this long: IsrwatchTelemetryStale", check=positive
+    )
+
+    trigger_seconds: float = option(1.0, "micro-batch trigger interval", check=positive)
+    duration: float | None = option(
+        None, "stop after this many seconds (default: run until stopped)", check=positive, metavar="SECONDS"
+    )
+    checkpoint_dir: str | None = option(
+        None,
+        "Spark checkpoint directory (default: a fresh temporary one on the embedded default, "
+        "./isrwatch-checkpoint with Kafka)",
+        metavar="DIR",
+    )
+    deadletter_file: str | None = option(
+        None,
+        "JSON-lines file of rejected telemetry on the embedded default (default: CHECKPOINT_DIR/deadletter.jsonl)",
+        metavar="FILE",
+    )
+    spark_master: str = option("local[2]", "Spark master")
+    shuffle_partitions: int = option(2, "spark.sql.shuffle.partitions (state store partitions)", check=positive)
+
+    metrics_host: str = option("127.0.0.1", "address of the in-process /metrics (embedded default)")
+    metrics_port: int = option(9743, "port of the in-process /metrics (0: off)")
+
+    alertmanager_url: list[str] = option([], "Alertmanager base URL (repeatable, for an HA pair)", metavar="URL")
+    alertmanager_username: str | None = option(None, "basic auth user for Alertmanager")
+    alertmanager_password: Secret | None = option(None, "basic auth password for Alertmanager")
+    alertmanager_ca_file: str | None = option(None, "CA bundle to verify Alertmanager's TLS certificate")
+    alertmanager_insecure: bool = option(False, "do not verify Alertmanager's TLS certificate")
+    resend_seconds: float = option(30.0, "re-send firing alerts this often", check=positive)
+    grafana_url: str | None = option(None, "Grafana base URL for alerts' generatorURL")
+    runbook_url: str = option(
+        "https://github.com/isrwatch/isrwatch/blob/main/docs/runbook.md",
+        "runbook base URL (alerts link to its sections)",
+    )
+
+    speed: float = option(1.0, "embedded simulator speed (1 = real time)", check=positive)
+    seed: int = option(1, "embedded simulator random seed")
+    cluster: str = option("sim", "cluster name of the embedded simulator")
+
+    def validate(self) -> str | None:
+        if self.simulate and self.bootstrap_servers:
+            return "--simulate and --bootstrap-servers exclude each other: pick the embedded simulator or a cluster"
+        if self.nearing_ratio > self.critical_ratio:
+            return f"--nearing-ratio ({self.nearing_ratio}) must not exceed --critical-ratio ({self.critical_ratio})"
+        return None
