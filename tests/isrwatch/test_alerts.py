@@ -1,0 +1,80 @@
+"""Alert choice, transitions and the Alertmanager v2 shape."""
+
+from __future__ import annotations
+
+from isrwatch.alerts import AlertBook, AlertName, partition_alerts, replica_alerts, stale_alert
+from isrwatch.rule import RuleConfig
+from isrwatch.status import State, Thresholds, evaluate
+from tests.isrwatch.test_status import T0, agg
+
+CFG = RuleConfig(lag_time_max_ms=10_000)
+
+
+def status(behind_ms: int, **kw: object):  # type: ignore[no-untyped-def]
+    now = T0 + 20_000
+    return evaluate(agg(last_caught_up_ms=now - behind_ms, leo=90, leader_leo=100, **kw), now, CFG, Thresholds())
+
+
+def names(alerts) -> list[str]:  # type: ignore[no-untyped-def]
+    return [a.name.value for a in alerts]
+
+
+def test_lag_alerts_are_cumulative_by_state() -> None:
+    assert names(replica_alerts(status(1000))) == []
+    assert names(replica_alerts(status(6000))) == ["KafkaReplicaNearingIsrShrink"]
+    assert names(replica_alerts(status(9000))) == ["KafkaReplicaNearingIsrShrink", "KafkaReplicaIsrShrinkImminent"]
+    assert names(replica_alerts(status(11000)))[-1] == "KafkaReplicaOutOfSync"
+
+
+def test_alertmanager_object_has_the_contract_labels_and_annotations() -> None:
+    a = replica_alerts(status(9000))[1]
+    body = a.to_alertmanager()
+    assert body["labels"] == {
+        "alertname": "KafkaReplicaIsrShrinkImminent",
+        "severity": "critical",
+        "cluster": "c1",
+        "topic": "orders",
+        "partition": "3",
+        "broker_id": "2",
+        "leader_id": "1",
+    }
+    assert set(body["annotations"]) == {"summary", "description", "runbook_url"}
+    assert body["annotations"]["runbook_url"].endswith("#kafkareplicaisrshrinkimminent")
+    assert body["startsAt"].endswith("Z") and "endsAt" not in body
+
+
+def test_book_starts_holds_and_resolves() -> None:
+    book = AlertBook()
+    t1 = book.update(replica_alerts(status(6000)), T0)
+    assert names(t1.started) == ["KafkaReplicaNearingIsrShrink"] and not t1.resolved
+    t2 = book.update(replica_alerts(status(9000)), T0 + 1000)
+    assert names(t2.started) == ["KafkaReplicaIsrShrinkImminent"]
+    assert names(t2.holding) == ["KafkaReplicaNearingIsrShrink"]
+    assert t2.holding[0].starts_ms == t1.started[0].starts_ms
+    t3 = book.update([], T0 + 30_000)
+    assert sorted(names(t3.resolved)) == ["KafkaReplicaIsrShrinkImminent", "KafkaReplicaNearingIsrShrink"]
+    assert all(a.ends_ms == T0 + 30_000 for a in t3.resolved)
+    assert "endsAt" in t3.resolved[0].to_alertmanager()
+
+
+def test_scope_keeps_other_alert_kinds() -> None:
+    book = AlertBook()
+    book.update([stale_alert("c1", T0, T0 + 30_000)], T0 + 30_000)
+    t = book.update([], T0 + 31_000, scope={AlertName.NEARING.value})
+    assert t.resolved == [] and len(book.active) == 1
+
+
+def test_book_survives_a_json_round_trip() -> None:
+    book = AlertBook()
+    book.update(replica_alerts(status(9000)), T0)
+    again = AlertBook.from_json(book.to_json())
+    assert again.active == book.active
+    assert again.update(replica_alerts(status(9000)), T0 + 1).started == []
+
+
+def test_min_isr_at_risk_when_predicted_isr_falls_below_min_isr() -> None:
+    bad = [status(9000, broker_id=2), status(11000, broker_id=3)]
+    assert names(partition_alerts(bad, default_min_isr=1)) == ["KafkaPartitionMinIsrAtRisk"]
+    ok = [status(9000, broker_id=2), status(0, broker_id=3)]
+    assert partition_alerts(ok, default_min_isr=1) == []
+    assert all(s.state is not State.STALLED for s in ok)

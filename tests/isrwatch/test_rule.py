@@ -1,0 +1,178 @@
+"""The rule against the seeds' story (KIP-16 and the burst example) and its invariants."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from isrwatch.rule import (
+    FollowerState,
+    Rule,
+    RuleConfig,
+    can_rejoin,
+    caught_up_time,
+    check_period_ms,
+    is_out_of_sync,
+    on_fetch,
+    removal_window,
+)
+
+LEGACY = RuleConfig(Rule.LEGACY_MESSAGES, lag_time_max_ms=10_000, lag_max_messages=4)
+KIP16 = RuleConfig(Rule.KIP16, lag_time_max_ms=10_000)
+REFINED = RuleConfig(Rule.KIP16_REFINED, lag_time_max_ms=10_000)
+
+
+def burst_story(cfg: RuleConfig) -> list[tuple[int, str]]:
+    """Two healthy followers fetching every 50 ms; at t=1010 a producer sends one
+    batch of 4 messages; the leader checks its ISR at t=1020 and t=1200.
+    Returns the ISR changes the leader makes: (time, 'shrink'|'expand')."""
+    leader_leo = 0
+    followers = {2: FollowerState.new(0), 3: FollowerState.new(0)}
+    isr = {2, 3}
+    changes = []
+    for t in range(0, 1300, 10):
+        if t == 1010:
+            leader_leo += 4
+        if t % 50 == 0:  # both followers fetch: they read everything up to the LEO
+            for b, f in followers.items():
+                followers[b] = on_fetch(f, cfg, t, f.leo, leader_leo)
+                followers[b] = FollowerState(**{**followers[b].__dict__, "leo": leader_leo})
+        if t in (1020, 1200):
+            for b, f in followers.items():
+                if b in isr and is_out_of_sync(f, cfg, t, leader_leo):
+                    isr.discard(b)
+                    changes.append((t, "shrink"))
+        hw = min([leader_leo] + [followers[b].leo for b in isr])
+        for b, f in followers.items():
+            if b not in isr and can_rejoin(f.leo, hw):
+                isr.add(b)
+                changes.append((t, "expand"))
+    return changes
+
+
+def test_burst_of_max_messages_throws_healthy_followers_out_and_back_under_legacy() -> None:
+    changes = burst_story(LEGACY)
+    assert changes.count((1020, "shrink")) == 2
+    expands = [t for t, c in changes if c == "expand"]
+    assert len(expands) == 2 and all(1020 < t <= 1100 for t in expands)
+
+
+def test_burst_leaves_isr_alone_under_kip16() -> None:
+    assert burst_story(KIP16) == []
+    assert burst_story(REFINED) == []
+
+
+def test_legacy_three_behind_stays_four_behind_goes() -> None:
+    f = FollowerState.new(0, leo=10)
+    assert not is_out_of_sync(f, LEGACY, 100, leader_leo=13)
+    assert is_out_of_sync(f, LEGACY, 100, leader_leo=14)
+
+
+@pytest.mark.parametrize("cfg", [KIP16, REFINED])
+def test_stuck_follower_leaves_between_maxlag_and_maxlag_plus_period(cfg: RuleConfig) -> None:
+    leader_leo = 0
+    f = FollowerState.new(0)
+    # Fetches every 100 ms while a producer appends 1 message per 10 ms; stuck from t=5000.
+    for t in range(0, 5000, 100):
+        f = on_fetch(f, cfg, t, leader_leo, leader_leo)
+        leader_leo += 10
+    lcu = f.last_caught_up_ms
+    assert 4800 <= lcu <= 4900
+    period = check_period_ms(cfg)
+    for phase in (0, 1, period // 3, period - 1):
+        checks = range(phase, 60_000, period)
+        removed = next(t for t in checks if is_out_of_sync(f, cfg, t, leader_leo + 1))
+        earliest, latest = removal_window(lcu, cfg)
+        assert earliest < removed <= latest
+
+
+def test_check_period_is_maxlag_before_refined_and_half_after() -> None:
+    assert check_period_ms(KIP16) == 10_000
+    assert check_period_ms(LEGACY) == 10_000
+    assert check_period_ms(REFINED) == 5_000
+
+
+def test_bootstrapping_follower_stays_out_until_it_reaches_the_high_watermark() -> None:
+    hw = 1000
+    assert not can_rejoin(0, hw)
+    assert not can_rejoin(999, hw)
+    assert can_rejoin(1000, hw)
+    # 2.1+: also the leader epoch start offset
+    assert not can_rejoin(1000, hw, leader_epoch_start_offset=1200)
+    assert can_rejoin(1200, hw, leader_epoch_start_offset=1200)
+
+
+def test_refined_rule_keeps_a_follower_that_always_reads_the_previous_leo() -> None:
+    """High volume: every fetch reaches the LEO seen at the previous fetch but
+    never the current one (KAFKA-4485). 0.9's rule drops it; 0.10.2's does not."""
+    results = {}
+    for cfg in (KIP16, REFINED):
+        f = FollowerState.new(0)
+        leader_leo = 100
+        for t in range(500, 30_000, 500):
+            f = on_fetch(f, cfg, t, fetch_offset=leader_leo - 100, leader_leo=leader_leo)
+            leader_leo += 100
+        results[cfg.rule] = is_out_of_sync(f, cfg, 30_000, leader_leo)
+    assert results == {Rule.KIP16: True, Rule.KIP16_REFINED: False}
+
+
+def test_idle_follower_at_the_leader_leo_is_caught_up_under_refined_only() -> None:
+    f = FollowerState.new(0, leo=42)
+    assert not is_out_of_sync(f, REFINED, 60_000, leader_leo=42)
+    assert is_out_of_sync(f, KIP16, 60_000, leader_leo=42)
+
+
+def test_rule_names_parse_and_reject() -> None:
+    assert Rule.parse("kip16") is Rule.KIP16
+    with pytest.raises(ValueError, match="rule='kip17' is not one of"):
+        Rule.parse("kip17")
+    with pytest.raises(ValueError, match="lag_time_max_ms"):
+        RuleConfig(lag_time_max_ms=0)
+
+
+fetches = st.lists(
+    st.tuples(st.integers(0, 500), st.integers(0, 50), st.integers(0, 50)),  # dt, follower behind, produced
+    min_size=1,
+    max_size=60,
+)
+
+
+@given(fetches, st.sampled_from(list(Rule)))
+def test_lcu_never_decreases_and_never_exceeds_the_newest_fetch(steps: list[tuple[int, int, int]], rule: Rule) -> None:
+    cfg = RuleConfig(rule, lag_time_max_ms=1000)
+    f = FollowerState.new(0)
+    t, leader_leo = 0, 0
+    for dt, behind, produced in steps:
+        t += dt
+        leader_leo += produced
+        fetch_offset = max(0, leader_leo - behind)
+        before = f.last_caught_up_ms
+        f = on_fetch(f, cfg, t, fetch_offset, leader_leo)
+        assert f.last_caught_up_ms >= before
+        assert f.last_caught_up_ms <= t
+        if fetch_offset >= leader_leo:
+            assert f.last_caught_up_ms == t
+            assert not is_out_of_sync(f, cfg, t, leader_leo) or rule is Rule.LEGACY_MESSAGES
+
+
+@given(
+    st.sampled_from([Rule.KIP16, Rule.KIP16_REFINED]),
+    st.lists(st.tuples(st.integers(1, 1000), st.integers(0, 100), st.integers(0, 100)), min_size=1, max_size=40),
+)
+def test_state_is_the_max_of_per_observation_caught_up_times(rule: Rule, steps: list[tuple[int, int, int]]) -> None:
+    """What the streaming job relies on: folding on_fetch equals a max over
+    caught_up_time of each observation with its previous one."""
+    cfg = RuleConfig(rule, lag_time_max_ms=1000)
+    f = FollowerState.new(0)
+    best = 0
+    t, leader_leo, prev_t, prev_l = 0, 0, None, None
+    for dt, produced, behind in steps:
+        t += dt
+        leader_leo += produced
+        off = max(0, leader_leo - behind)
+        seen = caught_up_time(rule, t, off, leader_leo, prev_t, prev_l)
+        best = max(best, seen) if seen is not None else best
+        f = on_fetch(f, cfg, t, off, leader_leo)
+        prev_t, prev_l = t, leader_leo
+    assert f.last_caught_up_ms == best

@@ -1,0 +1,88 @@
+"""The telemetry format: encoding, decoding, the JSON schema."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from isrwatch.telemetry import IsrChange, Observation, TelemetryRecord, decode_record, encode_record, json_schema
+
+offsets = st.one_of(st.none(), st.integers(0, 2**53))
+ids = st.integers(0, 10_000)
+observations = st.builds(
+    Observation,
+    topic=st.text(min_size=1, max_size=20),
+    partition=st.integers(0, 10_000),
+    broker_id=ids,
+    leader_id=ids,
+    t_ms=st.integers(0, 2**45),
+    leo=offsets,
+    leader_leo=offsets,
+    hw=offsets,
+    prev_t_ms=st.one_of(st.none(), st.integers(0, 2**45)),
+    prev_leo=offsets,
+    prev_leader_leo=offsets,
+    isr=st.lists(ids, max_size=5).map(tuple),
+    replicas=st.lists(ids, max_size=5).map(tuple),
+    lag_time_max_ms=st.one_of(st.none(), st.integers(1, 10**7)),
+    min_isr=st.one_of(st.none(), st.integers(1, 5)),
+)
+records = st.builds(
+    TelemetryRecord,
+    cluster=st.text(min_size=1, max_size=10),
+    source=st.sampled_from(["collector", "simulator"]),
+    sent_ms=st.integers(0, 2**45),
+    observations=st.lists(observations, max_size=5).map(tuple),
+    isr_changes=st.lists(
+        st.builds(
+            IsrChange,
+            t_ms=st.integers(0, 2**45),
+            topic=st.text(min_size=1, max_size=5),
+            partition=st.integers(0, 99),
+            isr_before=st.lists(ids, max_size=3).map(tuple),
+            isr_after=st.lists(ids, max_size=3).map(tuple),
+        ),
+        max_size=2,
+    ).map(tuple),
+)
+
+
+@given(records)
+def test_round_trip_and_schema(record: TelemetryRecord) -> None:
+    data = encode_record(record)
+    assert decode_record(data) == record
+    jsonschema.validate(json.loads(data), json_schema())
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\xff\xfe", "not JSON"),
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"version": 7, "cluster": "c", "sent_ms": 1, "observations": []}', "unknown schema version 7"),
+        (b'{"version": 1, "sent_ms": 1, "observations": []}', "missing or unexpected field"),
+        (b'{"version": 1, "cluster": "c", "sent_ms": 1, "observations": [{"topic": "t"}]}', "missing or unexpected"),
+    ],
+)
+def test_bad_records_say_why(data: bytes, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        decode_record(data)
+
+
+def test_schema_rejects_what_the_job_rejects() -> None:
+    schema = json_schema()
+    bad = {
+        "version": 1,
+        "cluster": "c",
+        "sent_ms": 1,
+        "observations": [
+            {"topic": "t", "partition": 0, "broker_id": 1, "leader_id": 2, "t_ms": 5, "leo": -1, "leader_leo": 3}
+        ],
+    }
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
