@@ -1,0 +1,195 @@
+"""The latest replica statuses and pipeline counters, shared between the
+writers (the streaming job's sinks, the exporter's state-topic consumer) and
+the scrape (``exporter.collector``).
+
+Statuses are grouped by partition; each partition's entry is an immutable
+``PartitionView`` replaced as a whole on every change, so ``snapshot()`` is a
+shallow copy taken under the lock and stays consistent while the scrape reads
+it, even for a million replicas.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+from isrwatch.status import ReplicaStatus, State, status_key
+
+__all__ = ["StatusStore", "StoreSnapshot", "PartitionView", "PartitionKey", "LEAVING"]
+
+PartitionKey = tuple[str, str, int]  # cluster, topic, partition
+
+# A follower in one of these states is predicted to leave the ISR soon.
+LEAVING = frozenset({State.CRITICAL, State.OUT_OF_SYNC, State.STALLED})
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """The followers of one partition as last reported, with the aggregates
+    the partition gauges need."""
+
+    replicas: MappingProxyType[int, ReplicaStatus]  # broker_id -> status
+
+    @property
+    def newest(self) -> ReplicaStatus:
+        """The status evaluated last: its ISR, leader and min ISR are current."""
+        return max(self.replicas.values(), key=lambda s: s.eval_ms)
+
+    @property
+    def isr_size(self) -> int:
+        return self.newest.isr_size
+
+    @property
+    def leaving(self) -> int:
+        return sum(1 for s in self.replicas.values() if s.in_isr and s.state in LEAVING)
+
+    @property
+    def predicted_isr_size(self) -> int:
+        return max(0, self.isr_size - self.leaving)
+
+
+@dataclass(frozen=True)
+class StoreSnapshot:
+    partitions: dict[PartitionKey, PartitionView]
+    telemetry_ms: dict[str, int]  # cluster -> newest telemetry time
+    isr_changes: dict[tuple[str, str, int, str], int]  # (cluster, topic, partition, change) -> count
+    up: bool
+    batches: int
+    observations: int
+    last_batch_s: float | None
+    deadletters: dict[str, int]  # reason -> count
+
+    def statuses(self) -> Iterable[ReplicaStatus]:
+        for view in self.partitions.values():
+            yield from view.replicas.values()
+
+    def __len__(self) -> int:
+        return sum(len(v.replicas) for v in self.partitions.values())
+
+
+def _partition_key(s: ReplicaStatus) -> PartitionKey:
+    return (s.cluster, s.topic, s.partition)
+
+
+def _split_key(key: str) -> tuple[PartitionKey, int]:
+    """``cluster/topic/partition/broker_id`` back into parts (a topic name
+    cannot hold '/', a cluster name may)."""
+    rest, topic, partition, broker = key.rsplit("/", 3)
+    return (rest, topic, int(partition)), int(broker)
+
+
+@dataclass
+class StatusStore:
+    """Thread-safe; every method is cheap (proportional to its arguments).
+
+    ``derive_isr_changes``: count ``isrwatch_isr_changes_total`` from the
+    replicas' ``in_isr`` flips between updates (the exporter, which only sees
+    statuses); leave it off where ``add_isr_changes`` is fed from metadata.
+    """
+
+    derive_isr_changes: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _partitions: dict[PartitionKey, PartitionView] = field(default_factory=dict, repr=False)
+    _telemetry_ms: dict[str, int] = field(default_factory=dict, repr=False)
+    _isr_changes: dict[tuple[str, str, int, str], int] = field(default_factory=dict, repr=False)
+    _up: bool = True
+    _batches: int = 0
+    _observations: int = 0
+    _last_batch_s: float | None = None
+    _deadletters: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def update(self, statuses: Iterable[ReplicaStatus]) -> None:
+        """Replace each given replica's status (newer or not: last write wins)."""
+        grouped: dict[PartitionKey, list[ReplicaStatus]] = {}
+        for s in statuses:
+            grouped.setdefault(_partition_key(s), []).append(s)
+        with self._lock:
+            for pkey, group in grouped.items():
+                old = self._partitions.get(pkey)
+                replicas = dict(old.replicas) if old else {}
+                for s in group:
+                    before = replicas.get(s.broker_id)
+                    if self.derive_isr_changes and before is not None and before.in_isr != s.in_isr:
+                        self._count_change(pkey, "expand" if s.in_isr else "shrink", 1)
+                    replicas[s.broker_id] = s
+                    cluster = s.cluster
+                    if s.eval_ms > self._telemetry_ms.get(cluster, -1):
+                        self._telemetry_ms[cluster] = s.eval_ms
+                self._partitions[pkey] = PartitionView(MappingProxyType(replicas))
+
+    def remove(self, keys: Iterable[str]) -> None:
+        """Forget replicas by ``status_key`` (a tombstone on the state topic)."""
+        with self._lock:
+            for key in keys:
+                pkey, broker = _split_key(key)
+                old = self._partitions.get(pkey)
+                if old is None or broker not in old.replicas:
+                    continue
+                replicas = {b: s for b, s in old.replicas.items() if b != broker}
+                if replicas:
+                    self._partitions[pkey] = PartitionView(MappingProxyType(replicas))
+                else:
+                    del self._partitions[pkey]
+
+    def expire(self, older_than_ms: int) -> list[str]:
+        """Remove replicas whose status lags their cluster's telemetry clock by
+        more than ``older_than_ms`` (a deleted topic, a reassigned replica).
+        Measured on the cluster's own clock, so a stopped job or collector
+        does not empty the store. Returns the removed keys."""
+        with self._lock:
+            gone = [
+                status_key(s)
+                for view in self._partitions.values()
+                for s in view.replicas.values()
+                if self._telemetry_ms.get(s.cluster, s.eval_ms) - s.eval_ms > older_than_ms
+            ]
+        self.remove(gone)
+        return gone
+
+    def set_telemetry_time(self, cluster: str, ms: int) -> None:
+        """The newest telemetry time seen from ``cluster`` (never goes back)."""
+        with self._lock:
+            if ms > self._telemetry_ms.get(cluster, -1):
+                self._telemetry_ms[cluster] = ms
+
+    def add_isr_changes(
+        self, cluster: str, topic: str, partition: int, change: Literal["shrink", "expand"], n: int = 1
+    ) -> None:
+        if change not in ("shrink", "expand"):
+            raise ValueError(f"change={change!r} must be 'shrink' or 'expand'")
+        with self._lock:
+            self._count_change((cluster, topic, partition), change, n)
+
+    def _count_change(self, pkey: PartitionKey, change: str, n: int) -> None:
+        k = (*pkey, change)
+        self._isr_changes[k] = self._isr_changes.get(k, 0) + n
+
+    def record_batch(self, duration_s: float, observations: int, deadletters_by_reason: dict[str, int]) -> None:
+        """One micro-batch of the streaming job is done."""
+        with self._lock:
+            self._batches += 1
+            self._observations += observations
+            self._last_batch_s = duration_s
+            for reason, n in deadletters_by_reason.items():
+                self._deadletters[reason] = self._deadletters.get(reason, 0) + n
+
+    def set_up(self, up: bool) -> None:
+        """Whether the feeding side (job, state-topic consumer) is healthy."""
+        with self._lock:
+            self._up = up
+
+    def snapshot(self) -> StoreSnapshot:
+        with self._lock:
+            return StoreSnapshot(
+                partitions=dict(self._partitions),
+                telemetry_ms=dict(self._telemetry_ms),
+                isr_changes=dict(self._isr_changes),
+                up=self._up,
+                batches=self._batches,
+                observations=self._observations,
+                last_batch_s=self._last_batch_s,
+                deadletters=dict(self._deadletters),
+            )

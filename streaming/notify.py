@@ -1,0 +1,330 @@
+"""Where alert transitions go: stdout, Alertmanager, the alerts topic.
+
+Every sink takes ``isrwatch.alerts.Transition`` objects from ``send`` and
+flushes what it still holds on ``close``:
+
+* ``StdoutSink``: one JSON object per started or resolved alert, one per line.
+* ``AlertmanagerSink``: posts to ``<url>/api/v2/alerts`` of every URL (an HA
+  pair gets everything), re-sends firing alerts every ``resend_seconds`` and
+  resolves them with ``endsAt``; a background thread retries with exponential
+  backoff while an Alertmanager is down and keeps the firing set and pending
+  resolutions until each URL has taken them.
+* ``KafkaAlertsSink``: one record per started or resolved alert.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Protocol, TextIO
+
+import requests
+
+from isrwatch.alerts import RUNBOOK_BASE, Alert, Transition
+from isrwatch.logs import kv
+from isrwatch.settings import Secret
+
+__all__ = ["Sink", "StdoutSink", "AlertmanagerSink", "KafkaAlertsSink", "FanoutSink", "alert_event", "alert_id"]
+
+log = logging.getLogger(__name__)
+
+AlertKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+class Sink(Protocol):
+    def send(self, transition: Transition, now_ms: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _postable(alert: Alert, generator_url: str = "", runbook_base: str | None = None) -> dict[str, Any]:
+    """``Alert.to_alertmanager()`` with the deployment's Grafana and runbook links."""
+    if generator_url and not alert.generator_url:
+        alert = replace(alert, generator_url=generator_url)
+    body = alert.to_alertmanager()
+    if runbook_base and runbook_base.rstrip("/") != RUNBOOK_BASE:
+        body["annotations"]["runbook_url"] = f"{runbook_base.rstrip('/')}#{alert.name.value.lower()}"
+    return body
+
+
+def alert_event(
+    alert: Alert, status: str, *, generator_url: str = "", runbook_base: str | None = None
+) -> dict[str, Any]:
+    """The Alertmanager v2 object of ``alert`` plus ``"status"``
+    (``firing``/``resolved``), the format of stdout and the alerts topic."""
+    return {**_postable(alert, generator_url, runbook_base), "status": status}
+
+
+def alert_id(alert: Alert) -> str:
+    """A stable identity: alert name and its labels, ``name{k="v",...}``."""
+    return alert.name.value + "{" + ",".join(f'{k}="{v}"' for k, v in alert.labels) + "}"
+
+
+def _events(transition: Transition) -> Iterable[tuple[Alert, str]]:
+    for a in transition.started:
+        yield a, "firing"
+    for a in transition.resolved:
+        yield a, "resolved"
+
+
+@dataclass
+class StdoutSink:
+    """Prints each started and resolved alert as a JSON line (the embedded
+    default's alert output; logs go to stderr)."""
+
+    stream: TextIO | None = None
+    generator_url: str = ""
+    runbook_base: str | None = None
+
+    def send(self, transition: Transition, now_ms: int) -> None:
+        out = self.stream or sys.stdout
+        for alert, status in _events(transition):
+            event = alert_event(alert, status, generator_url=self.generator_url, runbook_base=self.runbook_base)
+            out.write(json.dumps(event, sort_keys=True) + "\n")
+            out.flush()
+
+    def close(self) -> None:
+        (self.stream or sys.stdout).flush()
+
+
+@dataclass
+class KafkaAlertsSink:
+    """Writes each started and resolved alert to the alerts topic, keyed by
+    ``alert_id``. ``producer`` is a confluent_kafka.Producer (or anything
+    with ``produce``, ``poll`` and ``flush``)."""
+
+    producer: Any
+    topic: str
+    generator_url: str = ""
+    runbook_base: str | None = None
+    flush_timeout_s: float = 10.0
+
+    def send(self, transition: Transition, now_ms: int) -> None:
+        for alert, status in _events(transition):
+            event = alert_event(alert, status, generator_url=self.generator_url, runbook_base=self.runbook_base)
+            self.producer.produce(self.topic, key=alert_id(alert).encode(), value=json.dumps(event).encode())
+        self.producer.poll(0)
+
+    def close(self) -> None:
+        left = self.producer.flush(self.flush_timeout_s)
+        if left:
+            log.warning(kv(event="alerts_topic_unflushed", topic=self.topic, records=left))
+
+
+@dataclass
+class FanoutSink:
+    """Sends every transition to each of ``sinks``."""
+
+    sinks: Sequence[Sink]
+
+    def send(self, transition: Transition, now_ms: int) -> None:
+        for sink in self.sinks:
+            sink.send(transition, now_ms)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class _Target:
+    """One Alertmanager and what it has not taken yet."""
+
+    url: str
+    resolved: dict[AlertKey, Alert] = field(default_factory=dict)  # pending resolutions
+    next_at: float = 0.0  # monotonic time of the next post
+    failures: int = 0
+    delivered_gen: int = -1  # the sink's generation this target has fully taken
+
+
+class AlertmanagerSink:
+    """Delivers alerts to Alertmanager API v2 from a background thread."""
+
+    def __init__(
+        self,
+        urls: Sequence[str],
+        *,
+        username: str | None = None,
+        password: Secret | str | None = None,
+        ca_file: str | None = None,
+        insecure: bool = False,
+        resend_seconds: float = 30.0,
+        generator_url: str = "",
+        runbook_base: str | None = None,
+        timeout_s: float = 10.0,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not urls:
+            raise ValueError("AlertmanagerSink needs at least one URL")
+        self.resend_seconds = resend_seconds
+        self.generator_url = generator_url
+        self.runbook_base = runbook_base
+        self.timeout_s = timeout_s
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self._clock = clock
+        self._session = requests.Session()
+        if username is not None or password is not None:
+            secret = password.reveal() if isinstance(password, Secret) else (password or "")
+            self._session.auth = (username or "", secret)
+        self._session.verify = False if insecure else (ca_file or True)
+        self._session.headers["Content-Type"] = "application/json"
+        self._targets = [_Target(u.rstrip("/") + "/api/v2/alerts") for u in urls]
+        self._firing: dict[AlertKey, Alert] = {}
+        self._gen = 0
+        self._closing = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="alertmanager-sink", daemon=True)
+        self._thread.start()
+
+    # -- the job's side -------------------------------------------------
+
+    def send(self, transition: Transition, now_ms: int) -> None:
+        with self._cond:
+            for alert in (*transition.started, *transition.holding):
+                self._firing[alert.key] = alert
+                for t in self._targets:
+                    t.resolved.pop(alert.key, None)
+            for alert in transition.resolved:
+                self._firing.pop(alert.key, None)
+                for t in self._targets:
+                    t.resolved[alert.key] = alert
+            if transition.started or transition.resolved:
+                self._gen += 1
+                now = time.monotonic()
+                for t in self._targets:
+                    if t.failures == 0:  # in backoff: the retry takes the news along
+                        t.next_at = min(t.next_at, now)
+                self._cond.notify_all()
+
+    @property
+    def firing(self) -> list[Alert]:
+        with self._cond:
+            return list(self._firing.values())
+
+    def pending(self) -> dict[str, int]:
+        """Per URL, resolutions not yet delivered (for logs and tests)."""
+        with self._cond:
+            return {t.url: len(t.resolved) for t in self._targets}
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every URL has taken every start and resolution sent so
+        far; False if ``timeout_s`` passes first."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            now = time.monotonic()
+            for t in self._targets:
+                if t.delivered_gen < self._gen and t.failures == 0:
+                    t.next_at = min(t.next_at, now)
+            self._cond.notify_all()
+            while any(t.delivered_gen < self._gen for t in self._targets):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Try once more to deliver what is pending, then stop the thread.
+        Firing alerts are not resolved: they expire at their endsAt."""
+        self.flush(timeout_s)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(timeout=self.timeout_s + 1)
+        self._session.close()
+        undelivered = {t.url: len(t.resolved) for t in self._targets if t.delivered_gen < self._gen}
+        if undelivered:
+            log.warning(kv(event="alertmanager_undelivered_at_close", targets=undelivered))
+
+    # -- the delivery thread --------------------------------------------
+
+    def _payload(self, target: _Target) -> tuple[list[dict[str, Any]], dict[AlertKey, Alert], int]:
+        """Under the lock: the body to post now, the resolutions it carries
+        and the generation it covers."""
+        now = self._clock()
+        ends = now + 4 * self.resend_seconds  # as Prometheus does: expires if isrwatch goes away
+        body = []
+        for alert in self._firing.values():
+            body.append(self._wire(alert, now, ends))
+        carried = dict(target.resolved)
+        for alert in carried.values():
+            body.append(self._wire(alert, now, None))
+        return body, carried, self._gen
+
+    def _wire(self, alert: Alert, now: float, firing_ends: float | None) -> dict[str, Any]:
+        body = _postable(alert, self.generator_url, self.runbook_base)
+        # Never ahead of Alertmanager's clock (the telemetry clock may be), and
+        # startsAt <= endsAt always, or Alertmanager rejects the whole post.
+        starts = min(alert.starts_ms / 1000, now)
+        body["startsAt"] = _iso(starts)
+        if firing_ends is not None:
+            body["endsAt"] = _iso(firing_ends)
+        else:
+            ends = min((alert.ends_ms or alert.starts_ms) / 1000, now)
+            body["endsAt"] = _iso(max(starts, ends))
+        return body
+
+    def _post(self, url: str, body: list[dict[str, Any]]) -> str:
+        """'ok', 'retry' or 'drop' (Alertmanager refused the content)."""
+        try:
+            r = self._session.post(url, data=json.dumps(body), timeout=self.timeout_s)
+        except requests.RequestException as e:
+            log.warning(kv(event="alertmanager_unreachable", url=url, error=type(e).__name__))
+            return "retry"
+        if r.status_code < 300:
+            return "ok"
+        if r.status_code in (408, 429) or r.status_code >= 500:
+            log.warning(kv(event="alertmanager_error", url=url, status=r.status_code))
+            return "retry"
+        log.error(kv(event="alertmanager_rejected", url=url, status=r.status_code, reason=r.text[:200].strip()))
+        return "drop"
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closing:
+                    now = time.monotonic()
+                    due = [t for t in self._targets if t.next_at <= now]
+                    if due:
+                        break
+                    self._cond.wait(min(t.next_at for t in self._targets) - now)
+                if self._closing:
+                    return
+                work = [(t, *self._payload(t)) for t in due]
+            for target, body, carried, gen in work:
+                outcome = self._post(target.url, body) if body else "ok"
+                with self._cond:
+                    now = time.monotonic()
+                    if outcome == "retry":
+                        if target.failures == 0:
+                            log.warning(kv(event="alertmanager_backoff", url=target.url, alerts=len(body)))
+                        target.failures += 1
+                        delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (target.failures - 1))
+                        target.next_at = now + delay
+                    else:
+                        if target.failures:
+                            log.info(kv(event="alertmanager_back", url=target.url, retries=target.failures))
+                        target.failures = 0
+                        for key, alert in carried.items():
+                            if target.resolved.get(key) is alert:
+                                del target.resolved[key]
+                        target.delivered_gen = max(target.delivered_gen, gen)
+                        target.next_at = now + self.resend_seconds
+                        if outcome == "ok" and body:
+                            log.debug(kv(event="alertmanager_posted", url=target.url, alerts=len(body)))
+                        if target.delivered_gen < self._gen:
+                            target.next_at = now  # news arrived during the post
+                    self._cond.notify_all()
