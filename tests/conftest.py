@@ -1,0 +1,73 @@
+"""Shared fixtures: the real local Kafka 0.9 cluster.
+
+Nothing starts unless a test asks for ``kafka_cluster`` (one cluster for the
+whole session, default broker settings) or ``kafka_cluster_factory`` (a fresh
+cluster per call, with the broker settings the test needs, e.g. a short
+``replica.lag.time.max.ms`` and a long ZooKeeper session for pause tests).
+Tests that use either are marked ``integration`` automatically.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+KAFKA_FIXTURES = {"kafka_cluster", "kafka_cluster_factory"}
+
+# The shared cluster: a generous ZooKeeper session so a loaded CI machine does not
+# lose brokers; tests that inject faults make their own cluster.
+SHARED_BROKER_SETTINGS: dict[str, Any] = {
+    "replica.lag.time.max.ms": 10_000,
+    "zookeeper.session.timeout.ms": 30_000,
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if KAFKA_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[Any]:
+    """A started 3-broker LocalKafka shared by the session (create fresh topics with ``unique_name``)."""
+    from localkafka import LocalKafka
+
+    with LocalKafka(brokers=3, broker_settings=SHARED_BROKER_SETTINGS) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def kafka_cluster_factory() -> Iterator[Callable[..., Any]]:
+    """``make(brokers=3, **broker_settings)`` -> a started LocalKafka, stopped after the test.
+
+    Broker setting names use underscores for dots:
+    ``make(replica_lag_time_max_ms=4000, zookeeper_session_timeout_ms=60000)``.
+    """
+    from localkafka import LocalKafka
+
+    made: list[Any] = []
+
+    def make(brokers: int = 3, **settings: Any) -> Any:
+        cluster = LocalKafka(brokers=brokers, broker_settings={k.replace("_", "."): v for k, v in settings.items()})
+        made.append(cluster)
+        return cluster.start()
+
+    try:
+        yield make
+    finally:
+        for cluster in made:
+            cluster.close()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """``unique_name("orders")`` -> a topic/group name no other test uses."""
+
+    def make(prefix: str) -> str:
+        return f"{prefix}-{request.node.name[:40].replace('[', '-').replace(']', '')}-{uuid.uuid4().hex[:8]}"
+
+    return make
