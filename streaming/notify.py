@@ -179,7 +179,8 @@ class AlertmanagerSink:
         if username is not None or password is not None:
             secret = password.reveal() if isinstance(password, Secret) else (password or "")
             self._session.auth = (username or "", secret)
-        self._session.verify = False if insecure else (ca_file or True)
+        # Passed on every request: a session-level verify loses to REQUESTS_CA_BUNDLE.
+        self._verify: str | bool = False if insecure else (ca_file or True)
         self._session.headers["Content-Type"] = "application/json"
         self._targets = [_Target(u.rstrip("/") + "/api/v2/alerts") for u in urls]
         self._firing: dict[AlertKey, Alert] = {}
@@ -280,17 +281,19 @@ class AlertmanagerSink:
     def _post(self, url: str, body: list[dict[str, Any]]) -> str:
         """'ok', 'retry' or 'drop' (Alertmanager refused the content)."""
         try:
-            r = self._session.post(url, data=json.dumps(body), timeout=self.timeout_s)
+            r = self._session.post(url, data=json.dumps(body), timeout=self.timeout_s, verify=self._verify)
         except requests.RequestException as e:
             log.warning(kv(event="alertmanager_unreachable", url=url, error=type(e).__name__))
             return "retry"
         if r.status_code < 300:
             return "ok"
-        if r.status_code in (408, 429) or r.status_code >= 500:
-            log.warning(kv(event="alertmanager_error", url=url, status=r.status_code))
-            return "retry"
-        log.error(kv(event="alertmanager_rejected", url=url, status=r.status_code, reason=r.text[:200].strip()))
-        return "drop"
+        if r.status_code in (400, 413, 422):  # the content itself is refused: re-sending cannot help
+            log.error(kv(event="alertmanager_rejected", url=url, status=r.status_code, reason=r.text[:200].strip()))
+            return "drop"
+        # Down, overloaded, or credentials/URL wrong (fixable without losing alerts): retry.
+        level = logging.ERROR if r.status_code in (401, 403, 404) else logging.WARNING
+        log.log(level, kv(event="alertmanager_error", url=url, status=r.status_code))
+        return "retry"
 
     def _run(self) -> None:
         while True:
