@@ -24,6 +24,27 @@ class CollectSettings:
     interval: float = option(1.0, "seconds between polling rounds (sub-second allowed)", check=positive)
     cluster: str = option("default", "cluster name written into the telemetry")
     duration: float | None = option(None, "stop after this many seconds", check=positive, metavar="SECONDS")
+    lag_time_max_ms: int | None = option(
+        None,
+        "the cluster's replica.lag.time.max.ms, written into the telemetry (brokers before 0.11 cannot tell it)",
+        check=positive,
+        metavar="MS",
+    )
+    min_insync_replicas: int | None = option(
+        None, "the cluster's min.insync.replicas, written into the telemetry", check=positive, metavar="N"
+    )
+    round_timeout: float | None = option(
+        None,
+        "seconds a round waits for brokers' answers before it calls one unreachable (default: max(interval, 0.5))",
+        check=positive,
+        metavar="SECONDS",
+    )
+    startup_timeout: float = option(
+        15.0, "seconds to reach the cluster at start-up before giving up", check=positive, metavar="SECONDS"
+    )
+    max_observations_per_record: int = option(
+        500, "observations batched into one telemetry record", check=positive, metavar="N"
+    )
 
     def validate(self) -> str | None:
         if not self.bootstrap_servers:

@@ -1,0 +1,109 @@
+"""``--kafka-config`` (librdkafka property names) for both Kafka clients of the collector.
+
+confluent-kafka takes the properties as they are. kafka-python, used for the
+protocol-level requests, has its own names: this module translates the ones
+that matter for reaching a cluster (security, SASL, SSL, client id, timeouts,
+the broker version when ``api.version.request=false``).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Mapping
+from typing import Any
+
+from isrwatch.exceptions import ConfigError
+from isrwatch.logs import kv
+
+__all__ = ["kafka_python_config", "librdkafka_config", "broker_version"]
+
+log = logging.getLogger(__name__)
+
+# librdkafka name -> kafka-python name (values copied as strings unless converted below)
+_RENAMES = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "sasl.kerberos.service.name": "sasl_kerberos_service_name",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "ssl.crl.location": "ssl_crlfile",
+    "ssl.cipher.suites": "ssl_ciphers",
+    "client.id": "client_id",
+}
+_INTS = {
+    "request.timeout.ms": "request_timeout_ms",
+    "socket.connection.setup.timeout.ms": "socket_connection_setup_timeout_ms",
+    "reconnect.backoff.ms": "reconnect_backoff_ms",
+    "reconnect.backoff.max.ms": "reconnect_backoff_max_ms",
+    "connections.max.idle.ms": "connections_max_idle_ms",
+}
+# librdkafka settings with no meaning for a protocol-level client: dropped quietly.
+_HANDLED_ELSEWHERE = {
+    "api.version.request",
+    "broker.version.fallback",
+    "enable.ssl.certificate.verification",
+    "ssl.endpoint.identification.algorithm",
+    "bootstrap.servers",
+}
+
+
+def broker_version(text: str) -> tuple[int, ...]:
+    """``broker.version.fallback`` as kafka-python's api_version: 0.9.0.1 -> (0, 9); 0.10.2.1 -> (0, 10, 2); 2.8.1 -> (2, 8)."""
+    try:
+        parts = [int(p) for p in text.strip().split(".")]
+    except ValueError:
+        raise ConfigError(f"--kafka-config broker.version.fallback={text!r} is not a version like 0.9.0.1") from None
+    if not parts:
+        raise ConfigError("--kafka-config broker.version.fallback is empty")
+    if parts[0] == 0 and len(parts) >= 2 and parts[1] >= 10:
+        return tuple((parts + [0, 0])[:3])
+    return tuple((parts + [0])[:2])
+
+
+def librdkafka_config(bootstrap_servers: str, props: Mapping[str, str], **extra: Any) -> dict[str, Any]:
+    """Settings for a confluent-kafka client: the user's properties, then bootstrap servers and ``extra``."""
+    return {**props, "bootstrap.servers": bootstrap_servers, **extra}
+
+
+def kafka_python_config(bootstrap_servers: str, props: Mapping[str, str]) -> dict[str, Any]:
+    """Keyword arguments for kafka-python's KafkaClient from librdkafka properties."""
+    out: dict[str, Any] = {"bootstrap_servers": bootstrap_servers.split(","), "client_id": "isrwatch-collector"}
+    ignored = []
+    for key, value in props.items():
+        if key in _RENAMES:
+            out[_RENAMES[key]] = value
+        elif key in _INTS:
+            try:
+                out[_INTS[key]] = int(value)
+            except ValueError:
+                raise ConfigError(f"--kafka-config {key}={value!r} is not a whole number") from None
+        elif key not in _HANDLED_ELSEWHERE:
+            ignored.append(key)
+    if "security_protocol" in out:
+        out["security_protocol"] = str(out["security_protocol"]).upper()
+    if "sasl_mechanism" in out:
+        out["sasl_mechanism"] = str(out["sasl_mechanism"]).upper()
+    if str(props.get("api.version.request", "true")).lower() == "false":
+        out["api_version"] = broker_version(props.get("broker.version.fallback", "0.9.0.1"))
+    if str(props.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+        out["ssl_check_hostname"] = False
+    if str(props.get("enable.ssl.certificate.verification", "true")).lower() == "false":
+        ctx = ssl.create_default_context(cafile=out.get("ssl_cafile"))
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        if out.get("ssl_certfile"):
+            ctx.load_cert_chain(out["ssl_certfile"], out.get("ssl_keyfile"), out.get("ssl_password"))
+        out["ssl_context"] = ctx
+        out["ssl_check_hostname"] = False
+    security = [k for k in ignored if k.startswith(("ssl.", "sasl.", "security."))]
+    if security:
+        log.warning(kv(event="kafka_config_not_translated", client="kafka-python", keys=",".join(sorted(security))))
+    elif ignored:
+        log.debug(kv(event="kafka_config_not_translated", client="kafka-python", keys=",".join(sorted(ignored))))
+    return out

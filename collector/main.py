@@ -1,0 +1,121 @@
+"""``isrwatch collect``: poll a real cluster every interval and publish telemetry."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from types import FrameType
+
+from collector.clientconfig import kafka_python_config, librdkafka_config
+from collector.probe import ClusterProbe, Snapshot
+from collector.publisher import TelemetryPublisher, batch_records
+from collector.settings import CollectSettings
+from collector.tracker import ReplicaTracker
+from isrwatch.logs import kv
+from isrwatch.settings import kafka_config_pairs
+
+__all__ = ["main", "Collector"]
+
+log = logging.getLogger(__name__)
+
+
+class Collector:
+    """One probe, one tracker, one publisher; :meth:`run_round` is one polling round."""
+
+    def __init__(self, settings: CollectSettings) -> None:
+        assert settings.bootstrap_servers
+        self.settings = settings
+        props = kafka_config_pairs(settings.kafka_config)
+        round_timeout = settings.round_timeout or max(settings.interval, 0.5)
+        self.probe = ClusterProbe(kafka_python_config(settings.bootstrap_servers, props), round_timeout)
+        self.tracker = ReplicaTracker(settings.lag_time_max_ms, settings.min_insync_replicas)
+        self.publisher = TelemetryPublisher(
+            librdkafka_config(settings.telemetry_bootstrap_servers or settings.bootstrap_servers, props),
+            settings.telemetry_topic,
+            settings.cluster,
+        )
+        self.rounds = 0
+        self._unreachable: set[int] = set()
+
+    def start(self) -> Snapshot:
+        snap = self.probe.connect(self.settings.startup_timeout)
+        log.info(
+            kv(
+                event="collector_connected",
+                cluster=self.settings.cluster,
+                brokers=",".join(str(b) for b in sorted(snap.brokers)),
+                partitions=len(snap.partitions),
+                telemetry_topic=self.settings.telemetry_topic,
+            )
+        )
+        return snap
+
+    def run_round(self, snap: Snapshot | None = None) -> int:
+        """Poll (unless given a snapshot), publish; returns the number of observations."""
+        snap = snap or self.probe.snapshot()
+        result = self.tracker.observe(snap)
+        records = batch_records(
+            self.settings.cluster, result.observations, result.isr_changes, self.settings.max_observations_per_record
+        )
+        self.publisher.publish(records)
+        self.rounds += 1
+        if snap.unreachable != self._unreachable:
+            log.warning(kv(event="brokers_unreachable", brokers=",".join(map(str, sorted(snap.unreachable))) or "none"))
+            self._unreachable = set(snap.unreachable)
+        for c in result.isr_changes:
+            log.info(
+                kv(event="isr_change", topic=c.topic, partition=c.partition, before=c.isr_before, after=c.isr_after)
+            )
+        if self.rounds == 1 or self.rounds % max(1, int(30 / self.settings.interval)) == 0:
+            log.info(
+                kv(
+                    event="collector_progress",
+                    rounds=self.rounds,
+                    brokers=len(snap.brokers),
+                    partitions=len(snap.partitions),
+                    observations=len(result.observations),
+                    records=len(records),
+                    round_s=snap.round_s,
+                    delivered=self.publisher.delivered,
+                    failed=self.publisher.failed,
+                )
+            )
+        return len(result.observations)
+
+    def close(self) -> None:
+        left = self.publisher.flush()
+        if left:
+            log.warning(kv(event="telemetry_undelivered_at_exit", records=left))
+        self.probe.close()
+
+
+def main(settings: CollectSettings) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    collector = Collector(settings)
+    snap = collector.start()
+    ends = None if settings.duration is None else time.monotonic() + settings.duration
+    try:
+        next_round = time.monotonic()
+        while not stop.is_set() and (ends is None or time.monotonic() < ends):
+            collector.run_round(snap)
+            snap = None
+            next_round += settings.interval
+            delay = next_round - time.monotonic()
+            if delay < 0:
+                next_round = time.monotonic()  # the round overran: start the next now, do not pile up
+                delay = 0
+            if stop.wait(delay):
+                break
+            snap = collector.probe.snapshot()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        collector.close()
+    return 0

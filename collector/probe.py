@@ -1,0 +1,238 @@
+"""Protocol-level requests to every broker of a cluster (the collector's Kafka layer).
+
+One :meth:`ClusterProbe.snapshot` is one polling round: a Metadata request
+(leader, replicas, ISR of every partition), then, to every broker at once, a
+ListOffsets request with replica id -2 for every replica it hosts (the
+"debugging" replica id: followers answer it too, with their log end offset)
+and, to each leader, an ordinary ListOffsets (replica id -1) for the high
+watermark. Request versions are negotiated (v0 on 0.9; 4.x removed v0).
+A broker that does not answer within the round's deadline is reported
+unreachable; the round carries on with the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka import errors as kerrors
+from kafka.client_async import KafkaClient
+from kafka.protocol.list_offsets import ListOffsetsRequest
+from kafka.protocol.metadata import MetadataRequest
+
+from isrwatch.exceptions import UnreachableError
+from isrwatch.logs import kv
+
+__all__ = ["ClusterProbe", "PartitionState", "Snapshot", "DEBUG_REPLICA_ID", "CLIENT_REPLICA_ID"]
+
+log = logging.getLogger(__name__)
+
+DEBUG_REPLICA_ID = -2  # answered by followers too, with the log end offset
+CLIENT_REPLICA_ID = -1  # an ordinary consumer: the leader answers with the high watermark
+_LATEST = -1
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass
+class Snapshot:
+    """What one round saw. ``leo[(broker, topic, partition)]`` is missing when that broker did not say."""
+
+    t_ms: int
+    brokers: dict[int, str]
+    partitions: list[PartitionState]
+    leo: dict[tuple[int, str, int], int] = field(default_factory=dict)
+    hw: dict[tuple[str, int], int] = field(default_factory=dict)
+    unreachable: set[int] = field(default_factory=set)
+    metadata_fresh: bool = True
+    round_s: float = 0.0
+
+
+class ClusterProbe:
+    """Owns one kafka-python KafkaClient; single-threaded."""
+
+    def __init__(self, client_config: dict[str, Any], round_timeout_s: float = 1.0) -> None:
+        self.config = {"request_timeout_ms": 10_000, **client_config}
+        self.round_timeout_s = round_timeout_s
+        self.client: KafkaClient | None = None
+        self._partitions: list[PartitionState] = []
+        self._brokers: dict[int, str] = {}
+        self._versions: dict[str, int] = {}
+
+    # -- connection ------------------------------------------------------------------
+
+    def connect(self, timeout_s: float = 15.0) -> Snapshot:
+        """Connect and take a first snapshot; UnreachableError with one clear line when the cluster does not answer."""
+        servers = ",".join(self.config["bootstrap_servers"])
+        try:
+            self.client = KafkaClient(api_version_auto_timeout_ms=int(timeout_s * 1000), **self.config)
+        except (kerrors.NoBrokersAvailable, kerrors.KafkaConnectionError) as e:
+            raise UnreachableError(f"cannot reach Kafka at {servers}: {type(e).__name__}") from None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            md = self._metadata(min(self.round_timeout_s * 2, max(0.1, deadline - time.monotonic())))
+            if md is not None:
+                return self.snapshot()
+        self.close()
+        raise UnreachableError(f"cannot reach Kafka at {servers}: no metadata answer in {timeout_s:.0f} s")
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def _version(self, name: str, op: list[Any], max_version: int) -> int:
+        if name not in self._versions:
+            assert self.client is not None
+            self._versions[name] = self.client.api_version(op, max_version=max_version)
+            log.info(kv(event="api_version", request=name, version=self._versions[name]))
+        return self._versions[name]
+
+    # -- one round -------------------------------------------------------------------
+
+    def _wait(self, futures: list[Any], deadline: float) -> None:
+        assert self.client is not None
+        while time.monotonic() < deadline and not all(f.is_done for f in futures):
+            self.client.poll(timeout_ms=max(1, int((deadline - time.monotonic()) * 1000)))
+
+    def _ready(self, brokers: list[int], deadline: float) -> set[int]:
+        """The brokers we can send to now, connecting to the others until ``deadline``."""
+        assert self.client is not None
+        ready = {b for b in brokers if self.client.ready(b, metadata_priority=False)}
+        while len(ready) < len(brokers) and time.monotonic() < deadline:
+            self.client.poll(timeout_ms=10)
+            ready |= {b for b in brokers if b not in ready and self.client.ready(b, metadata_priority=False)}
+        return ready
+
+    def _metadata(self, timeout_s: float) -> list[PartitionState] | None:
+        """Fresh metadata from the least loaded broker; None when nobody answers in time."""
+        assert self.client is not None
+        node = self.client.least_loaded_node()
+        deadline = time.monotonic() + timeout_s
+        while node is not None and not self.client.ready(node, metadata_priority=False) and time.monotonic() < deadline:
+            self.client.poll(timeout_ms=20)
+            if not self.client.ready(node, metadata_priority=False):
+                node = self.client.least_loaded_node()
+        if node is None or not self.client.ready(node, metadata_priority=False):
+            return None
+        version = self._version("Metadata", MetadataRequest, 5)
+        cls = MetadataRequest[version]
+        request = (
+            cls(topics=cls.ALL_TOPICS) if version < 4 else cls(topics=cls.ALL_TOPICS, allow_auto_topic_creation=False)
+        )
+        future = self.client.send(node, request)
+        self._wait([future], deadline)
+        if not future.is_done or future.failed():
+            return None
+        response = future.value
+        self.client.cluster.update_metadata(response)
+        self._brokers = {b[0]: f"{b[1]}:{b[2]}" for b in response.brokers}
+        self._partitions = _partitions(response)
+        return self._partitions
+
+    def _list_offsets(self, node: int, replica_id: int, parts: list[tuple[str, int]]) -> Any:
+        assert self.client is not None
+        version = self._version("ListOffsets", ListOffsetsRequest, 5)
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, p in parts:
+            by_topic[topic].append(p)
+        if version == 0:
+            topics: list[Any] = [(t, [(p, _LATEST, 1) for p in ps]) for t, ps in by_topic.items()]
+        elif version < 4:
+            topics = [(t, [(p, _LATEST) for p in ps]) for t, ps in by_topic.items()]
+        else:
+            topics = [(t, [(p, -1, _LATEST) for p in ps]) for t, ps in by_topic.items()]
+        cls = ListOffsetsRequest[version]
+        request = cls(replica_id=replica_id, topics=topics) if version < 2 else cls(replica_id, 0, topics)
+        return self.client.send(node, request)
+
+    def snapshot(self) -> Snapshot:
+        """One polling round."""
+        assert self.client is not None
+        started = time.monotonic()
+        deadline = started + self.round_timeout_s
+        fresh = self._metadata(self.round_timeout_s / 2) is not None
+        partitions = self._partitions
+        hosted: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        led: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        for ps in partitions:
+            for b in ps.replicas:
+                hosted[b].append((ps.topic, ps.partition))
+            if ps.leader >= 0:
+                led[ps.leader].append((ps.topic, ps.partition))
+        pending: list[tuple[str, int, Any]] = []
+        wanted = sorted(b for b in hosted if hosted[b])
+        ready = self._ready([b for b in wanted if b in self._brokers], started + self.round_timeout_s / 2)
+        unreachable = set(wanted) - ready
+        for broker in sorted(ready):
+            pending.append(("leo", broker, self._list_offsets(broker, DEBUG_REPLICA_ID, hosted[broker])))
+            if led.get(broker):
+                pending.append(("hw", broker, self._list_offsets(broker, CLIENT_REPLICA_ID, led[broker])))
+        answered_at: list[float] = []
+        for _, _, f in pending:
+            f.add_callback(lambda _v, at=answered_at: at.append(time.time()))
+        self._wait([f for _, _, f in pending], deadline)
+        snap = Snapshot(
+            t_ms=int((max(answered_at) if answered_at else time.time()) * 1000),
+            brokers=dict(self._brokers),
+            partitions=list(partitions),
+            metadata_fresh=fresh,
+        )
+        for kind, broker, f in pending:
+            if not f.is_done or f.failed():
+                unreachable.add(broker)
+                continue
+            for topic, p, offset in _offsets(f.value):
+                if kind == "leo":
+                    snap.leo[(broker, topic, p)] = offset
+                else:
+                    snap.hw[(topic, p)] = offset
+        snap.unreachable = unreachable
+        snap.round_s = time.monotonic() - started
+        return snap
+
+
+def _partitions(response: Any) -> list[PartitionState]:
+    out = []
+    version = response.API_VERSION
+    for topic_data in response.topics:
+        if version == 0:
+            error, topic, parts = topic_data
+        else:
+            error, topic, _internal, parts = topic_data[:4]
+        if error != 0:
+            continue
+        for pd in parts:
+            if version >= 7:
+                _err, p, leader, _epoch, replicas, isr = pd[:6]
+            else:
+                _err, p, leader, replicas, isr = pd[:5]
+            out.append(PartitionState(topic, p, leader, tuple(replicas), tuple(isr)))
+    out.sort(key=lambda s: (s.topic, s.partition))
+    return out
+
+
+def _offsets(response: Any) -> list[tuple[str, int, int]]:
+    """(topic, partition, offset) of every partition answered without error."""
+    out = []
+    for topic, parts in response.topics:
+        for pd in parts:
+            if pd[1] != 0:
+                continue
+            if response.API_VERSION == 0:
+                offsets = pd[2]
+                if offsets:
+                    out.append((topic, pd[0], int(offsets[0])))
+            else:
+                out.append((topic, pd[0], int(pd[3])))
+    return out
