@@ -1,0 +1,43 @@
+"""Replica statuses for the exporter tests."""
+
+from __future__ import annotations
+
+from isrwatch.status import ReplicaStatus, State
+
+__all__ = ["replica"]
+
+
+def replica(
+    broker_id: int,
+    state: State = State.OK,
+    *,
+    cluster: str = "prod",
+    topic: str = "orders",
+    partition: int = 0,
+    leader_id: int = 1,
+    eval_ms: int = 1_700_000_000_000,
+    ratio: float = 0.0,
+    offset_lag: int = 0,
+    in_isr: bool = True,
+    isr_size: int = 3,
+    min_isr: int | None = 2,
+) -> ReplicaStatus:
+    return ReplicaStatus(
+        cluster=cluster,
+        topic=topic,
+        partition=partition,
+        broker_id=broker_id,
+        leader_id=leader_id,
+        eval_ms=eval_ms,
+        state=state,
+        time_since_caught_up_s=ratio * 30,
+        lag_ratio=ratio,
+        time_to_shrink_s=max(0.0, 30 - ratio * 30),
+        offset_lag=offset_lag,
+        in_isr=in_isr,
+        isr_size=isr_size,
+        min_isr=min_isr,
+        lag_time_max_ms=30_000,
+        shrink_window_start_ms=eval_ms + int((1 - ratio) * 30_000),
+        shrink_window_end_ms=eval_ms + int((1 - ratio) * 30_000) + 15_000,
+    )

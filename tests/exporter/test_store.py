@@ -1,0 +1,70 @@
+"""StatusStore: updates, tombstones, expiry, snapshots under concurrent writes."""
+
+from __future__ import annotations
+
+import threading
+
+from exporter.store import StatusStore
+from isrwatch.status import State, status_key
+from tests.exporter.samples import replica
+
+T0 = 1_700_000_000_000
+
+
+def keys(store: StatusStore) -> set[str]:
+    return {status_key(s) for s in store.snapshot().statuses()}
+
+
+def test_update_replaces_and_remove_forgets() -> None:
+    store = StatusStore()
+    a, b = replica(2), replica(3)
+    store.update([a, b, replica(2, cluster="a/b", topic="x")])
+    store.update([replica(2, State.NEARING, ratio=0.6)])
+    snap = store.snapshot()
+    assert len(snap) == 3
+    assert snap.partitions[("prod", "orders", 0)].replicas[2].state is State.NEARING
+    store.remove([status_key(a), "prod/orders/0/99", "a/b/x/0/2", "nope/orders/5/1"])
+    assert keys(store) == {status_key(b)}
+    store.remove([status_key(b)])
+    assert store.snapshot().partitions == {}
+
+
+def test_expiry_follows_the_cluster_clock_not_the_wall_clock() -> None:
+    store = StatusStore()
+    store.update([replica(2, topic="deleted", eval_ms=T0), replica(2, topic="live", eval_ms=T0)])
+    store.update([replica(2, cluster="other", eval_ms=T0 - 3_600_000)])
+    assert store.expire(60_000) == []  # nothing newer seen: a stopped job expires nothing
+    store.update([replica(2, topic="live", eval_ms=T0 + 120_000)])
+    assert store.expire(60_000) == ["prod/deleted/0/2"]
+    assert keys(store) == {"prod/live/0/2", "other/orders/0/2"}
+
+
+def test_snapshot_is_consistent_while_writers_run() -> None:
+    """Writers move a partition between two complete states; every snapshot
+    sees one of them, never a mix."""
+    store = StatusStore()
+    healthy = [replica(b, eval_ms=T0) for b in (2, 3)]
+    failing = [replica(b, State.STALLED, eval_ms=T0 + 1) for b in (2, 3)]
+    store.update(healthy)
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            store.update(failing)
+            store.update(healthy)
+
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        seen = set()
+        for _ in range(2000):
+            view = store.snapshot().partitions[("prod", "orders", 0)]
+            states = frozenset(s.state for s in view.replicas.values())
+            seen.add(states)
+            assert len(states) == 1, states
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert seen <= {frozenset({State.OK}), frozenset({State.STALLED})}

@@ -1,0 +1,134 @@
+"""Unit tests of the sinks' own logic (no service)."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime
+
+from isrwatch.alerts import Alert, AlertBook, AlertName, replica_alerts
+from isrwatch.status import ReplicaStatus, State
+from streaming.notify import AlertmanagerSink, FanoutSink, KafkaAlertsSink, StdoutSink, alert_event, alert_id
+
+
+def status(state: State, eval_ms: int, ratio: float = 0.0, broker_id: int = 2) -> ReplicaStatus:
+    return ReplicaStatus(
+        cluster="prod",
+        topic="orders",
+        partition=3,
+        broker_id=broker_id,
+        leader_id=1,
+        eval_ms=eval_ms,
+        state=state,
+        time_since_caught_up_s=ratio * 10,
+        lag_ratio=ratio,
+        time_to_shrink_s=max(0.0, 10 - ratio * 10),
+        offset_lag=7,
+        in_isr=True,
+        isr_size=3,
+        min_isr=2,
+        lag_time_max_ms=10_000,
+        shrink_window_start_ms=eval_ms + 1000,
+        shrink_window_end_ms=eval_ms + 6000,
+    )
+
+
+def test_stdout_sink_prints_one_json_line_per_started_and_resolved_alert() -> None:
+    out = io.StringIO()
+    sink = StdoutSink(out)
+    book = AlertBook()
+    sink.send(book.update(replica_alerts(status(State.CRITICAL, 1_000, 0.85)), 1_000), 1_000)
+    sink.send(book.update(replica_alerts(status(State.CRITICAL, 2_000, 0.9)), 2_000), 2_000)  # holds: silent
+    sink.send(book.update([], 3_000), 3_000)
+    sink.close()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(e["labels"]["alertname"], e["status"]) for e in lines] == [
+        ("KafkaReplicaNearingIsrShrink", "firing"),
+        ("KafkaReplicaIsrShrinkImminent", "firing"),
+        ("KafkaReplicaNearingIsrShrink", "resolved"),
+        ("KafkaReplicaIsrShrinkImminent", "resolved"),
+    ]
+    assert "endsAt" not in lines[0]
+    assert lines[2]["endsAt"] == "1970-01-01T00:00:03.000Z"
+    assert lines[2]["startsAt"] == "1970-01-01T00:00:01.000Z"
+    assert lines[0]["labels"]["broker_id"] == "2" and lines[0]["labels"]["severity"] == "warning"
+
+
+def test_alert_event_applies_grafana_and_runbook_links() -> None:
+    alert = replica_alerts(status(State.STALLED, 5_000))[0]
+    event = alert_event(alert, "firing", generator_url="http://grafana:3000/d/x", runbook_base="https://wiki/isr/")
+    assert event["generatorURL"] == "http://grafana:3000/d/x"
+    assert event["annotations"]["runbook_url"] == "https://wiki/isr#kafkareplicastalled"
+    assert alert_id(alert) == (
+        'KafkaReplicaStalled{broker_id="2",cluster="prod",leader_id="1",partition="3",topic="orders"}'
+    )
+
+
+class RecordingProducer:
+    """Stands in for confluent_kafka.Producer: records what is produced."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes, bytes]] = []
+        self.flushed = False
+
+    def produce(self, topic: str, key: bytes, value: bytes) -> None:
+        self.records.append((topic, key, value))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        self.flushed = True
+        return 0
+
+
+def test_kafka_alerts_sink_writes_each_transition_keyed_by_alert_identity() -> None:
+    producer = RecordingProducer()
+    out = io.StringIO()
+    sink = FanoutSink([KafkaAlertsSink(producer, "isr.alerts"), StdoutSink(out)])
+    book = AlertBook()
+    sink.send(book.update(replica_alerts(status(State.STALLED, 1_000)), 1_000), 1_000)
+    sink.send(book.update([], 2_000), 2_000)
+    sink.close()
+    assert producer.flushed
+    assert [(t, k.decode(), json.loads(v)["status"]) for t, k, v in producer.records] == [
+        ("isr.alerts", 'KafkaReplicaStalled{broker_id="2",cluster="prod",leader_id="1",partition="3",topic="orders"}', s)
+        for s in ("firing", "resolved")
+    ]
+    assert len(out.getvalue().splitlines()) == 2
+
+
+def _parse(ts: str) -> float:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def test_wire_times_never_run_ahead_of_the_wall_clock() -> None:
+    """Telemetry time may be ahead of Alertmanager's clock (a fast simulator):
+    startsAt is clamped to now and endsAt never precedes startsAt."""
+    sink = AlertmanagerSink(["http://127.0.0.1:9"], resend_seconds=30, clock=lambda: 1_000.0)
+    try:
+        future = Alert(AlertName.STALLED, (("cluster", "c"),), "s", "d", starts_ms=2_000_000)
+        firing = sink._wire(future, 1_000.0, 1_000.0 + 120)
+        assert _parse(firing["startsAt"]) == 1_000.0
+        assert _parse(firing["endsAt"]) == 1_120.0
+        resolved = sink._wire(Alert(future.name, future.labels, "s", "d", 2_000_000, 2_500_000), 1_000.0, None)
+        assert _parse(resolved["startsAt"]) == _parse(resolved["endsAt"]) == 1_000.0
+        past = sink._wire(Alert(future.name, future.labels, "s", "d", 500_000, 600_000), 1_000.0, None)
+        assert (_parse(past["startsAt"]), _parse(past["endsAt"])) == (500.0, 600.0)
+    finally:
+        sink.close(timeout_s=0.1)
+
+
+def test_a_refire_cancels_a_pending_resolution() -> None:
+    sink = AlertmanagerSink(["http://127.0.0.1:9"], backoff_initial_s=60, timeout_s=1)  # discard port: never answers
+    try:
+        book = AlertBook()
+        alerts = replica_alerts(status(State.STALLED, 1_000))
+        sink.send(book.update(alerts, 1_000), 1_000)
+        sink.send(book.update([], 2_000), 2_000)
+        assert list(sink.pending().values()) == [1] and sink.firing == []
+        sink.send(book.update(replica_alerts(status(State.STALLED, 3_000)), 3_000), 3_000)
+        assert list(sink.pending().values()) == [0]
+        assert [a.name for a in sink.firing] == [AlertName.STALLED]
+    finally:
+        sink.close(timeout_s=0.1)
