@@ -1,0 +1,148 @@
+"""The collector against the real local Kafka 0.9 cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import jsonschema
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from collector.main import Collector
+from collector.settings import CollectSettings
+from isrwatch.exceptions import UnreachableError
+from isrwatch.telemetry import json_schema
+from localkafka import COMPAT_CONFIG, free_port
+
+pytestmark = pytest.mark.integration
+
+COMPAT = [f"{k}={v}" for k, v in COMPAT_CONFIG.items()]
+
+
+def read_topic(cluster, topic):
+    """Every record of a one-partition topic: (key, value)."""
+    c = Consumer(cluster.client_config(**{"group.id": f"read-{topic}", "enable.auto.commit": False}))
+    c.assign([TopicPartition(topic, 0, 0)])
+    _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    out = []
+    deadline = time.monotonic() + 30
+    while len(out) < high and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            out.append((m.key(), m.value()))
+    c.close()
+    return out
+
+
+def test_collect_command_publishes_valid_telemetry_whose_leos_match_the_brokers(kafka_cluster, unique_name):
+    topic, telemetry = unique_name("data"), unique_name("telemetry")
+    kafka_cluster.create_topic(telemetry, 1, 1)
+    kafka_cluster.create_topic(topic, assignment=[[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+    counts = {0: 30, 1: 41, 2: 52}
+    p = Producer(kafka_cluster.client_config(acks="all"))
+    for part, n in counts.items():
+        for _ in range(n):
+            p.produce(topic, b"v", partition=part)
+    assert p.flush(30) == 0
+    done = subprocess.run(
+        [sys.executable, "-m", "isrwatch", "collect", "--bootstrap-servers", kafka_cluster.bootstrap_servers,
+         "--telemetry-topic", telemetry, "--cluster", "local", "--interval", "0.3", "--duration", "3",
+         "--lag-time-max-ms", "10000", *[a for kv in COMPAT for a in ("--kafka-config", kv)]],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "collector_connected" in done.stderr and "partitions=" in done.stderr
+
+    records = read_topic(kafka_cluster, telemetry)
+    assert len(records) >= 5  # about one per 0.3 s round
+    schema = json_schema()
+    latest = {}
+    for key, value in records:
+        assert key == b"local"
+        body = json.loads(value)
+        jsonschema.validate(body, schema)
+        for o in body["observations"]:
+            if o["topic"] == topic:
+                latest[(o["partition"], o["broker_id"])] = o
+    # two followers per partition, each seen with the brokers' own offsets
+    assert sorted(latest) == [(0, 2), (0, 3), (1, 1), (1, 3), (2, 1), (2, 2)]
+    c = Consumer(kafka_cluster.client_config(**{"group.id": unique_name("wm")}))
+    for (part, _), o in latest.items():
+        _, high = c.get_watermark_offsets(TopicPartition(topic, part), timeout=10)
+        assert o["leo"] == o["leader_leo"] == o["hw"] == counts[part] == high
+        assert o["leader_id"] == part + 1 and o["lag_time_max_ms"] == 10000
+        assert o["prev_t_ms"] is not None and o["prev_t_ms"] < o["t_ms"]
+    c.close()
+
+
+def test_paused_follower_is_reported_unreachable_and_the_isr_change_is_recorded(kafka_cluster_factory, unique_name):
+    cluster = kafka_cluster_factory(replica_lag_time_max_ms=3000, zookeeper_session_timeout_ms=60_000)
+    topic, telemetry = unique_name("data"), unique_name("telemetry")
+    cluster.create_topic(telemetry, assignment=[[1]])
+    cluster.create_topic(topic, assignment=[[1, 2, 3], [2, 1, 3]])
+    settings = CollectSettings(
+        bootstrap_servers=cluster.bootstrap_servers,
+        kafka_config=COMPAT,
+        telemetry_topic=telemetry,
+        interval=0.3,
+        lag_time_max_ms=3000,
+    )
+    collector = Collector(settings)
+    producer = Producer(cluster.client_config(acks="1"))
+    collector.start()
+    try:
+        for _ in range(3):
+            collector.run_round()
+        paused_at = time.time()
+        cluster.pause(3)
+        changes, observations = [], []
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline and len({(c.partition) for c in changes}) < 2:
+            for part in (0, 1):
+                producer.produce(topic, b"load", partition=part)
+            producer.poll(0)
+            snap = collector.probe.snapshot()
+            result = collector.tracker.observe(snap)
+            collector.publisher.publish([])
+            observations += [o for o in result.observations if o.topic == topic]
+            changes += [c for c in result.isr_changes if c.topic == topic]
+            time.sleep(0.3)
+        cluster.resume(3)
+    finally:
+        collector.close()
+    paused = [o for o in observations if o.broker_id == 3]
+    healthy = [o for o in observations if o.broker_id != 3]
+    assert paused and all(o.leo is None for o in paused), "a paused broker must be reported unreachable"
+    assert healthy and all(o.leo is not None and o.leader_leo is not None for o in healthy)
+    assert all(o.prev_leo is None for o in paused[2:])
+    # The collector saw both shrinks in metadata, after the leaders logged them.
+    truth = {s.partition: s for s in cluster.isr_shrinks(since=paused_at) if s.topic == topic}
+    assert sorted(truth) == [0, 1]
+    for c in changes:
+        t = truth[c.partition]
+        assert (set(c.isr_before), set(c.isr_after)) == (set(t.isr_before), set(t.isr_after))
+        assert c.t_ms / 1000 >= t.time - 0.05
+    assert sorted({c.partition for c in changes}) == [0, 1]
+
+
+def test_unreachable_cluster_at_start_up_is_one_clear_line():
+    port = free_port()
+    done = subprocess.run(
+        [sys.executable, "-m", "isrwatch", "collect", "--bootstrap-servers", f"127.0.0.1:{port}",
+         "--startup-timeout", "2", "--kafka-config", "api.version.request=false",
+         "--kafka-config", "broker.version.fallback=0.9.0.1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert errors == [f"isrwatch collect: error: cannot reach Kafka at 127.0.0.1:{port}: no metadata answer in 2 s"]
+    assert "Traceback" not in done.stderr
+
+
+def test_unreachable_modern_cluster_without_compat_settings():
+    settings = CollectSettings(bootstrap_servers=f"127.0.0.1:{free_port()}", startup_timeout=1.0)
+    with pytest.raises(UnreachableError, match="cannot reach Kafka"):
+        Collector(settings).start()

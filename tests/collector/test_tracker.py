@@ -1,0 +1,115 @@
+"""ReplicaTracker, batching and config translation (no Kafka needed)."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+
+from collector.clientconfig import broker_version, kafka_python_config
+from collector.probe import PartitionState, Snapshot
+from collector.publisher import batch_records
+from collector.tracker import ReplicaTracker
+from isrwatch.exceptions import ConfigError
+from isrwatch.telemetry import decode_record, encode_record, json_schema
+
+P0 = PartitionState("orders", 0, leader=1, replicas=(1, 2, 3), isr=(1, 2, 3))
+
+
+def snap(t_ms, leo, isr=(1, 2, 3), unreachable=(), fresh=True):
+    ps = PartitionState("orders", 0, 1, (1, 2, 3), tuple(isr))
+    return Snapshot(
+        t_ms=t_ms,
+        brokers={1: "a:1", 2: "b:1", 3: "c:1"},
+        partitions=[ps],
+        leo={(b, "orders", 0): v for b, v in leo.items()},
+        hw={("orders", 0): min(leo.values())},
+        unreachable=set(unreachable),
+        metadata_fresh=fresh,
+    )
+
+
+def test_one_observation_per_follower_with_previous_round():
+    tr = ReplicaTracker(lag_time_max_ms=3000)
+    first = tr.observe(snap(1000, {1: 10, 2: 10, 3: 8})).observations
+    assert {(o.broker_id, o.leo, o.leader_leo) for o in first} == {(2, 10, 10), (3, 8, 10)}
+    assert all(o.prev_t_ms is None and o.lag_time_max_ms == 3000 for o in first)
+    second = {o.broker_id: o for o in tr.observe(snap(2000, {1: 20, 2: 20, 3: 9})).observations}
+    assert (second[3].prev_t_ms, second[3].prev_leo, second[3].prev_leader_leo) == (1000, 8, 10)
+    assert (second[3].leo, second[3].leader_leo, second[3].hw) == (9, 20, 9)
+    assert second[2].leader_id == 1 and second[2].replicas == (1, 2, 3)
+
+
+def test_unreachable_broker_gives_none_and_leader_down_gives_none_leader_leo():
+    tr = ReplicaTracker()
+    obs = {o.broker_id: o for o in tr.observe(snap(1000, {1: 10, 2: 10}, unreachable=[3])).observations}
+    assert obs[3].leo is None and obs[2].leo == 10
+    obs = {o.broker_id: o for o in tr.observe(snap(2000, {2: 10, 3: 10}, unreachable=[1])).observations}
+    assert obs[2].leader_leo is None and obs[3].prev_leo is None
+
+
+def test_isr_changes_only_from_fresh_metadata_and_set_based():
+    tr = ReplicaTracker()
+    assert tr.observe(snap(1000, {1: 1, 2: 1, 3: 1})).isr_changes == []
+    assert tr.observe(snap(2000, {1: 1, 2: 1, 3: 1}, isr=(1, 3, 2))).isr_changes == []
+    assert tr.observe(snap(3000, {1: 1, 2: 1, 3: 1}, isr=(1, 2), fresh=False)).isr_changes == []
+    changes = tr.observe(snap(4000, {1: 1, 2: 1, 3: 1}, isr=(1, 2))).isr_changes
+    assert [(c.t_ms, c.isr_before, c.isr_after) for c in changes] == [(4000, (1, 3, 2), (1, 2))]
+
+
+def test_round_without_new_answers_repeats_nothing():
+    tr = ReplicaTracker()
+    tr.observe(snap(1000, {1: 1, 2: 1, 3: 1}))
+    assert tr.observe(snap(1000, {1: 1, 2: 1, 3: 1})).observations == []
+
+
+def test_batches_are_valid_telemetry_and_keep_isr_changes_once():
+    tr = ReplicaTracker(lag_time_max_ms=3000)
+    tr.observe(snap(1000, {1: 5, 2: 5, 3: 5}))
+    result = tr.observe(snap(2000, {1: 9, 2: 9, 3: 5}, isr=(1, 2), unreachable=[]))
+    records = batch_records("c1", result.observations, result.isr_changes, max_observations=1, sent_ms=2100)
+    assert len(records) == 2
+    assert [len(r.isr_changes) for r in records] == [1, 0]
+    for r in records:
+        body = encode_record(r)
+        jsonschema.validate(__import__("json").loads(body), json_schema())
+        assert decode_record(body) == r
+    assert batch_records("c1", [], [], 10) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("0.9.0.1", (0, 9)), ("0.10.2.1", (0, 10, 2)), ("2.8.1", (2, 8)), ("3", (3, 0))]
+)
+def test_broker_version(text, expected):
+    assert broker_version(text) == expected
+
+
+def test_kafka_python_config_translates_security_and_compat():
+    cfg = kafka_python_config(
+        "h1:9093,h2:9093",
+        {
+            "security.protocol": "sasl_ssl",
+            "sasl.mechanisms": "scram-sha-512",
+            "sasl.username": "watcher",
+            "sasl.password": "s3cret",
+            "ssl.ca.location": "/etc/ca.pem",
+            "api.version.request": "false",
+            "broker.version.fallback": "0.9.0.1",
+            "linger.ms": "5",
+        },
+    )
+    assert cfg["bootstrap_servers"] == ["h1:9093", "h2:9093"]
+    assert (cfg["security_protocol"], cfg["sasl_mechanism"]) == ("SASL_SSL", "SCRAM-SHA-512")
+    assert (cfg["sasl_plain_username"], cfg["sasl_plain_password"], cfg["ssl_cafile"]) == (
+        "watcher",
+        "s3cret",
+        "/etc/ca.pem",
+    )
+    assert cfg["api_version"] == (0, 9)
+    assert "linger_ms" not in cfg and "api_version" not in kafka_python_config("h:1", {})
+
+
+def test_kafka_python_config_rejects_bad_numbers():
+    with pytest.raises(ConfigError, match="request.timeout.ms"):
+        kafka_python_config("h:1", {"request.timeout.ms": "soon"})
+    with pytest.raises(ConfigError, match="broker.version.fallback"):
+        kafka_python_config("h:1", {"api.version.request": "false", "broker.version.fallback": "new"})
