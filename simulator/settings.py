@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from isrwatch.rule import Rule
 from isrwatch.settings import option, positive
 
-__all__ = ["SCENARIOS", "SimulateSettings"]
+__all__ = ["SCENARIOS", "MODES", "SimulateSettings"]
 
 SCENARIOS = (
     "steady",
@@ -18,6 +19,8 @@ SCENARIOS = (
     "broker-pause",
 )
 
+MODES = ("poll", "fetch")
+
 
 @dataclass(frozen=True)
 class SimulateSettings:
@@ -26,6 +29,21 @@ class SimulateSettings:
     speed: float = option(1.0, "simulated seconds per wall-clock second (0 < speed; large for replay)", check=positive)
     seed: int = option(1, "random seed")
     lag_time_max_ms: int = option(10_000, "replica.lag.time.max.ms of the simulated brokers", check=positive)
+    rule: str = option(
+        Rule.KIP16_REFINED.value,
+        "ISR rule the simulated brokers run (their Kafka version)",
+        choices=tuple(r.value for r in Rule),
+    )
+    lag_max_messages: int = option(4000, "replica.lag.max.messages (legacy-messages rule only)", check=positive)
+    mode: str = option(
+        "poll",
+        "telemetry like the collector (poll: every replica each interval) or one observation per fetch",
+        choices=MODES,
+    )
+    interval_ms: int = option(1000, "simulated ms between telemetry rounds", check=positive)
+    brokers: int = option(3, "brokers in the simulated cluster", check=positive)
+    topics: int = option(2, "topics in the simulated cluster", check=positive)
+    partitions: int = option(3, "partitions per topic (replication factor 3, or fewer brokers)", check=positive)
     cluster: str = option("sim", "cluster name in the telemetry")
     bootstrap_servers: str | None = option(None, "publish telemetry to this Kafka cluster", metavar="HOSTS")
     kafka_config: list[str] = option([], "librdkafka property KEY=VALUE (repeatable)", metavar="KEY=VALUE")
@@ -34,3 +52,8 @@ class SimulateSettings:
     truth_file: str | None = option(
         None, "write the true ISR changes the simulated leaders made (JSON lines)", metavar="FILE"
     )
+
+    def validate(self) -> str | None:
+        if self.bootstrap_servers and self.spool_dir:
+            return "--bootstrap-servers and --spool-dir exclude each other: pick one destination (neither: stdout)"
+        return None
