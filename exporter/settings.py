@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isrwatch.settings import option
+from isrwatch.settings import option, positive
 
-__all__ = ["ExporterSettings"]
+__all__ = ["ExporterSettings", "REPLICA_SERIES"]
+
+# Same values as exporter.collector.REPLICA_SERIES (kept here so --help stays cheap).
+REPLICA_SERIES = ("all", "not-ok")
+
+
+def _not_negative(v: int) -> str | None:
+    return None if v >= 0 else f"{v} must be 0 (no cap) or more"
 
 
 @dataclass(frozen=True)
@@ -17,7 +24,30 @@ class ExporterSettings:
     )
     state_topic: str = option("isr.replica-state", "replica state topic")
     host: str = option("0.0.0.0", "address to serve /metrics on")
-    port: int = option(9743, "port to serve /metrics on")
+    port: int = option(9743, "port to serve /metrics on (0: pick a free one)")
+    startup_timeout: float = option(
+        15.0, "seconds to reach Kafka at start-up before giving up", check=positive, metavar="SECONDS"
+    )
+    expire_after_seconds: float = option(
+        300.0,
+        "drop a replica whose status is this far behind its cluster's newest status (deleted topic)",
+        check=positive,
+        metavar="SECONDS",
+    )
+    min_insync_replicas: int = option(
+        1, "min.insync.replicas for the headroom gauge where the status does not say", check=positive
+    )
+    replica_series: str = option(
+        "all",
+        "which replicas get per-replica series: all, or not-ok (partition/cluster gauges stay complete)",
+        choices=REPLICA_SERIES,
+    )
+    replica_series_top: int = option(
+        0,
+        "export per-replica series for at most N replicas, highest lag ratio first (0: no cap)",
+        check=_not_negative,
+        metavar="N",
+    )
 
     def validate(self) -> str | None:
         if not self.bootstrap_servers:
