@@ -1,0 +1,133 @@
+"""deploy/prometheus: config and rules checked by promtool, rule unit tests run,
+the alerts held to the contract (names, labels, annotations), and the rules
+loaded by a real Prometheus."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from isrwatch.alerts import RUNBOOK_BASE, SEVERITY, AlertName
+from tests.deploy.panels import DEPLOY, RULES_FILE, known_metric_names, metric_names
+from tests.deploy.services import binary, prometheus
+
+PROM = DEPLOY / "prometheus"
+PROMTOOL = binary("promtool")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (Debian package prometheus; `make system-packages`)"
+)
+REPLICA_LABELS = {"cluster", "topic", "partition", "broker_id", "leader_id"}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120)
+
+
+def alert_rules() -> dict[str, dict]:
+    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
+    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
+
+
+@needs_promtool
+def test_promtool_check_config() -> None:
+    result = promtool("check", "config", str(PROM / "prometheus.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The config's rule_files glob really picks up the rules.
+    assert "1 rule files found" in result.stdout
+
+
+@needs_promtool
+def test_promtool_check_rules() -> None:
+    files = sorted((PROM / "rules").glob("*.yml"))
+    assert files
+    result = promtool("check", "rules", *map(str, files))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_promtool
+def test_promtool_test_rules() -> None:
+    files = sorted((PROM / "tests").glob("*.yml"))
+    assert files
+    result = promtool("test", "rules", *map(str, files))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@needs_promtool
+def test_rule_tests_can_fail(tmp_path: Path) -> None:
+    """The unit tests notice a wrong threshold (they would fire for the healthy replica)."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "tests").mkdir()
+    broken = RULES_FILE.read_text().replace("(isrwatch_replica_lag_ratio) >= 0.5", "(isrwatch_replica_lag_ratio) >= 0.25")
+    assert broken != RULES_FILE.read_text()
+    (tmp_path / "rules" / RULES_FILE.name).write_text(broken)
+    for f in (PROM / "tests").glob("*.yml"):
+        (tmp_path / "tests" / f.name).write_text(f.read_text())
+    result = promtool("test", "rules", *map(str, sorted((tmp_path / "tests").glob("*.yml"))))
+    assert result.returncode != 0
+    assert 'broker_id="1"' in result.stdout + result.stderr  # the healthy follower of orders-1
+
+
+def test_alert_names_are_the_contract() -> None:
+    assert set(alert_rules()) == {a.value for a in AlertName}
+
+
+@pytest.mark.parametrize("name", [a for a in AlertName], ids=lambda a: a.value)
+def test_alert_labels_and_annotations(name: AlertName) -> None:
+    rule = alert_rules()[name.value]
+    assert rule["labels"] == {"severity": SEVERITY[name]}
+    annotations = rule["annotations"]
+    assert set(annotations) == {"summary", "description", "runbook_url"}
+    assert annotations["runbook_url"] == f"{RUNBOOK_BASE}#{name.value.lower()}"
+    # Output labels are chosen explicitly (no job/instance leaking into the alert).
+    expr = " ".join(rule["expr"].split())
+    if name is AlertName.TELEMETRY_STALE:
+        assert "max by (cluster)" in expr
+    elif name is AlertName.MIN_ISR_AT_RISK:
+        assert "min by (cluster, topic, partition, leader_id)" in expr
+    else:
+        assert f"by ({', '.join(['cluster', 'topic', 'partition', 'broker_id', 'leader_id'])})" in expr
+
+
+def test_rules_read_only_known_metrics() -> None:
+    known = known_metric_names()
+    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
+    for rule in (r for g in groups for r in g["rules"]):
+        unknown = metric_names(rule["expr"]) - known
+        assert not unknown, f"{rule.get('alert') or rule.get('record')}: unknown metrics {unknown}"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(binary("prometheus") is None, reason="prometheus not installed (`make system-packages`)")
+def test_real_prometheus_loads_the_rules(tmp_path: Path) -> None:
+    """The shipped prometheus.yml (service targets swapped for nothing) and rules
+    load into a real Prometheus and every rule evaluates without error."""
+    config = yaml.safe_load((PROM / "prometheus.yml").read_text())
+    config["scrape_configs"] = []
+    config["alerting"] = {"alertmanagers": []}
+    config["global"]["evaluation_interval"] = "1s"
+    (tmp_path / "rules").mkdir()
+    text = RULES_FILE.read_text().replace("interval: 15s", "interval: 1s")
+    (tmp_path / "rules" / RULES_FILE.name).write_text(text)
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+
+    with prometheus(tmp_path / "prometheus.yml", tmp_path) as prom:
+        deadline = time.monotonic() + 60
+        while True:
+            groups = requests.get(f"{prom.url}/api/v1/rules", timeout=5).json()["data"]["groups"]
+            rules = [r for g in groups for r in g["rules"]]
+            if rules and all(r.get("health") == "ok" for r in rules):
+                break
+            bad = [r for r in rules if r.get("health") == "err"]
+            assert not bad, [(r["name"], r.get("lastError")) for r in bad]
+            assert time.monotonic() < deadline, f"rules not evaluated: {[(r['name'], r.get('health')) for r in rules]}"
+            time.sleep(0.5)
+        names = {r["name"] for r in rules}
+        assert {a.value for a in AlertName} <= names
+        assert {"isrwatch:replicas_by_state:count", "isrwatch:replica_lag_time_max_seconds"} <= names
