@@ -24,6 +24,11 @@ class RunSettings:
         metavar="SCENARIO",
     )
     bootstrap_servers: str | None = option(None, "Kafka bootstrap servers of the telemetry topic", metavar="HOSTS")
+    spool_dir: str | None = option(
+        None,
+        "read telemetry from this spool directory (isrwatch simulate --spool-dir) instead of the embedded simulator",
+        metavar="DIR",
+    )
     kafka_config: list[str] = option(
         [], "librdkafka property KEY=VALUE for every Kafka client (repeatable)", metavar="KEY=VALUE"
     )
@@ -96,6 +101,8 @@ class RunSettings:
     def validate(self) -> str | None:
         if self.simulate and self.bootstrap_servers:
             return "--simulate and --bootstrap-servers exclude each other: pick the embedded simulator or a cluster"
+        if self.spool_dir and (self.simulate or self.bootstrap_servers):
+            return "--spool-dir excludes --simulate and --bootstrap-servers: pick one telemetry source"
         if self.nearing_ratio > self.critical_ratio:
             return f"--nearing-ratio ({self.nearing_ratio}) must not exceed --critical-ratio ({self.critical_ratio})"
         return None

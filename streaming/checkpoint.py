@@ -1,0 +1,84 @@
+"""The driver's part of the checkpoint: the alert book and what it reflects.
+
+Spark checkpoints the source offsets and the per-replica state; the alerts
+the job has already announced live here, next to them
+(``<checkpoint>/isrwatch/alerts.json``), written atomically (temporary file,
+fsync, rename) after each batch. A restarted job loads the book and skips
+the transitions of every batch id it already handled, so a batch Spark
+re-runs after a crash announces nothing twice.
+
+``side.json`` does the same for the side query (dead letters, ISR change
+counts): the last batch id whose output was written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from isrwatch.alerts import AlertBook
+from isrwatch.exceptions import IsrwatchError
+
+__all__ = ["DriverCheckpoint"]
+
+log = logging.getLogger(__name__)
+
+
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, separators=(",", ":"))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as e:
+        raise IsrwatchError(f"checkpoint file {path} is unreadable ({e}); move the checkpoint away to start fresh")
+    if not isinstance(data, dict):
+        raise IsrwatchError(f"checkpoint file {path} is not a JSON object; move the checkpoint away to start fresh")
+    return data
+
+
+class DriverCheckpoint:
+    def __init__(self, checkpoint_dir: str | os.PathLike[str]) -> None:
+        self.dir = Path(checkpoint_dir) / "isrwatch"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    @property
+    def alerts_path(self) -> Path:
+        return self.dir / "alerts.json"
+
+    @property
+    def side_path(self) -> Path:
+        return self.dir / "side.json"
+
+    def load_book(self) -> tuple[AlertBook, int]:
+        """The saved book and the last batch id it reflects (-1: none)."""
+        data = _read(self.alerts_path)
+        if data is None:
+            return AlertBook(), -1
+        return AlertBook.from_json(data.get("active", [])), int(data.get("batch_id", -1))
+
+    def save_book(self, book: AlertBook, batch_id: int) -> None:
+        with self._lock:
+            _write_atomic(self.alerts_path, {"batch_id": batch_id, "active": book.to_json()})
+
+    def load_side(self) -> int:
+        data = _read(self.side_path)
+        return -1 if data is None else int(data.get("batch_id", -1))
+
+    def save_side(self, batch_id: int) -> None:
+        with self._lock:
+            _write_atomic(self.side_path, {"batch_id": batch_id})

@@ -1,0 +1,369 @@
+"""``isrwatch run``: the streaming job, wired together.
+
+Telemetry (embedded simulator -> spool, a ``--spool-dir``, or a Kafka topic)
+-> two Spark queries (``streaming.query``): the per-replica aggregation and
+the stateless side output -> the driver (``streaming.monitor``): statuses to
+the in-process exporter store (and the state topic), alert transitions to
+the sinks (stdout, Alertmanager, the alerts topic), dead letters to a file
+or topic. A wall-clock timer raises ``IsrwatchTelemetryStale``; ``--duration``
+stops everything cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+from isrwatch.exceptions import ConfigError, IsrwatchError
+from isrwatch.logs import kv
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import Thresholds
+from streaming.settings import RunSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["main", "run", "JobHandles", "FUTURE_TOLERANCE_MS", "DEFAULT_SCENARIO"]
+
+log = logging.getLogger(__name__)
+
+# Observations further than this ahead of the job's clock are dead letters.
+FUTURE_TOLERANCE_MS = 300_000
+# Replicas whose telemetry stopped this long (on their cluster's clock) are forgotten.
+FORGET_AFTER_MS = 15 * 60_000
+DEFAULT_SCENARIO = "stuck-follower"
+
+
+@dataclass
+class JobHandles:
+    """What a running job exposes to tests and embedders."""
+
+    store: Any = None
+    monitor: Any = None
+    metrics_port: int | None = None
+    checkpoint_dir: str = ""
+    spool_dir: str | None = None
+    deadletter_file: str | None = None
+    ready: threading.Event = field(default_factory=threading.Event)
+    side_counts: dict[str, int] = field(default_factory=dict)
+
+
+def main(settings: RunSettings) -> int:
+    return run(settings)
+
+
+def _rule_config(settings: RunSettings) -> tuple[RuleConfig, Thresholds]:
+    embedded = not settings.bootstrap_servers
+    lag = settings.lag_time_max_ms or (10_000 if embedded else 30_000)
+    try:
+        cfg = RuleConfig(Rule.parse(settings.rule), lag, settings.lag_max_messages)
+        th = Thresholds(settings.nearing_ratio, settings.critical_ratio, settings.stall_after_ms)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return cfg, th
+
+
+def _sinks(settings: RunSettings, producer: Any) -> list[Any]:
+    from streaming import notify
+
+    sinks: list[Any] = []
+    if not settings.bootstrap_servers:
+        sinks.append(notify.StdoutSink(generator_url=settings.grafana_url or "", runbook_base=settings.runbook_url))
+    if producer is not None:
+        sinks.append(
+            notify.KafkaAlertsSink(
+                producer, settings.alerts_topic, generator_url=settings.grafana_url or "", runbook_base=settings.runbook_url
+            )
+        )
+    if settings.alertmanager_url:
+        sinks.append(
+            notify.AlertmanagerSink(
+                settings.alertmanager_url,
+                username=settings.alertmanager_username,
+                password=settings.alertmanager_password,
+                ca_file=settings.alertmanager_ca_file,
+                insecure=settings.alertmanager_insecure,
+                resend_seconds=settings.resend_seconds,
+                generator_url=settings.grafana_url or "",
+                runbook_base=settings.runbook_url,
+            )
+        )
+    return sinks
+
+
+class _Feeder(threading.Thread):
+    """The embedded simulator, appending telemetry to the spool."""
+
+    def __init__(self, settings: RunSettings, cfg: RuleConfig, spool: str, truth_file: IO[str] | None) -> None:
+        super().__init__(name="isrwatch-simulator", daemon=True)
+        self.settings = settings
+        self.cfg = cfg
+        self.spool = spool
+        self.truth_file = truth_file
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        from simulator.run import feed_spool
+
+        try:
+            feed_spool(
+                self.spool,
+                self.settings.simulate or DEFAULT_SCENARIO,
+                self.settings.speed,
+                seed=self.settings.seed,
+                lag_time_max_ms=self.cfg.lag_time_max_ms,
+                cluster=self.settings.cluster,
+                stop_event=self.stop_event,
+                truth_file=self.truth_file,
+                rule=self.cfg.rule,
+                lag_max_messages=self.cfg.lag_max_messages,
+            )
+        except BaseException as e:  # reported by the job's loop
+            self.error = e
+            log.exception("simulator_failed")
+
+
+def run(
+    settings: RunSettings,
+    *,
+    spark: SparkSession | None = None,
+    handles: JobHandles | None = None,
+    stop_event: threading.Event | None = None,
+    truth_file: IO[str] | None = None,
+    sinks: Sequence[Any] | None = None,
+) -> int:
+    """Run the job until ``--duration`` passes or ``stop_event`` is set.
+
+    ``spark`` reuses a session (tests); ``sinks`` replaces the alert sinks;
+    ``truth_file`` receives the embedded simulator's true ISR changes.
+    """
+    from exporter.store import StatusStore
+    from streaming import query
+    from streaming.checkpoint import DriverCheckpoint
+    from streaming.monitor import Monitor
+    from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer
+    from streaming.session import build_session
+    from streaming.source import kafka_stream, spool_stream
+
+    handles = handles or JobHandles()
+    stop_event = stop_event or threading.Event()
+    cfg, th = _rule_config(settings)
+    kafka_mode = bool(settings.bootstrap_servers)
+    embedded = not kafka_mode and not settings.spool_dir
+    checkpoint_dir = settings.checkpoint_dir or (
+        "isrwatch-checkpoint" if kafka_mode else tempfile.mkdtemp(prefix="isrwatch-checkpoint-")
+    )
+    checkpoint_dir = os.path.abspath(checkpoint_dir)
+    try:
+        os.makedirs(checkpoint_dir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--checkpoint-dir: cannot create {checkpoint_dir}: {e.strerror}") from None
+    spool = settings.spool_dir or (os.path.join(checkpoint_dir, "spool") if embedded else None)
+    if settings.spool_dir and not os.path.isdir(settings.spool_dir):
+        raise ConfigError(f"--spool-dir: {settings.spool_dir} is not a directory")
+    future_tolerance = None if (not kafka_mode and settings.speed > 1) else FUTURE_TOLERANCE_MS
+    handles.checkpoint_dir, handles.spool_dir = checkpoint_dir, spool
+
+    own_spark = spark is None
+    if spark is None:
+        spark = build_session(settings.spark_master, settings.shuffle_partitions)
+    else:
+        spark.conf.set("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+        from streaming import source_spool
+
+        source_spool.register(spark)
+
+    cleanup: list[Any] = []
+    queries: list[Any] = []
+    feeder: _Feeder | None = None
+    try:
+        producer = make_producer(settings.bootstrap_servers, settings.kafka_config) if kafka_mode else None
+        store = StatusStore()
+        handles.store = store
+        if not kafka_mode and settings.metrics_port != 0:
+            from exporter.server import serve
+
+            try:
+                server = serve(store, settings.metrics_host, settings.metrics_port, default_min_isr=settings.min_insync_replicas)
+            except OSError as e:
+                raise ConfigError(
+                    f"--metrics-port: cannot serve on {settings.metrics_host}:{settings.metrics_port}: {e.strerror}"
+                ) from None
+            cleanup.append(server)
+            handles.metrics_port = server.port
+        if kafka_mode:
+            deadletters: Any = KafkaDeadLetters(producer, settings.deadletter_topic)
+        else:
+            handles.deadletter_file = settings.deadletter_file or os.path.join(checkpoint_dir, "deadletter.jsonl")
+            deadletters = DeadLetterFile(handles.deadletter_file)
+        cleanup.append(deadletters)
+        all_sinks = list(sinks) if sinks is not None else _sinks(settings, producer)
+        cleanup.extend(all_sinks)
+        states = KafkaStates(producer, settings.state_topic) if producer is not None else None
+        if states is not None:
+            cleanup.append(states)
+        ckpt = DriverCheckpoint(checkpoint_dir)
+        monitor = Monitor(
+            cfg,
+            th,
+            default_min_isr=settings.min_insync_replicas,
+            stale_after_s=settings.stale_after_seconds,
+            store=store,
+            sinks=all_sinks,
+            state_topic=states,
+            checkpoint=ckpt,
+        )
+        handles.monitor = monitor
+        restored = query.restore_aggregates(spark, checkpoint_dir)
+        if restored:
+            monitor.restore(restored)
+            log.info(
+                "restored %s",
+                kv(checkpoint=checkpoint_dir, replicas=len(restored), alerts=len(monitor.book.active), batch_id=monitor.handled_batch),
+            )
+
+        if kafka_mode:
+            raw = kafka_stream(spark, settings)
+        else:
+            assert spool is not None
+            os.makedirs(spool, exist_ok=True)
+            raw = spool_stream(spark, spool, settings.max_records_per_trigger)
+        if embedded:
+            feeder = _Feeder(settings, cfg, spool or "", truth_file)
+            feeder.start()
+
+        side_lock = threading.Lock()
+        pending = {"records": 0, "deadletters": {}}  # side output since the last aggregate batch
+        side_done = ckpt.load_side()
+
+        def on_side(batch: DataFrame, batch_id: int) -> None:
+            if batch_id <= side_done:
+                log.info("side_batch_replayed %s", kv(batch_id=batch_id, handled=side_done))
+                return
+            out = query.side_batch(batch, future_tolerance)
+            written = deadletters.write(out["deadletters"])
+            by_reason: dict[str, int] = {}
+            for d in out["deadletters"]:
+                by_reason[d["reason"]] = by_reason.get(d["reason"], 0) + 1
+            for c in out["isr_changes"]:
+                for change in ("shrink", "expand"):
+                    if c[change]:
+                        store.add_isr_changes(c["cluster"], c["topic"], int(c["partition"]), change, int(c[change]))
+            ckpt.save_side(batch_id)
+            with side_lock:
+                pending["records"] += out["records"]
+                for r, n in by_reason.items():
+                    pending["deadletters"][r] = pending["deadletters"].get(r, 0) + n
+                for r, n in by_reason.items():
+                    handles.side_counts[r] = handles.side_counts.get(r, 0) + n
+            if written:
+                log.warning("deadletters %s", kv(batch_id=batch_id, count=written, **by_reason))
+
+        def on_aggregates(batch: DataFrame, batch_id: int) -> None:
+            t0 = time.monotonic()
+            rows = batch.toArrow().to_pylist()
+            report = monitor.apply_batch(batch_id, rows)
+            with side_lock:
+                records, dead = pending["records"], pending["deadletters"]
+                pending["records"], pending["deadletters"] = 0, {}
+            elapsed = time.monotonic() - t0
+            store.record_batch(elapsed, report.observations, dead)
+            wall_ms = int(time.time() * 1000)
+            lag_s = max(((wall_ms - t) / 1000 for t in report.clusters.values()), default=0.0)
+            log.info(
+                "batch %s",
+                kv(
+                    batch_id=batch_id,
+                    input_records=records,
+                    observations=report.observations,
+                    replicas=report.replicas,
+                    states=report.statuses,
+                    alerts_started=report.started,
+                    alerts_resolved=report.resolved,
+                    deadletters=sum(dead.values()),
+                    batch_ms=round(elapsed * 1000),
+                    telemetry_lag_s=float(lag_s),
+                ),
+            )
+
+        queries.append(query.start_side(raw(), checkpoint_dir, settings.trigger_seconds, on_side))
+        queries.append(
+            query.start_aggregates(
+                raw(), cfg.rule, future_tolerance, checkpoint_dir, settings.trigger_seconds, on_aggregates
+            )
+        )
+        log.info(
+            "started %s",
+            kv(
+                source="kafka" if kafka_mode else ("simulator" if embedded else "spool"),
+                scenario=(settings.simulate or DEFAULT_SCENARIO) if embedded else None,
+                checkpoint=checkpoint_dir,
+                trigger_s=settings.trigger_seconds,
+                metrics_port=handles.metrics_port,
+                lag_time_max_ms=cfg.lag_time_max_ms,
+                rule=cfg.rule.value,
+            ),
+        )
+        handles.ready.set()
+        _install_sigterm(stop_event)
+        _loop(settings, stop_event, queries, monitor, feeder)
+        return 0
+    finally:
+        if feeder is not None:
+            feeder.stop_event.set()
+        for q in queries:
+            try:
+                q.stop()
+            except Exception:  # stopping a failed query
+                log.debug("query_stop_failed", exc_info=True)
+        if feeder is not None:
+            feeder.join(timeout=10)
+        for c in reversed(cleanup):
+            try:
+                c.close()
+            except Exception:
+                log.exception("close_failed what=%s", type(c).__name__)
+        if own_spark:
+            spark.stop()
+        log.info("stopped %s", kv(checkpoint=checkpoint_dir))
+
+
+def _install_sigterm(stop_event: threading.Event) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_term(signum: int, frame: Any) -> None:
+        stop_event.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+
+
+def _loop(
+    settings: RunSettings, stop_event: threading.Event, queries: list[Any], monitor: Any, feeder: _Feeder | None
+) -> None:
+    start = time.monotonic()
+    tick = min(1.0, settings.trigger_seconds)
+    next_forget = start + 60
+    while not stop_event.wait(tick):
+        for q in queries:
+            if not q.isActive:
+                err = q.exception()
+                raise IsrwatchError(f"query {q.name} stopped: {str(err).splitlines()[0] if err else 'no reason given'}")
+        if feeder is not None and feeder.error is not None:
+            raise IsrwatchError(f"embedded simulator failed: {feeder.error}")
+        monitor.check_stale()
+        now = time.monotonic()
+        if now >= next_forget:
+            monitor.forget(FORGET_AFTER_MS)
+            next_forget = now + 60
+        if settings.duration is not None and now - start >= settings.duration:
+            log.info("duration_reached %s", kv(duration_s=settings.duration))
+            break

@@ -1,0 +1,225 @@
+"""Telemetry records to observations, in the JVM: parse, validate, explode.
+
+``parse_records`` turns raw source rows (the Kafka source's columns) into one
+row per record with the parsed body and, when the whole record is bad, its
+dead-letter reason. ``observations`` explodes the good records into one row
+per observation, each with its own reason (null when good);
+``isr_change_counts`` explodes ``isr_changes``. All of it is Spark SQL: no
+Python runs per record or per observation.
+
+Dead letters share one shape (``DEADLETTER_COLUMNS``): the reason (a short
+code, the ``reason`` label of the dead-letter counter), a detail text, the
+cluster when known, the source position and the rejected payload (the whole
+record, or the one observation as JSON).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyspark.sql.functions as F
+from pyspark.sql import Column
+
+from isrwatch.telemetry import SPARK_SCHEMA_DDL, SUPPORTED_VERSIONS
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "REASONS",
+    "DEADLETTER_COLUMNS",
+    "parse_records",
+    "observations",
+    "good_observations",
+    "isr_change_counts",
+    "record_deadletters",
+    "observation_deadletters",
+]
+
+# reason code -> what it means (docs/streaming.md lists the same).
+REASONS = {
+    "not_json": "the record is not JSON",
+    "not_object": "the record is JSON but not an object",
+    "unknown_version": "version is missing or not one this job reads",
+    "missing_cluster": "cluster is missing or empty",
+    "bad_observations": "observations is missing or not an array",
+    "missing_ids": "an observation lacks topic, partition, broker_id, leader_id or t_ms (or one has the wrong type)",
+    "negative_value": "an observation has a negative offset, id or time",
+    "prev_after_t": "prev_t_ms is after t_ms",
+    "leader_leo_backwards": "prev_leader_leo is above leader_leo",
+    "future_t": "t_ms is too far in the future of the job's clock",
+    "bad_isr_change": "an isr_changes entry lacks t_ms, topic, partition, isr_before or isr_after",
+}
+
+DEADLETTER_COLUMNS = ["reason", "detail", "cluster", "source_topic", "source_offset", "payload"]
+
+_OFFSETS = ("leo", "leader_leo", "hw", "prev_leo", "prev_leader_leo")
+
+
+def parse_records(raw: DataFrame) -> DataFrame:
+    """One row per record: source_topic, source_offset, value (text), rec
+    (the parsed body) and reason/detail (null for a good record)."""
+    value = F.col("value").cast("string")
+    rec = F.from_json(value, SPARK_SCHEMA_DDL)
+    versions = F.array(*[F.lit(v) for v in sorted(SUPPORTED_VERSIONS)])
+    parsed = raw.select(
+        F.col("topic").alias("source_topic"),
+        F.col("offset").alias("source_offset"),
+        value.alias("value"),
+        rec.alias("rec"),
+    )
+    r = F.col("rec")
+    looks_like_object = F.ltrim(F.col("value")).startswith("{")
+    # CASE evaluates lazily: the second JSON parse only runs for records
+    # already found wanting.
+    reason = (
+        F.when(F.col("value").isNull() | F.try_parse_json(F.col("value")).isNull(), F.lit("not_json"))
+        .when(~looks_like_object, F.lit("not_object"))
+        .when(r.isNull() | ~F.coalesce(F.array_contains(versions, r["version"]), F.lit(False)), F.lit("unknown_version"))
+        .when(F.coalesce(F.length(r["cluster"]), F.lit(0)) == 0, F.lit("missing_cluster"))
+        .when(r["observations"].isNull(), F.lit("bad_observations"))
+    )
+    # Only records with a version problem get this far at all; the common
+    # case never evaluates the parses above.
+    reason = F.when(
+        r.isNull()
+        | r["version"].isNull()
+        | ~F.array_contains(versions, r["version"])
+        | r["cluster"].isNull()
+        | (r["cluster"] == "")
+        | r["observations"].isNull(),
+        reason,
+    )
+    detail = (
+        F.when(reason == "unknown_version", F.concat(F.lit("version="), F.coalesce(r["version"].cast("string"), F.lit("null"))))
+        .when(reason == "not_json", F.lit("cannot parse as JSON"))
+        .otherwise(F.lit(None).cast("string"))
+    )
+    return parsed.withColumn("reason", reason).withColumn("detail", detail)
+
+
+def _observation_reason(o: Column, now_ms: Column, future_tolerance_ms: int | None) -> Column:
+    missing = (
+        o["topic"].isNull()
+        | (o["topic"] == "")
+        | o["partition"].isNull()
+        | o["broker_id"].isNull()
+        | o["leader_id"].isNull()
+        | o["t_ms"].isNull()
+    )
+    negative = (
+        (o["partition"] < 0)
+        | (o["broker_id"] < 0)
+        | (o["leader_id"] < 0)
+        | (o["t_ms"] < 0)
+        | (F.coalesce(o["prev_t_ms"], F.lit(0)) < 0)
+    )
+    for name in _OFFSETS:
+        negative = negative | (F.coalesce(o[name], F.lit(0)) < 0)
+    reason = (
+        F.when(missing, F.lit("missing_ids"))
+        .when(negative, F.lit("negative_value"))
+        .when(o["prev_t_ms"] > o["t_ms"], F.lit("prev_after_t"))
+        .when(o["prev_leader_leo"] > o["leader_leo"], F.lit("leader_leo_backwards"))
+    )
+    if future_tolerance_ms is not None:
+        reason = reason.when(o["t_ms"] > now_ms + F.lit(future_tolerance_ms), F.lit("future_t"))
+    return reason
+
+
+def observations(records: DataFrame, future_tolerance_ms: int | None) -> DataFrame:
+    """One row per observation of the good records: source position, cluster,
+    the observation struct ``o`` and reason (null when good). The job's clock
+    is Spark's batch time (``current_timestamp``); ``future_tolerance_ms``
+    None turns the future check off (a simulator running faster than real
+    time has its own clock)."""
+    now_ms = F.unix_millis(F.current_timestamp())
+    good = records.where(F.col("reason").isNull())
+    exploded = good.select(
+        "source_topic",
+        "source_offset",
+        F.col("rec.cluster").alias("cluster"),
+        F.explode("rec.observations").alias("o"),
+    )
+    o = F.col("o")
+    return exploded.select(
+        "source_topic",
+        "source_offset",
+        "cluster",
+        "o",
+        _observation_reason(o, now_ms, future_tolerance_ms).alias("reason"),
+    )
+
+
+def good_observations(obs: DataFrame) -> DataFrame:
+    """The valid observations, flattened: cluster plus every observation field."""
+    return obs.where(F.col("reason").isNull()).select("cluster", "o.*")
+
+
+def record_deadletters(records: DataFrame) -> DataFrame:
+    return records.where(F.col("reason").isNotNull()).select(
+        "reason",
+        "detail",
+        F.when(F.col("reason").isin("not_json", "not_object"), F.lit(None).cast("string"))
+        .otherwise(F.col("rec.cluster"))
+        .alias("cluster"),
+        "source_topic",
+        "source_offset",
+        F.col("value").alias("payload"),
+    )
+
+
+def observation_deadletters(obs: DataFrame) -> DataFrame:
+    return obs.where(F.col("reason").isNotNull()).select(
+        "reason",
+        F.lit(None).cast("string").alias("detail"),
+        "cluster",
+        "source_topic",
+        "source_offset",
+        F.to_json("o").alias("payload"),
+    )
+
+
+def isr_change_counts(records: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(counts, dead letters) of the good records' ``isr_changes``.
+
+    counts: cluster, topic, partition, shrink (followers removed), expand
+    (followers added), summed per partition.
+    """
+    good = records.where(F.col("reason").isNull() & F.col("rec.isr_changes").isNotNull())
+    changes = good.select(
+        "source_topic",
+        "source_offset",
+        F.col("rec.cluster").alias("cluster"),
+        F.explode("rec.isr_changes").alias("c"),
+    )
+    c = F.col("c")
+    bad = (
+        c["t_ms"].isNull()
+        | c["topic"].isNull()
+        | (c["topic"] == "")
+        | c["partition"].isNull()
+        | c["isr_before"].isNull()
+        | c["isr_after"].isNull()
+    )
+    deadletters = changes.where(bad).select(
+        F.lit("bad_isr_change").alias("reason"),
+        F.lit(None).cast("string").alias("detail"),
+        "cluster",
+        "source_topic",
+        "source_offset",
+        F.to_json("c").alias("payload"),
+    )
+    counts = (
+        changes.where(~bad)
+        .select(
+            "cluster",
+            c["topic"].alias("topic"),
+            c["partition"].alias("partition"),
+            F.size(F.array_except(c["isr_before"], c["isr_after"])).alias("shrink"),
+            F.size(F.array_except(c["isr_after"], c["isr_before"])).alias("expand"),
+        )
+        .groupBy("cluster", "topic", "partition")
+        .agg(F.sum("shrink").alias("shrink"), F.sum("expand").alias("expand"))
+    )
+    return counts, deadletters

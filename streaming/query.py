@@ -1,0 +1,131 @@
+"""The job's two streaming queries over the same telemetry source.
+
+* ``aggregates``: parse -> validate -> explode -> ``groupBy(replica).agg``,
+  update mode, RocksDB state; each micro-batch's updated replica rows go to
+  the driver (Arrow) for evaluation. Checkpoint ``<dir>/aggregates``.
+* ``side``: stateless; per micro-batch the dead letters (records,
+  observations, ISR changes), the ISR change counts and the record and
+  observation counts. Checkpoint ``<dir>/side``.
+
+Both are built from a function returning the raw DataFrame (Kafka-source
+columns), so the wiring does not care where telemetry comes from.
+``restore_aggregates`` reads the aggregation's state back from Spark's state
+store (the ``statestore`` batch source) when a job restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pyspark.sql.functions as F
+
+from isrwatch.rule import Rule
+from streaming import parse, state
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+__all__ = ["start_aggregates", "start_side", "side_batch", "restore_aggregates", "AGG_DIR", "SIDE_DIR"]
+
+log = logging.getLogger(__name__)
+
+AGG_DIR = "aggregates"
+SIDE_DIR = "side"
+
+# The state store value of the aggregation, by position (the buffers of
+# replica_aggregates' columns, in order; max_by keeps (value, ordering)).
+_STATE_VALUE = (
+    "struct<first_t_ms:bigint, last_t_ms:bigint, last_caught_up_ms:bigint, last_answer_ms:bigint, "
+    "last_leader_answer_ms:bigint, last_progress_ms:bigint, "
+    "latest:struct<leader_id:int, leo:bigint, leader_leo:bigint, hw:bigint, isr:array<int>, "
+    "replicas:array<int>, lag_time_max_ms:bigint, min_isr:int>, latest_t:bigint, "
+    "known_leo:bigint, known_leo_t:bigint, known_leader_leo:bigint, known_leader_leo_t:bigint, "
+    "observations:bigint>"
+)
+
+
+def start_aggregates(
+    raw: DataFrame,
+    rule: Rule,
+    future_tolerance_ms: int | None,
+    checkpoint_dir: str,
+    trigger_seconds: float,
+    handle: Callable[[DataFrame, int], None],
+) -> StreamingQuery:
+    records = parse.parse_records(raw)
+    obs = parse.good_observations(parse.observations(records, future_tolerance_ms))
+    aggs = state.replica_aggregates(obs, rule)
+    return (
+        aggs.writeStream.queryName("isrwatch_aggregates")
+        .outputMode("update")
+        .foreachBatch(handle)
+        .option("checkpointLocation", os.path.join(checkpoint_dir, AGG_DIR))
+        .trigger(processingTime=f"{trigger_seconds} seconds")
+        .start()
+    )
+
+
+def start_side(
+    raw: DataFrame, checkpoint_dir: str, trigger_seconds: float, handle: Callable[[DataFrame, int], None]
+) -> StreamingQuery:
+    return (
+        raw.writeStream.queryName("isrwatch_side")
+        .foreachBatch(handle)
+        .option("checkpointLocation", os.path.join(checkpoint_dir, SIDE_DIR))
+        .trigger(processingTime=f"{trigger_seconds} seconds")
+        .start()
+    )
+
+
+def side_batch(batch: DataFrame, future_tolerance_ms: int | None) -> dict[str, Any]:
+    """What one side batch holds: counts, dead letters (dicts), ISR change counts (dicts)."""
+    records = parse.parse_records(batch).persist()
+    try:
+        obs = parse.observations(records, future_tolerance_ms)
+        counts, bad_changes = parse.isr_change_counts(records)
+        deadletters = (
+            parse.record_deadletters(records)
+            .unionByName(parse.observation_deadletters(obs))
+            .unionByName(bad_changes)
+        )
+        totals = records.agg(
+            F.count(F.lit(1)).alias("records"),
+            F.sum(F.when(F.col("reason").isNull(), F.size("rec.observations")).otherwise(0)).alias("observations"),
+        ).first()
+        return {
+            "records": int(totals["records"] or 0) if totals else 0,
+            "observations": int(totals["observations"] or 0) if totals else 0,
+            "deadletters": deadletters.toArrow().to_pylist(),
+            "isr_changes": counts.toArrow().to_pylist(),
+        }
+    finally:
+        records.unpersist()
+
+
+def restore_aggregates(spark: SparkSession, checkpoint_dir: str) -> list[dict[str, Any]]:
+    """The aggregation's rows as of its last committed batch (empty when none)."""
+    path = os.path.join(checkpoint_dir, AGG_DIR)
+    if not os.path.isdir(os.path.join(path, "commits")) or not any(
+        not n.startswith(".") for n in os.listdir(os.path.join(path, "commits"))
+    ):
+        return []
+    st = spark.read.format("statestore").load(path)
+    value = F.col("value").cast(_STATE_VALUE)
+    rows = st.select(
+        "key.*",
+        value["first_t_ms"].alias("first_t_ms"),
+        value["last_t_ms"].alias("last_t_ms"),
+        value["last_caught_up_ms"].alias("last_caught_up_ms"),
+        value["last_answer_ms"].alias("last_answer_ms"),
+        value["last_leader_answer_ms"].alias("last_leader_answer_ms"),
+        value["last_progress_ms"].alias("last_progress_ms"),
+        value["latest"].alias("latest"),
+        value["known_leo"].alias("known_leo"),
+        value["known_leader_leo"].alias("known_leader_leo"),
+        value["observations"].alias("observations"),
+    )
+    return rows.toArrow().to_pylist()

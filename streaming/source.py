@@ -1,0 +1,59 @@
+"""Where the job's telemetry comes from: one function returning the raw
+stream (the Kafka source's columns), whatever the source.
+
+* a spool directory (embedded simulator, or ``--spool-dir``):
+  ``streaming.source_spool`` (format ``isrwatch-spool``);
+* a Kafka telemetry topic (``--bootstrap-servers``):
+  ``streaming.source_kafka`` (format ``isrwatch-kafka``), a Python data
+  source over confluent-kafka, since the JVM Kafka connector jar is not
+  available everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from isrwatch.settings import kafka_config_pairs
+from streaming.source_spool import FORMAT as SPOOL_FORMAT
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from streaming.settings import RunSettings
+
+__all__ = ["spool_stream", "kafka_stream"]
+
+
+def spool_stream(spark: SparkSession, path: str, max_records_per_trigger: int) -> Callable[[], DataFrame]:
+    def raw() -> DataFrame:
+        return (
+            spark.readStream.format(SPOOL_FORMAT)
+            .option("path", path)
+            .option("maxRecordsPerTrigger", str(max_records_per_trigger))
+            .load()
+        )
+
+    return raw
+
+
+def kafka_stream(spark: SparkSession, settings: RunSettings) -> Callable[[], DataFrame]:
+    from streaming import source_kafka  # written alongside by the Kafka helper
+
+    source_kafka.register(spark)
+    fmt = getattr(source_kafka, "FORMAT", "isrwatch-kafka")
+    extra = kafka_config_pairs(settings.kafka_config)
+
+    def raw() -> DataFrame:
+        reader = (
+            spark.readStream.format(fmt)
+            .option("kafka.bootstrap.servers", settings.bootstrap_servers or "")
+            .option("subscribe", settings.telemetry_topic)
+            .option("startingOffsets", settings.starting_offsets)
+            .option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
+        )
+        for k, v in extra.items():
+            reader = reader.option(f"kafka.{k}", v)
+        return reader.load()
+
+    return raw

@@ -1,0 +1,105 @@
+"""Per-replica KIP-16 state as one Spark aggregation.
+
+Each observation carries the follower's previous observation (``prev_*``),
+so ``lastCaughtUpTimeMs`` is a plain max over observations
+(``isrwatch.rule.caught_up_time``); everything else the evaluation needs is a
+min, a max or a ``max_by``. Spark keeps these per replica in its state store
+(RocksDB) with its own aggregation, in the JVM: ``replica_aggregates`` builds
+that query part; ``row_to_aggregate`` turns one output row back into
+``isrwatch.status.ReplicaAggregate`` on the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyspark.sql.functions as F
+from pyspark.sql import Column
+
+from isrwatch.rule import Rule
+from isrwatch.status import ReplicaAggregate
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["KEY_COLUMNS", "caught_up_time_expr", "replica_aggregates", "row_to_aggregate"]
+
+KEY_COLUMNS = ["cluster", "topic", "partition", "broker_id"]
+
+# Taken from the newest observation (max_by t_ms).
+_LATEST = ("leader_id", "leo", "leader_leo", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
+
+
+def caught_up_time_expr(rule: Rule) -> Column:
+    """``isrwatch.rule.caught_up_time`` as a Spark expression over the
+    observation columns (null where the observation proves nothing)."""
+    leo, leader_leo = F.col("leo"), F.col("leader_leo")
+    at_leader = F.when(leo >= leader_leo, F.col("t_ms"))
+    if rule is not Rule.KIP16_REFINED:
+        return at_leader
+    at_prev = F.when(
+        F.col("prev_t_ms").isNotNull() & (leo >= F.col("prev_leader_leo")),
+        F.col("prev_t_ms"),
+    )
+    # greatest() skips nulls; at_leader (t_ms) >= prev_t_ms for valid rows.
+    return F.greatest(at_leader, at_prev)
+
+
+def replica_aggregates(obs: DataFrame, rule: Rule) -> DataFrame:
+    """``groupBy(replica).agg(...)``: the columns of ``ReplicaAggregate`` plus
+    ``observations`` (how many were aggregated, ever)."""
+    t = F.col("t_ms")
+    caught_up = caught_up_time_expr(rule)
+    leo = F.col("leo")
+    progressed = (leo > F.col("prev_leo")) | (leo >= F.col("leader_leo"))
+    latest = F.struct(*[F.col(c) for c in _LATEST])
+    return obs.groupBy(*KEY_COLUMNS).agg(
+        F.min(t).alias("first_t_ms"),
+        F.max(t).alias("last_t_ms"),
+        F.max(caught_up).alias("last_caught_up_ms"),
+        F.max(F.when(leo.isNotNull(), t)).alias("last_answer_ms"),
+        F.max(F.when(F.col("leader_leo").isNotNull(), t)).alias("last_leader_answer_ms"),
+        F.max(F.when(progressed, t)).alias("last_progress_ms"),
+        F.max_by(latest, t).alias("latest"),
+        # max_by ignores rows whose ordering is null: newest non-null value.
+        F.max_by(leo, F.when(leo.isNotNull(), t)).alias("known_leo"),
+        F.max_by(F.col("leader_leo"), F.when(F.col("leader_leo").isNotNull(), t)).alias("known_leader_leo"),
+        F.count(F.lit(1)).alias("observations"),
+    )
+
+
+def row_to_aggregate(row: Mapping[str, Any]) -> ReplicaAggregate:
+    """One output row (as a dict, ``latest`` a dict too) to the core's type."""
+    latest = row["latest"] or {}
+    return ReplicaAggregate(
+        cluster=row["cluster"],
+        topic=row["topic"],
+        partition=int(row["partition"]),
+        broker_id=int(row["broker_id"]),
+        first_t_ms=int(row["first_t_ms"]),
+        last_t_ms=int(row["last_t_ms"]),
+        last_caught_up_ms=_int(row["last_caught_up_ms"]),
+        last_answer_ms=_int(row["last_answer_ms"]),
+        last_leader_answer_ms=_int(row["last_leader_answer_ms"]),
+        last_progress_ms=_int(row["last_progress_ms"]),
+        leader_id=int(latest.get("leader_id") if latest.get("leader_id") is not None else -1),
+        leo=_int(latest.get("leo")),
+        leader_leo=_int(latest.get("leader_leo")),
+        hw=_int(latest.get("hw")),
+        isr=tuple(int(b) for b in latest.get("isr") or ()),
+        replicas=tuple(int(b) for b in latest.get("replicas") or ()),
+        lag_time_max_ms=_int(latest.get("lag_time_max_ms")),
+        min_isr=_int(latest.get("min_isr")),
+        known_leo=_int(row["known_leo"]),
+        known_leader_leo=_int(row["known_leader_leo"]),
+    )
+
+
+def _int(v: Any) -> int | None:
+    if v is None:
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):  # NaN from pandas
+        return None
