@@ -64,7 +64,9 @@ def test_rule_tests_can_fail(tmp_path: Path) -> None:
     """The unit tests notice a wrong threshold (they would fire for the healthy replica)."""
     (tmp_path / "rules").mkdir()
     (tmp_path / "tests").mkdir()
-    broken = RULES_FILE.read_text().replace("(isrwatch_replica_lag_ratio) >= 0.5", "(isrwatch_replica_lag_ratio) >= 0.25")
+    broken = RULES_FILE.read_text().replace(
+        "(isrwatch_replica_lag_ratio) >= 0.5", "(isrwatch_replica_lag_ratio) >= 0.25"
+    )
     assert broken != RULES_FILE.read_text()
     (tmp_path / "rules" / RULES_FILE.name).write_text(broken)
     for f in (PROM / "tests").glob("*.yml"):

@@ -1,0 +1,55 @@
+"""docs/runbook.md: a section per alert, at the anchor every runbook_url (from
+the job's alerts and from the Prometheus rules) points to."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from isrwatch.alerts import RUNBOOK_BASE, AlertName
+from tests.deploy.panels import REPO, RULES_FILE
+
+RUNBOOK = REPO / "docs" / "runbook.md"
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def sections() -> dict[str, str]:
+    """Anchor of each level-2 heading -> its body."""
+    parts = re.split(r"^## (.+)$", RUNBOOK.read_text(), flags=re.M)
+    return {github_anchor(parts[i]): parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def test_a_section_per_alert() -> None:
+    found = sections()
+    for name in AlertName:
+        anchor = name.value.lower()
+        assert anchor in found, f"no section '## {name.value}' in docs/runbook.md"
+        body = found[anchor].lower()
+        for part in ("what it means", "what to check", "what to do"):
+            assert f"**{part}.**" in body, f"{name.value}: no '{part}'"
+
+
+def test_rule_runbook_urls_point_at_sections() -> None:
+    found = sections()
+    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
+    urls = [r["annotations"]["runbook_url"] for g in groups for r in g["rules"] if "alert" in r]
+    assert len(urls) == len(AlertName)
+    for url in urls:
+        base, _, anchor = url.partition("#")
+        assert base == RUNBOOK_BASE
+        assert base.endswith("docs/runbook.md")
+        assert anchor in found, url
+
+
+def test_internal_links_resolve() -> None:
+    found = sections()
+    for anchor in re.findall(r"\]\(#([\w-]+)\)", RUNBOOK.read_text()):
+        assert anchor in found, anchor
+    for target in re.findall(r"\]\(([\w./-]+\.md)\)", RUNBOOK.read_text()):
+        assert (RUNBOOK.parent / target).is_file(), target
