@@ -1,0 +1,281 @@
+"""The job's Kafka source: a PySpark Python streaming data source backed by confluent-kafka.
+
+Format name ``isrwatch-kafka``. Options are named like Spark's own Kafka
+source, so ``format("kafka")`` can replace it where the connector jar exists:
+
+* ``kafka.bootstrap.servers`` (required), ``subscribe`` (comma-separated topics),
+* ``startingOffsets``: ``earliest`` or ``latest`` (default) for a new checkpoint,
+* ``maxOffsetsPerTrigger``: most records per micro-batch, over all partitions,
+* every other ``kafka.<property>`` goes to the consumer as ``<property>``
+  (librdkafka names: ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ...).
+
+Offsets are Spark's Kafka offset JSON, ``{"topic": {"0": 123}}`` (the next
+offset to read per partition), checkpointed by Spark: a restarted query resumes
+exactly where its checkpoint stopped. ``read`` assigns each partition range to
+a consumer and hands Spark Arrow record batches with the Kafka source's
+columns (key, value, topic, partition, offset, timestamp): raw bytes, parsed
+by Spark in the JVM, not here.
+
+Python's data source API has no admission control before Spark 4.2, so the
+reader caps ``latestOffset`` itself, from the end of the last range Spark
+planned (``partitions`` tells a restarted reader where its checkpoint was).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from isrwatch.logs import kv
+from streaming.source_spool import RAW_SCHEMA
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = ["FORMAT", "KafkaDataSource", "KafkaStreamReader", "KafkaRange", "register", "cap_offsets", "consumer_config"]
+
+log = logging.getLogger(__name__)
+
+FORMAT = "isrwatch-kafka"
+
+Offsets = dict[str, dict[str, int]]
+
+# Records per Arrow batch handed to Spark.
+_ARROW_ROWS = 4096
+# Seconds one read() waits for a record before it calls the broker gone.
+_READ_TIMEOUT_S = 60.0
+
+
+def consumer_config(options: dict[str, str]) -> dict[str, Any]:
+    """librdkafka settings from the ``kafka.*`` options (prefix dropped)."""
+    cfg: dict[str, Any] = {k[len("kafka.") :]: v for k, v in options.items() if k.lower().startswith("kafka.")}
+    if "bootstrap.servers" not in cfg:
+        raise ValueError("option kafka.bootstrap.servers is required")
+    cfg.setdefault("group.id", "isrwatch-source")  # never joins nor commits: partitions are assigned
+    cfg["enable.auto.commit"] = False
+    cfg["enable.partition.eof"] = True
+    return cfg
+
+
+def cap_offsets(start: Offsets, latest: Offsets, limit: int | None) -> Offsets:
+    """``latest``, held to at most ``limit`` records past ``start`` in total, shared in proportion to each partition's backlog."""
+    avail = {(t, p): max(0, hi - start.get(t, {}).get(p, hi)) for t, parts in latest.items() for p, hi in parts.items()}
+    total = sum(avail.values())
+    out: Offsets = {t: dict(parts) for t, parts in latest.items()}
+    if limit is None or total <= limit:
+        return out
+    shares = {k: limit * n / total for k, n in avail.items()}
+    take = {k: int(s) for k, s in shares.items()}
+    left = limit - sum(take.values())
+    for k in sorted(shares, key=lambda k: shares[k] - take[k], reverse=True)[:left]:
+        take[k] += 1
+    for (t, p), n in take.items():
+        out[t][p] = start[t][p] + n if p in start.get(t, {}) else latest[t][p]
+    return out
+
+
+class KafkaRange(InputPartition):
+    """Offsets [start, end) of one topic partition: one Spark task."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        lower = {k.lower(): v for k, v in options.items()}
+        self.config = consumer_config(options)
+        topics = [t.strip() for t in lower.get("subscribe", "").split(",") if t.strip()]
+        if not topics:
+            raise ValueError("option subscribe is required (comma-separated topic names)")
+        self.topics = topics
+        self.starting = lower.get("startingoffsets", "latest").strip().lower()
+        if self.starting not in ("earliest", "latest"):
+            raise ValueError(f"option startingOffsets={self.starting!r}: use earliest or latest")
+        cap = lower.get("maxoffsetspertrigger")
+        self.max_offsets = int(cap) if cap else None
+        if self.max_offsets is not None and self.max_offsets < 1:
+            raise ValueError(f"option maxOffsetsPerTrigger={cap}: must be at least 1")
+        self._consumer: Any = None
+        # End of the last range Spark planned or committed, per partition.
+        self._planned: Offsets = {}
+
+    # The driver-side consumer is not shipped to the tasks.
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_consumer"] = None
+        return state
+
+    def _meta_consumer(self) -> Any:
+        if self._consumer is None:
+            from confluent_kafka import Consumer
+
+            self._consumer = Consumer({**self.config, "logger": log})
+        return self._consumer
+
+    def _watermarks(self) -> tuple[Offsets, Offsets]:
+        """(low, high) watermarks of every partition of the subscribed topics."""
+        from confluent_kafka import TopicPartition
+
+        c = self._meta_consumer()
+        low: Offsets = {}
+        high: Offsets = {}
+        md = c.list_topics(timeout=30)
+        for topic in self.topics:
+            tmd = md.topics.get(topic)
+            if tmd is None or tmd.error is not None:
+                continue  # not created yet: no partitions to read
+            for p in sorted(tmd.partitions):
+                lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
+                low.setdefault(topic, {})[str(p)] = int(lo)
+                high.setdefault(topic, {})[str(p)] = int(hi)
+        return low, high
+
+    def initialOffset(self) -> Offsets:
+        low, high = self._watermarks()
+        start = low if self.starting == "earliest" else high
+        self._planned = {t: dict(ps) for t, ps in start.items()}
+        return start
+
+    def latestOffset(self) -> Offsets:
+        low, high = self._watermarks()
+        if not self._planned:
+            self._planned = {t: dict(ps) for t, ps in (low if self.starting == "earliest" else high).items()}
+        base: Offsets = {t: dict(ps) for t, ps in self._planned.items()}
+        for t, parts in high.items():
+            for p in parts:
+                base.setdefault(t, {}).setdefault(p, low[t][p])  # a new partition starts at its beginning
+        end = cap_offsets(base, high, self.max_offsets)
+        # never behind what was planned already
+        for t, parts in base.items():
+            for p, off in parts.items():
+                end.setdefault(t, {})[p] = max(end.get(t, {}).get(p, off), off)
+        return end
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        ranges = []
+        for t, parts in end.items():
+            for p, hi in parts.items():
+                lo = int(start.get(t, {}).get(p, 0))  # a partition new in this batch: from its beginning
+                if hi > lo:
+                    ranges.append(KafkaRange(t, int(p), int(lo), int(hi)))
+                cur = self._planned.setdefault(t, {}).get(p)
+                self._planned[t][p] = hi if cur is None else max(cur, hi)
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange)
+        yield from read_range(self.config, partition)
+
+    def commit(self, end: Offsets) -> None:
+        for t, parts in end.items():
+            for p, off in parts.items():
+                cur = self._planned.setdefault(t, {}).get(p)
+                self._planned[t][p] = off if cur is None else max(cur, off)
+
+    def stop(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """The records [start, end) of one partition as Arrow batches with the Kafka source's columns."""
+    import time
+
+    import pyarrow as pa
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    schema = pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    offsets: list[int] = []
+    stamps: list[int | None] = []
+
+    def batch() -> pa.RecordBatch:
+        n = len(offsets)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
+                pa.array([r.topic] * n, pa.string()),
+                pa.array([r.partition] * n, pa.int32()),
+                pa.array(offsets, pa.int64()),
+                pa.array(stamps, pa.timestamp("us", tz="UTC")),
+            ],
+            schema=schema,
+        )
+
+    consumer = Consumer({**config, "enable.partition.eof": False, "auto.offset.reset": "earliest", "logger": log})
+    try:
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
+        nxt = r.start
+        last_progress = time.monotonic()
+        while nxt < r.end:
+            msgs = consumer.consume(num_messages=min(10_000, r.end - nxt), timeout=1.0)
+            if not msgs and time.monotonic() - last_progress > _READ_TIMEOUT_S:
+                raise RuntimeError(f"{r.topic}[{r.partition}]: no records past offset {nxt} (want up to {r.end})")
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise RuntimeError(f"{r.topic}[{r.partition}]: {err.str()}")
+                off = m.offset()
+                if off < nxt:
+                    continue
+                if off >= r.end:
+                    nxt = r.end
+                    break
+                last_progress = time.monotonic()
+                ts_type, ts = m.timestamp()
+                keys.append(m.key())
+                values.append(m.value())
+                offsets.append(off)
+                stamps.append(ts * 1000 if ts_type != 0 and ts >= 0 else None)
+                nxt = off + 1
+                if len(offsets) >= _ARROW_ROWS:
+                    yield batch()
+                    keys, values, offsets, stamps = [], [], [], []
+        if offsets:
+            yield batch()
+    finally:
+        consumer.close()
+    log.debug(kv(event="range_read", topic=r.topic, partition=r.partition, start=r.start, end=r.end))
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("isrwatch-kafka").option("kafka.bootstrap.servers", H).option("subscribe", T).load()``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return RAW_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(dict(self.options))
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("isrwatch-kafka")`` available in this session."""
+    spark.dataSource.register(KafkaDataSource)

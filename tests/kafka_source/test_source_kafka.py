@@ -1,0 +1,116 @@
+"""The isrwatch-kafka source with real Spark (local mode) and the real local Kafka cluster."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from localkafka import COMPAT_CONFIG
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from streaming import source_kafka
+    from streaming.session import build_session
+
+    session = build_session("local[2]", 2, app_name="test-source-kafka")
+    source_kafka.register(session)
+    return session
+
+
+def produce(cluster, topic, first, last, partitions):
+    p = Producer(cluster.client_config(acks="all"))
+    for i in range(first, last):
+        p.produce(topic, key=str(i).encode(), value=b"value-%d" % i, partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def stream(spark, cluster, topic, starting, cap=None):
+    reader = (
+        spark.readStream.format("isrwatch-kafka")
+        .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", starting)
+    )
+    for k, v in COMPAT_CONFIG.items():
+        reader = reader.option(f"kafka.{k}", v)
+    if cap:
+        reader = reader.option("maxOffsetsPerTrigger", str(cap))
+    return reader.load()
+
+
+def wait_for(condition, timeout_s=180):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the streaming query did not get there"
+        time.sleep(0.5)
+
+
+def test_restart_on_the_same_checkpoint_reads_every_record_exactly_once_within_the_cap(
+    spark, kafka_cluster, unique_name, tmp_path
+):
+    topic, cap = unique_name("tel"), 250
+    kafka_cluster.create_topic(topic, partitions=2, replication_factor=1)
+    produce(kafka_cluster, topic, 0, 1000, 2)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def start():
+        return (
+            stream(spark, kafka_cluster, topic, "earliest", cap)
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0.5 seconds")
+            .start()
+        )
+
+    def rows_in_batches(q):
+        return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"] > 0]
+
+    q = start()
+    try:
+        wait_for(lambda: len(rows_in_batches(q)) >= 2)
+    finally:
+        q.stop()
+    first = rows_in_batches(q)
+    assert 0 < sum(first) < 1000, "the first run should stop part way"
+    produce(kafka_cluster, topic, 1000, 1400, 2)
+
+    q = start()
+    try:
+        wait_for(lambda: spark.read.parquet(out).count() >= 1400)
+        time.sleep(2)  # a wrongly re-read range would land now
+    finally:
+        q.stop()
+    for batch in first + rows_in_batches(q):
+        assert batch <= cap
+    df = spark.read.parquet(out)
+    rows = df.select("key", "value", "topic", "partition", "offset").collect()
+    assert len(rows) == 1400
+    assert sorted(int(r.key) for r in rows) == list(range(1400))
+    assert {(r.partition, r.offset) for r in rows} == {(p, o) for p in (0, 1) for o in range(700)}
+    assert all(r.value == b"value-%d" % int(r.key) and r.topic == topic for r in rows)
+    assert [f.dataType.simpleString() for f in df.schema.fields] == [
+        "binary", "binary", "string", "int", "bigint", "timestamp",
+    ]  # fmt: skip
+
+
+def test_latest_starts_after_what_is_already_there(spark, kafka_cluster, unique_name):
+    topic = unique_name("tel")
+    kafka_cluster.create_topic(topic, partitions=1, replication_factor=1)
+    produce(kafka_cluster, topic, 0, 50, 1)
+    name = topic.replace("-", "_").replace(".", "_")
+    q = stream(spark, kafka_cluster, topic, "latest").writeStream.format("memory").queryName(name).start()
+    try:
+        wait_for(lambda: q.lastProgress is not None)
+        produce(kafka_cluster, topic, 50, 80, 1)
+        wait_for(lambda: spark.table(name).count() >= 30)
+        time.sleep(1)
+        keys = sorted(int(r.key) for r in spark.table(name).collect())
+    finally:
+        q.stop()
+    assert keys == list(range(50, 80))
