@@ -101,7 +101,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.starting = lower.get("startingoffsets", "latest").strip().lower()
         if self.starting not in ("earliest", "latest"):
             raise ValueError(f"option startingOffsets={self.starting!r}: use earliest or latest")
-        cap = lower.get("maxoffsetspertrigger")
+        # maxRecordsPerTrigger: the spool source's name for the same cap, accepted too.
+        cap = lower.get("maxoffsetspertrigger") or lower.get("maxrecordspertrigger")
         self.max_offsets = int(cap) if cap else None
         if self.max_offsets is not None and self.max_offsets < 1:
             raise ValueError(f"option maxOffsetsPerTrigger={cap}: must be at least 1")

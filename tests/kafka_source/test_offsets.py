@@ -48,3 +48,8 @@ def test_kafka_options_become_consumer_properties():
 def test_bad_options_are_clear(options, message):
     with pytest.raises(ValueError, match=message):
         KafkaStreamReader(options)
+
+
+def test_spool_name_of_the_cap_is_accepted():
+    r = KafkaStreamReader({"kafka.bootstrap.servers": "h:1", "subscribe": "a, b", "maxRecordsPerTrigger": "7"})
+    assert (r.max_offsets, r.topics, r.starting) == (7, ["a", "b"], "latest")
