@@ -31,6 +31,7 @@ __all__ = [
     "metric_names",
     "recording_rule_names",
     "known_metric_names",
+    "rules_with_interval",
 ]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -185,3 +186,12 @@ def recording_rule_names(path: Path = RULES_FILE) -> set[str]:
 
 def known_metric_names() -> set[str]:
     return set(CONTRACT_METRICS | PIPELINE_METRICS | _BUILTIN_METRICS) | recording_rule_names()
+
+
+def rules_with_interval(interval: str, path: Path = RULES_FILE) -> str:
+    """The rules file with every group evaluated every ``interval`` (tests run
+    them faster than production)."""
+    data = yaml.safe_load(path.read_text())
+    for group in data["groups"]:
+        group["interval"] = interval
+    return yaml.safe_dump(data, sort_keys=False)

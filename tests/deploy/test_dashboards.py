@@ -16,6 +16,8 @@ import pytest
 import requests
 import yaml
 
+from exporter.server import serve
+from exporter.store import StatusStore
 from isrwatch.status import ReplicaStatus, State
 from tests.deploy.panels import (
     CONTRACT_METRICS,
@@ -26,6 +28,7 @@ from tests.deploy.panels import (
     load_dashboards,
     metric_names,
     panel_queries,
+    rules_with_interval,
     variable_queries,
 )
 from tests.deploy.services import Service, binary, prometheus
@@ -186,16 +189,13 @@ def _status(partition: int, broker_id: int, leader_id: int, state: State, ratio:
 @dataclass
 class Stack:
     prom: Service
-    store: object
+    store: StatusStore
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if binary("prometheus") is None:
         pytest.skip("prometheus not installed (`make system-packages`)")
-    from exporter.server import serve
-    from exporter.store import StatusStore
-
     workdir = tmp_path_factory.mktemp("prometheus")
     now_ms = int(time.time() * 1000)
     store = StatusStore()
@@ -220,9 +220,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             {"job_name": "isrwatch-exporter", "static_configs": [{"targets": [f"127.0.0.1:{server.port}"]}]}
         ]
         (workdir / "rules").mkdir()
-        (workdir / "rules" / RULES_FILE.name).write_text(
-            RULES_FILE.read_text().replace("interval: 15s", "interval: 1s")
-        )
+        (workdir / "rules" / RULES_FILE.name).write_text(rules_with_interval("1s"))
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         with prometheus(workdir / "prometheus.yml", workdir) as prom:
             yield Stack(prom, store)
@@ -238,9 +236,9 @@ def _query(prom: Service, expr: str) -> list[dict]:
 
 def _keep_fresh(stack: Stack) -> None:
     """Counters move and telemetry stays current, like a running job."""
-    stack.store.set_telemetry_time("c1", int(time.time() * 1000))  # type: ignore[attr-defined]
-    stack.store.record_batch(0.7, 900, {"schema": 1})  # type: ignore[attr-defined]
-    stack.store.add_isr_changes("c1", "orders", 0, "expand")  # type: ignore[attr-defined]
+    stack.store.set_telemetry_time("c1", int(time.time() * 1000))
+    stack.store.record_batch(0.7, 900, {"schema": 1})
+    stack.store.add_isr_changes("c1", "orders", 0, "expand")
 
 
 @pytest.mark.integration

@@ -13,7 +13,7 @@ import requests
 import yaml
 
 from isrwatch.alerts import RUNBOOK_BASE, SEVERITY, AlertName
-from tests.deploy.panels import DEPLOY, RULES_FILE, known_metric_names, metric_names
+from tests.deploy.panels import DEPLOY, RULES_FILE, known_metric_names, metric_names, rules_with_interval
 from tests.deploy.services import binary, prometheus
 
 PROM = DEPLOY / "prometheus"
@@ -115,7 +115,7 @@ def test_real_prometheus_loads_the_rules(tmp_path: Path) -> None:
     config["alerting"] = {"alertmanagers": []}
     config["global"]["evaluation_interval"] = "1s"
     (tmp_path / "rules").mkdir()
-    text = RULES_FILE.read_text().replace("interval: 15s", "interval: 1s")
+    text = rules_with_interval("1s")
     (tmp_path / "rules" / RULES_FILE.name).write_text(text)
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
 
