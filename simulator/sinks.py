@@ -50,7 +50,9 @@ class StreamSink:
 class KafkaSink:
     """Produces each record to the telemetry topic, keyed by the cluster name."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, key: str, config: dict[str, str]) -> None:
+    def __init__(
+        self, bootstrap_servers: str, topic: str, key: str, config: dict[str, str], timeout_s: float = 15.0
+    ) -> None:
         from confluent_kafka import KafkaException, Producer
 
         self.topic = topic
@@ -58,7 +60,7 @@ class KafkaSink:
         self.failed = 0
         self.producer = Producer({"bootstrap.servers": bootstrap_servers, **config})
         try:
-            self.producer.list_topics(timeout=15)
+            self.producer.list_topics(timeout=timeout_s)
         except KafkaException as e:
             raise UnreachableError(f"--bootstrap-servers: cannot reach Kafka at {bootstrap_servers}: {e}") from None
 
