@@ -99,7 +99,7 @@ def main(settings: CollectSettings) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     collector = Collector(settings)
-    snap = collector.start()
+    snap: Snapshot | None = collector.start()
     ends = None if settings.duration is None else time.monotonic() + settings.duration
     try:
         next_round = time.monotonic()

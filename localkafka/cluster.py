@@ -123,7 +123,7 @@ def _write_properties(path: Path, props: Mapping[str, Any]) -> None:
 
 
 # librdkafka's own log of probes that are expected to fail while the cluster starts.
-_QUIET = logging.getLogger("localkafka.probe")
+_QUIET: Any = logging.getLogger("localkafka.probe")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
 

@@ -240,7 +240,7 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
                     if err.code() == KafkaError._PARTITION_EOF:
                         continue
                     raise RuntimeError(f"{r.topic}[{r.partition}]: {err.str()}")
-                off = m.offset()
+                off = int(m.offset() or 0)
                 if off < nxt:
                     continue
                 if off >= r.end:
