@@ -111,7 +111,11 @@ def free_port() -> int:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: the child gets SIGKILL when the process that started it dies."""
+    """Linux: the child gets SIGKILL when the process that started it dies.
+
+    (Strictly, when the *thread* that started it ends: start clusters from a thread
+    that lives as long as they should, as pytest's main thread does.)
+    """
     os.setsid()
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):

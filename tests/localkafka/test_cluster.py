@@ -103,7 +103,7 @@ def test_paused_follower_is_shrunk_by_the_leader_and_rejoins(kafka_cluster_facto
     assert (s.partition, s.broker_id, s.kind) == (0, 1, "shrink")
     assert 3 in s.isr_before and 3 not in s.isr_after and 1 in s.isr_after
     # KIP-16 on 0.9: out of sync after lag_ms, noticed at the next check (every lag_ms).
-    assert s.time - paused_at > lag_ms / 1000 - 0.5
+    assert s.time - paused_at > lag_ms / 1000 - 1.0  # lcu may be up to one fetch wait before the pause
     cluster.resume(3)
     expands: list = []
     deadline = time.monotonic() + 30
