@@ -1,6 +1,11 @@
 """The Prometheus custom collector: metric families built on each scrape from
 a ``StatusStore`` snapshot (docs/metrics.md lists them all).
 
+What each family holds is declared once here (the tables ``REPLICA_GAUGES``,
+``PARTITION_GAUGES`` and the selection in ``MetricsView``); ``StoreCollector``
+yields them through prometheus_client, and ``exporter.exposition`` writes the
+same samples straight to text for large fleets.
+
 Cardinality control: ``replica_series`` chooses which replicas get the
 per-replica families (``all``, or ``not-ok`` for only those nearing, critical,
 out of sync or stalled) and ``replica_series_top`` caps them to the N highest
@@ -10,21 +15,117 @@ lag ratios. The partition and cluster families always cover every replica.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from exporter.store import StatusStore, StoreSnapshot
+from exporter.store import PartitionKey, PartitionView, StatusStore, StoreSnapshot
 from isrwatch.status import ReplicaStatus, State
 
-__all__ = ["StoreCollector", "REPLICA_SERIES", "REPLICA_LABELS", "PARTITION_LABELS"]
+__all__ = [
+    "StoreCollector",
+    "MetricsView",
+    "REPLICA_SERIES",
+    "REPLICA_LABELS",
+    "PARTITION_LABELS",
+    "CHANGE_LABELS",
+    "REPLICA_GAUGES",
+    "STATE_FAMILY",
+    "PARTITION_GAUGES",
+    "CHANGES_FAMILY",
+    "STATES",
+]
 
 REPLICA_SERIES = ("all", "not-ok")
-REPLICA_LABELS = ["cluster", "topic", "partition", "broker_id", "leader_id"]
-PARTITION_LABELS = ["cluster", "topic", "partition", "leader_id"]
-_CHANGE_LABELS = ["cluster", "topic", "partition", "change"]
-_STATES = [s.value for s in State]
+REPLICA_LABELS = ("cluster", "topic", "partition", "broker_id", "leader_id")
+PARTITION_LABELS = ("cluster", "topic", "partition", "leader_id")
+CHANGE_LABELS = ("cluster", "topic", "partition", "change")
+STATES = tuple(s.value for s in State)
+
+# name, help, value
+REPLICA_GAUGES: tuple[tuple[str, str, Callable[[ReplicaStatus], float]], ...] = (
+    (
+        "isrwatch_replica_time_since_caught_up_seconds",
+        "Time since the follower last caught up with the leader's log end offset (KIP-16 lastCaughtUpTime)",
+        lambda s: s.time_since_caught_up_s,
+    ),
+    (
+        "isrwatch_replica_lag_ratio",
+        "Time since caught up divided by replica.lag.time.max.ms; 1 means the broker may drop it",
+        lambda s: s.lag_ratio,
+    ),
+    (
+        "isrwatch_replica_time_to_shrink_seconds",
+        "Time until the earliest predicted removal from the ISR; 0 when due",
+        lambda s: s.time_to_shrink_s,
+    ),
+    (
+        "isrwatch_replica_offset_lag",
+        "Messages the follower is behind the leader's log end offset",
+        lambda s: s.offset_lag,
+    ),
+)
+STATE_FAMILY = ("isrwatch_replica_state", "1 for the replica's current state, 0 for the others")
+
+# name, help, value from (partition view, min ISR in force)
+PARTITION_GAUGES: tuple[tuple[str, str, Callable[[PartitionView, int], float]], ...] = (
+    (
+        "isrwatch_partition_isr_size",
+        "Replicas in the partition's ISR, from the newest metadata",
+        lambda v, _: v.isr_size,
+    ),
+    (
+        "isrwatch_partition_predicted_isr_size",
+        "ISR size minus in-ISR followers that are critical, out of sync or stalled",
+        lambda v, _: v.predicted_isr_size,
+    ),
+    (
+        "isrwatch_partition_min_isr_headroom",
+        "Predicted ISR size minus min.insync.replicas; below 0 acks=all producers fail",
+        lambda v, min_isr: v.predicted_isr_size - min_isr,
+    ),
+)
+CHANGES_FAMILY = ("isrwatch_isr_changes", "ISR shrinks and expands observed, per follower leaving or joining")
+TELEMETRY_FAMILY = (
+    "isrwatch_telemetry_last_timestamp_seconds",
+    "Unix time of the newest telemetry seen from the cluster",
+)
+UP_FAMILY = ("isrwatch_up", "1 while isrwatch's input (state topic or telemetry) is healthy")
+
+
+@dataclass(frozen=True)
+class MetricsView:
+    """Which samples a snapshot gives, whatever writes them."""
+
+    default_min_isr: int = 1
+    replica_series: str = "all"
+    replica_series_top: int = 0
+
+    def __post_init__(self) -> None:
+        if self.replica_series not in REPLICA_SERIES:
+            raise ValueError(f"replica_series={self.replica_series!r} must be one of {REPLICA_SERIES}")
+        if self.replica_series_top < 0:
+            raise ValueError(f"replica_series_top={self.replica_series_top} must be >= 0 (0: no cap)")
+
+    def replicas(self, snap: StoreSnapshot) -> list[ReplicaStatus]:
+        """The replicas that get per-replica series."""
+        chosen = (
+            snap.statuses() if self.replica_series == "all" else (s for s in snap.statuses() if s.state is not State.OK)
+        )
+        if self.replica_series_top:
+            return heapq.nlargest(self.replica_series_top, chosen, key=lambda s: s.lag_ratio)
+        return list(chosen)
+
+    def partitions(self, snap: StoreSnapshot) -> Iterator[tuple[PartitionKey, PartitionView, int]]:
+        """Every partition with the min ISR in force."""
+        for key, view in snap.partitions.items():
+            yield key, view, view.newest.min_isr or self.default_min_isr
+
+
+def replica_label_values(s: ReplicaStatus) -> list[str]:
+    return [s.cluster, s.topic, str(s.partition), str(s.broker_id), str(s.leader_id)]
 
 
 class StoreCollector(Collector):
@@ -36,14 +137,8 @@ class StoreCollector(Collector):
         replica_series: str = "all",
         replica_series_top: int = 0,
     ) -> None:
-        if replica_series not in REPLICA_SERIES:
-            raise ValueError(f"replica_series={replica_series!r} must be one of {REPLICA_SERIES}")
-        if replica_series_top < 0:
-            raise ValueError(f"replica_series_top={replica_series_top} must be >= 0 (0: no cap)")
         self.store = store
-        self.default_min_isr = default_min_isr
-        self.replica_series = replica_series
-        self.replica_series_top = replica_series_top
+        self.view = MetricsView(default_min_isr, replica_series, replica_series_top)
 
     def collect(self) -> Iterator[Metric]:
         snap = self.store.snapshot()
@@ -53,108 +148,69 @@ class StoreCollector(Collector):
         if snap.batches:
             yield from self._job_families(snap)
 
-    def _selected(self, snap: StoreSnapshot) -> list[ReplicaStatus]:
-        chosen = (
-            snap.statuses() if self.replica_series == "all" else (s for s in snap.statuses() if s.state is not State.OK)
-        )
-        if self.replica_series_top:
-            return heapq.nlargest(self.replica_series_top, chosen, key=lambda s: s.lag_ratio)
-        return list(chosen)
-
     def _replica_families(self, snap: StoreSnapshot) -> Iterator[Metric]:
-        since = GaugeMetricFamily(
-            "isrwatch_replica_time_since_caught_up_seconds",
-            "Time since the follower last caught up with the leader's log end offset (KIP-16 lastCaughtUpTime)",
-            labels=REPLICA_LABELS,
-        )
-        ratio = GaugeMetricFamily(
-            "isrwatch_replica_lag_ratio",
-            "Time since caught up divided by replica.lag.time.max.ms; 1 means the broker may drop it",
-            labels=REPLICA_LABELS,
-        )
-        shrink = GaugeMetricFamily(
-            "isrwatch_replica_time_to_shrink_seconds",
-            "Time until the earliest predicted removal from the ISR; 0 when due",
-            labels=REPLICA_LABELS,
-        )
-        lag = GaugeMetricFamily(
-            "isrwatch_replica_offset_lag",
-            "Messages the follower is behind the leader's log end offset",
-            labels=REPLICA_LABELS,
-        )
-        state = GaugeMetricFamily(
-            "isrwatch_replica_state",
-            "1 for the replica's current state, 0 for the others",
-            labels=[*REPLICA_LABELS, "state"],
-        )
-        for s in self._selected(snap):
-            labels = [s.cluster, s.topic, str(s.partition), str(s.broker_id), str(s.leader_id)]
-            since.add_metric(labels, s.time_since_caught_up_s)
-            ratio.add_metric(labels, s.lag_ratio)
-            shrink.add_metric(labels, s.time_to_shrink_s)
-            lag.add_metric(labels, s.offset_lag)
-            for name in _STATES:
+        gauges = [(GaugeMetricFamily(n, h, labels=REPLICA_LABELS), f) for n, h, f in REPLICA_GAUGES]
+        state = GaugeMetricFamily(*STATE_FAMILY, labels=[*REPLICA_LABELS, "state"])
+        for s in self.view.replicas(snap):
+            labels = replica_label_values(s)
+            for family, value in gauges:
+                family.add_metric(labels, value(s))
+            for name in STATES:
                 state.add_metric([*labels, name], 1.0 if s.state.value == name else 0.0)
-        yield from (since, ratio, shrink, lag, state)
+        yield from (g for g, _ in gauges)
+        yield state
 
     def _partition_families(self, snap: StoreSnapshot) -> Iterator[Metric]:
-        isr = GaugeMetricFamily(
-            "isrwatch_partition_isr_size",
-            "Replicas in the partition's ISR, from the newest metadata",
-            labels=PARTITION_LABELS,
-        )
-        predicted = GaugeMetricFamily(
-            "isrwatch_partition_predicted_isr_size",
-            "ISR size minus in-ISR followers that are critical, out of sync or stalled",
-            labels=PARTITION_LABELS,
-        )
-        headroom = GaugeMetricFamily(
-            "isrwatch_partition_min_isr_headroom",
-            "Predicted ISR size minus min.insync.replicas; below 0 acks=all producers fail",
-            labels=PARTITION_LABELS,
-        )
-        for (cluster, topic, partition), view in snap.partitions.items():
-            newest = view.newest
-            labels = [cluster, topic, str(partition), str(newest.leader_id)]
-            min_isr = newest.min_isr or self.default_min_isr
-            isr.add_metric(labels, newest.isr_size)
-            predicted.add_metric(labels, view.predicted_isr_size)
-            headroom.add_metric(labels, view.predicted_isr_size - min_isr)
-        changes = CounterMetricFamily(
-            "isrwatch_isr_changes",
-            "ISR shrinks and expands observed, per follower leaving or joining",
-            labels=_CHANGE_LABELS,
-        )
+        gauges = [(GaugeMetricFamily(n, h, labels=PARTITION_LABELS), f) for n, h, f in PARTITION_GAUGES]
+        for (cluster, topic, partition), view, min_isr in self.view.partitions(snap):
+            labels = [cluster, topic, str(partition), str(view.newest.leader_id)]
+            for family, value in gauges:
+                family.add_metric(labels, value(view, min_isr))
+        yield from (g for g, _ in gauges)
+        changes = CounterMetricFamily(*CHANGES_FAMILY, labels=CHANGE_LABELS)
         for (cluster, topic, partition, change), n in sorted(snap.isr_changes.items()):
             changes.add_metric([cluster, topic, str(partition), change], n)
-        yield from (isr, predicted, headroom, changes)
+        yield changes
 
     def _cluster_families(self, snap: StoreSnapshot) -> Iterator[Metric]:
-        last = GaugeMetricFamily(
-            "isrwatch_telemetry_last_timestamp_seconds",
-            "Unix time of the newest telemetry seen from the cluster",
-            labels=["cluster"],
-        )
+        last = GaugeMetricFamily(*TELEMETRY_FAMILY, labels=["cluster"])
         for cluster, ms in sorted(snap.telemetry_ms.items()):
             last.add_metric([cluster], ms / 1000.0)
-        up = GaugeMetricFamily("isrwatch_up", "1 while isrwatch's input (state topic or telemetry) is healthy")
+        up = GaugeMetricFamily(*UP_FAMILY)
         up.add_metric([], 1.0 if snap.up else 0.0)
         yield from (last, up)
 
     def _job_families(self, snap: StoreSnapshot) -> Iterator[Metric]:
-        duration = GaugeMetricFamily(
-            "isrwatch_job_batch_duration_seconds", "Wall time of the streaming job's last micro-batch"
-        )
-        duration.add_metric([], snap.last_batch_s or 0.0)
-        batches = CounterMetricFamily("isrwatch_job_batches", "Micro-batches the streaming job has completed")
-        batches.add_metric([], snap.batches)
-        observations = CounterMetricFamily(
-            "isrwatch_job_observations", "Telemetry observations the streaming job has processed"
-        )
-        observations.add_metric([], snap.observations)
-        dead = CounterMetricFamily(
-            "isrwatch_deadletter_records", "Telemetry records rejected to the dead-letter topic", labels=["reason"]
-        )
-        for reason, n in sorted(snap.deadletters.items()):
-            dead.add_metric([reason], n)
-        yield from (duration, batches, observations, dead)
+        for kind, name, help_text, labels, rows in job_families(snap):
+            family = (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(name, help_text, labels=labels)
+            for values, v in rows:
+                family.add_metric(values, v)
+            yield family
+
+
+def job_families(snap: StoreSnapshot) -> list[tuple[str, str, str, list[str], list[tuple[list[str], float]]]]:
+    """The streaming job's health families: (kind, name without _total, help, labels, rows)."""
+    return [
+        (
+            "gauge",
+            "isrwatch_job_batch_duration_seconds",
+            "Wall time of the streaming job's last micro-batch",
+            [],
+            [([], snap.last_batch_s or 0.0)],
+        ),
+        ("counter", "isrwatch_job_batches", "Micro-batches the streaming job has completed", [], [([], snap.batches)]),
+        (
+            "counter",
+            "isrwatch_job_observations",
+            "Telemetry observations the streaming job has processed",
+            [],
+            [([], snap.observations)],
+        ),
+        (
+            "counter",
+            "isrwatch_deadletter_records",
+            "Telemetry records rejected to the dead-letter topic",
+            ["reason"],
+            [([r], n) for r, n in sorted(snap.deadletters.items())],
+        ),
+    ]

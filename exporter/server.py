@@ -1,24 +1,31 @@
 """``/metrics`` over HTTP from a ``StatusStore``.
 
-Each server has its own ``CollectorRegistry`` holding only the store's
-collector (plus the process collectors if asked), so a scrape reads the store
-and nothing else: no Kafka I/O, no global registry state.
+A scrape takes one store snapshot and writes it with ``exporter.exposition``
+(fast for large fleets); the process/GC/platform collectors, when asked for,
+live in a fresh ``CollectorRegistry`` of the server's own. A scrape reads
+memory only: no Kafka I/O, no global registry state.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
+import socket
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from wsgiref.simple_server import WSGIServer
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client.exposition import ThreadingWSGIServer
 
-from exporter.collector import StoreCollector
+from exporter.collector import MetricsView, StoreCollector
+from exporter.exposition import CONTENT_TYPE, render
 from exporter.store import StatusStore
 from isrwatch.logs import kv
 
-__all__ = ["MetricsServer", "serve", "registry_for"]
+__all__ = ["MetricsServer", "serve", "registry_for", "metrics_app"]
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +38,9 @@ def registry_for(
     replica_series_top: int = 0,
     process_metrics: bool = False,
 ) -> CollectorRegistry:
-    """A fresh registry serving ``store`` (and the process/GC/platform
-    collectors when ``process_metrics``)."""
+    """A fresh registry with the store's collector (and the process
+    collectors when ``process_metrics``), for code that wants the
+    prometheus_client API, e.g. ``get_sample_value``."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
         StoreCollector(
@@ -43,10 +51,45 @@ def registry_for(
         )
     )
     if process_metrics:
-        ProcessCollector(registry=registry)
-        PlatformCollector(registry=registry)
-        GCCollector(registry=registry)
+        _add_process_collectors(registry)
     return registry
+
+
+def _add_process_collectors(registry: CollectorRegistry) -> None:
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+
+
+def metrics_app(store: StatusStore, view: MetricsView, extra: CollectorRegistry | None = None) -> Callable[..., Any]:
+    """A WSGI app: ``/metrics`` (and ``/``) give the store's metrics, then
+    ``extra``'s."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: try /metrics\n"]
+        body = render(store.snapshot(), view).encode()
+        if extra is not None:
+            body += generate_latest(extra)
+        headers = [("Content-Type", CONTENT_TYPE)]
+        if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
+            body = gzip.compress(body, compresslevel=1)
+            headers.append(("Content-Encoding", "gzip"))
+        headers.append(("Content-Length", str(len(body))))
+        start_response("200 OK", headers)
+        return [body]
+
+    return app
+
+
+class _ThreadingWSGIServerV6(ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
+        pass
 
 
 @dataclass
@@ -55,7 +98,6 @@ class MetricsServer:
 
     host: str
     port: int
-    registry: CollectorRegistry
     _httpd: WSGIServer
     _thread: threading.Thread
 
@@ -88,15 +130,17 @@ def serve(
     process_metrics: bool = False,
 ) -> MetricsServer:
     """Serve ``store`` on ``http://host:port/metrics`` from a daemon thread;
-    port 0 picks a free port (read it back from ``.port``)."""
-    registry = registry_for(
-        store,
-        default_min_isr=default_min_isr,
-        replica_series=replica_series,
-        replica_series_top=replica_series_top,
-        process_metrics=process_metrics,
-    )
-    httpd, thread = start_http_server(port, addr=host, registry=registry)
+    port 0 picks a free port (read it back from ``.port``). OSError if the
+    address cannot be bound."""
+    view = MetricsView(default_min_isr, replica_series, replica_series_top)
+    extra = None
+    if process_metrics:
+        extra = CollectorRegistry(auto_describe=False)
+        _add_process_collectors(extra)
+    server_class = _ThreadingWSGIServerV6 if ":" in host else ThreadingWSGIServer
+    httpd = make_server(host, port, metrics_app(store, view, extra), server_class, handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True)
+    thread.start()
     bound = httpd.server_address[1]
     log.info(kv(event="metrics_serving", host=host, port=bound, replica_series=replica_series))
-    return MetricsServer(host, bound, registry, httpd, thread)
+    return MetricsServer(host, int(bound), httpd, thread)

@@ -29,26 +29,27 @@ LEAVING = frozenset({State.CRITICAL, State.OUT_OF_SYNC, State.STALLED})
 @dataclass(frozen=True)
 class PartitionView:
     """The followers of one partition as last reported, with the aggregates
-    the partition gauges need."""
+    the partition gauges need (computed once per change, not per scrape)."""
 
     replicas: MappingProxyType[int, ReplicaStatus]  # broker_id -> status
+    newest: ReplicaStatus  # evaluated last: its ISR, leader and min ISR are current
+    leaving: int  # in-ISR followers predicted to leave
 
-    @property
-    def newest(self) -> ReplicaStatus:
-        """The status evaluated last: its ISR, leader and min ISR are current."""
-        return max(self.replicas.values(), key=lambda s: s.eval_ms)
+    @classmethod
+    def of(cls, replicas: dict[int, ReplicaStatus]) -> PartitionView:
+        return cls(
+            MappingProxyType(replicas),
+            max(replicas.values(), key=lambda s: s.eval_ms),
+            sum(1 for s in replicas.values() if s.in_isr and s.state in LEAVING),
+        )
 
     @property
     def isr_size(self) -> int:
         return self.newest.isr_size
 
     @property
-    def leaving(self) -> int:
-        return sum(1 for s in self.replicas.values() if s.in_isr and s.state in LEAVING)
-
-    @property
     def predicted_isr_size(self) -> int:
-        return max(0, self.isr_size - self.leaving)
+        return max(0, self.newest.isr_size - self.leaving)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class StatusStore:
                     cluster = s.cluster
                     if s.eval_ms > self._telemetry_ms.get(cluster, -1):
                         self._telemetry_ms[cluster] = s.eval_ms
-                self._partitions[pkey] = PartitionView(MappingProxyType(replicas))
+                self._partitions[pkey] = PartitionView.of(replicas)
 
     def remove(self, keys: Iterable[str]) -> None:
         """Forget replicas by ``status_key`` (a tombstone on the state topic)."""
@@ -130,7 +131,7 @@ class StatusStore:
                     continue
                 replicas = {b: s for b, s in old.replicas.items() if b != broker}
                 if replicas:
-                    self._partitions[pkey] = PartitionView(MappingProxyType(replicas))
+                    self._partitions[pkey] = PartitionView.of(replicas)
                 else:
                     del self._partitions[pkey]
 

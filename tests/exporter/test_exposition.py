@@ -1,0 +1,77 @@
+"""The fast text writer gives exactly the samples of the custom collector."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.collector import MetricsView, StoreCollector
+from exporter.exposition import render
+from exporter.store import StatusStore
+from isrwatch.status import State
+from tests.exporter.samples import replica
+
+Sample = tuple[str, tuple[tuple[str, str], ...], float]
+
+
+def parsed(text: str) -> tuple[set[str], list[Sample]]:
+    families = list(text_string_to_metric_families(text))
+    samples = sorted((s.name, tuple(sorted(s.labels.items())), s.value) for f in families for s in f.samples)
+    return {f"{f.name} {f.type} {f.documentation}" for f in families}, samples
+
+
+def both(store: StatusStore, view: MetricsView) -> tuple[tuple[set[str], list[Sample]], tuple[set[str], list[Sample]]]:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(
+        StoreCollector(
+            store,
+            default_min_isr=view.default_min_isr,
+            replica_series=view.replica_series,
+            replica_series_top=view.replica_series_top,
+        )
+    )
+    return parsed(render(store.snapshot(), view)), parsed(generate_latest(reg).decode())
+
+
+replicas = st.builds(
+    replica,
+    broker_id=st.integers(1, 4),
+    state=st.sampled_from(list(State)),
+    cluster=st.sampled_from(["prod", 'we"ird\\name\nx', "dr-site"]),
+    topic=st.sampled_from(["orders", "payments.v2", "_internal"]),
+    partition=st.integers(0, 3),
+    leader_id=st.integers(1, 4),
+    eval_ms=st.integers(1_600_000_000_000, 1_600_000_100_000),
+    ratio=st.floats(0, 3, allow_nan=False),
+    offset_lag=st.integers(0, 10**12),
+    in_isr=st.booleans(),
+    isr_size=st.integers(1, 4),
+    min_isr=st.one_of(st.none(), st.integers(1, 3)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    statuses=st.lists(replicas, max_size=25),
+    changes=st.lists(st.tuples(st.sampled_from(["shrink", "expand"]), st.integers(1, 5)), max_size=3),
+    batches=st.lists(st.tuples(st.floats(0, 10), st.integers(0, 1000)), max_size=2),
+    view=st.builds(
+        MetricsView,
+        default_min_isr=st.integers(1, 3),
+        replica_series=st.sampled_from(["all", "not-ok"]),
+        replica_series_top=st.integers(0, 5),
+    ),
+)
+def test_render_matches_the_collector(statuses, changes, batches, view) -> None:
+    store = StatusStore(derive_isr_changes=True)
+    store.update(statuses)
+    for change, n in changes:
+        store.add_isr_changes('we"ird\\name\nx', "orders", 1, change, n)
+    for duration, observations in batches:
+        store.record_batch(duration, observations, {"bad_json": 1, "unknown version": observations % 3})
+    if len(statuses) % 2:
+        store.set_up(False)
+    fast, reference = both(store, view)
+    assert fast == reference
