@@ -7,7 +7,7 @@ fault follower is the last replica of the first partition broker 1 leads
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.cluster import ClusterSpec, build_partitions
 from simulator.faults import BrokerPause, Fault, FetcherSlowdown, FetcherStall, FollowerBootstrap
@@ -21,6 +21,8 @@ PAUSED_BROKER = 2
 PAUSE_END_MS = 40_000
 BOOTSTRAP_BACKLOG = 400_000
 SLOW_FRACTION = 0.6  # the slow fetcher moves 60% of what is produced for it
+FETCHER_LOAD = 0.2  # healthy fetchers use at most this share of their bandwidth
+BURST_ABSORB_MS = 1000  # and copy a burst in about a second
 
 
 @dataclass(frozen=True)
@@ -44,13 +46,41 @@ def fault_end_ms(lag_time_max_ms: int) -> int:
     return FAULT_START_MS + max(35_000, 3 * lag_time_max_ms + 5_000)
 
 
+def fit_profile(profile: ProduceProfile, spec: ClusterSpec) -> ProduceProfile:
+    """Scale the load down to what the cluster's fetchers carry with ease (benchmark sizes).
+
+    The busiest replica fetcher may use at most ``FETCHER_LOAD`` of its
+    bandwidth for the steady rate, and copy one burst in ``BURST_ABSORB_MS``.
+    The default 3-broker cluster is left as is.
+    """
+    per_fetcher: dict[tuple[int, int], int] = {}
+    for p in build_partitions(spec, 0):
+        for r in p.replicas[1:]:
+            per_fetcher[(r, p.replicas[0])] = per_fetcher.get((r, p.replicas[0]), 0) + 1
+    busiest = max(per_fetcher.values(), default=0)
+    rate, burst = profile.rate_per_s, profile.burst_messages
+    load = busiest * rate / 1000.0  # messages per ms
+    if load > FETCHER_LOAD * spec.fetch_bandwidth:
+        rate *= FETCHER_LOAD * spec.fetch_bandwidth / load
+    absorb_ms = busiest * burst / spec.fetch_bandwidth
+    if absorb_ms > BURST_ABSORB_MS:
+        burst = round(burst * BURST_ABSORB_MS / absorb_ms)
+    if (rate, burst) == (profile.rate_per_s, profile.burst_messages):
+        return profile
+    return replace(profile, rate_per_s=rate, burst_messages=burst)
+
+
 def build_scenario(name: str, spec: ClusterSpec, lag_time_max_ms: int = 10_000) -> Scenario:
+    """The scenario ``name`` for a cluster of shape ``spec``."""
     if name not in SCENARIOS:
         raise ValueError(f"scenario={name!r} is not one of: {', '.join(SCENARIOS)}")
+    steady = fit_profile(STEADY, spec)
     if name == "steady":
-        return Scenario(name, "steady high volume; followers keep up", STEADY)
+        return Scenario(name, "steady high volume; followers keep up", steady)
     if name == "burst":
-        return Scenario(name, "light traffic with large batches every 20 s; followers absorb them in ~1 s", BURST)
+        return Scenario(
+            name, "light traffic with large batches every 20 s; followers absorb them in ~1 s", fit_profile(BURST, spec)
+        )
     if name == "low-volume":
         return Scenario(name, "a message every few seconds and long idle stretches", LOW_VOLUME)
     end = fault_end_ms(lag_time_max_ms)
@@ -60,18 +90,18 @@ def build_scenario(name: str, spec: ClusterSpec, lag_time_max_ms: int = 10_000) 
             name,
             f"broker {follower}'s fetcher from broker {leader} stops at {FAULT_START_MS // 1000} s, "
             f"resumes at {end // 1000} s; the broker stays up",
-            STEADY,
+            steady,
             (FetcherStall(follower, leader, FAULT_START_MS, end),),
         )
     if name == "slow-follower":
         follower, leader = _fault_pair(spec)
         n = sum(1 for p in build_partitions(spec, 0) if p.replicas[0] == leader and follower in p.replicas[1:])
-        bandwidth = SLOW_FRACTION * n * STEADY.rate_per_s / 1000.0
+        bandwidth = SLOW_FRACTION * n * steady.rate_per_s / 1000.0
         return Scenario(
             name,
             f"broker {follower}'s fetcher from broker {leader} moves {SLOW_FRACTION:.0%} of the produce rate "
             f"from {FAULT_START_MS // 1000} s to {end // 1000} s",
-            STEADY,
+            steady,
             (FetcherSlowdown(follower, leader, FAULT_START_MS, end, bandwidth),),
         )
     if name == "bootstrapping-follower":
@@ -79,7 +109,7 @@ def build_scenario(name: str, spec: ClusterSpec, lag_time_max_ms: int = 10_000) 
         return Scenario(
             name,
             f"broker {follower} starts {BOOTSTRAP_BACKLOG} messages behind, outside the ISR, and catches up",
-            STEADY,
+            steady,
             (FollowerBootstrap(follower, BOOTSTRAP_BACKLOG),),
         )
     # broker-pause
@@ -88,6 +118,6 @@ def build_scenario(name: str, spec: ClusterSpec, lag_time_max_ms: int = 10_000) 
         name,
         f"broker {broker} pauses from {FAULT_START_MS // 1000} s to {PAUSE_END_MS // 1000} s, past its "
         f"{spec.session_timeout_ms // 1000} s session: the controller moves its leaderships",
-        STEADY,
+        steady,
         (BrokerPause(broker, FAULT_START_MS, PAUSE_END_MS),),
     )

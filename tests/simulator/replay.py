@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 
 from isrwatch.rule import Rule, caught_up_time
 from isrwatch.telemetry import Observation, decode_record
-from simulator import Simulation
+from simulator import Scenario, Simulation
 
 START_MS = 1_700_000_000_000
 
 Key = tuple[str, int, int]  # topic, partition, follower broker
 
 
-def run(scenario: str, duration_s: float, **options: object) -> tuple[Simulation, list[bytes]]:
+def run(scenario: str | Scenario, duration_s: float, **options: object) -> tuple[Simulation, list[bytes]]:
     """The whole run: the simulation (for its truth) and every record it emitted."""
     options.setdefault("start_ms", START_MS)
     sim = Simulation(scenario, **options)  # type: ignore[arg-type]

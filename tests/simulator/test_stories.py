@@ -7,11 +7,15 @@ from the emitted telemetry.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import pytest
 
 from isrwatch.rule import Rule, RuleConfig, check_period_ms, removal_window
-from simulator import ProduceProfile
+from simulator import ProduceProfile, Scenario
 from simulator.faults import BrokerPause, FetcherSlowdown, FetcherStall, FollowerBootstrap
+from simulator.profiles import BURST, STEADY
 from tests.simulator.replay import START_MS, RuleReplay, key, observations, run
 
 LAG = 10_000
@@ -188,9 +192,43 @@ def test_legacy_rule_thrashes_on_four_message_bursts_where_kip16_refined_does_no
     assert refined.truth == []
 
 
-def test_check_timer_runs_at_the_rule_period():
-    sim, _ = run("stuck-follower", 60, seed=5)
-    period = check_period_ms(sim.rule)
-    shrink_times = {c.t_ms for c in sim.truth if c.change == "shrink"}
-    # All shrinks of one leader happen at its check ticks: phase + k * period.
-    assert len({(t - START_MS) % period for t in shrink_times}) == 1
+def _shrink_tick_gcd(truth) -> dict[int, int]:
+    """Per leader, the gcd of the gaps between its shrinks: its ISR check period."""
+    times: dict[int, set[int]] = {}
+    for c in truth:
+        if c.change == "shrink" and c.cause == "leader-check":
+            times.setdefault(c.leader_before, set()).add(c.t_ms)
+    out = {}
+    for leader, ts in times.items():
+        ordered = sorted(ts)
+        if len(ordered) >= 3:
+            out[leader] = math.gcd(*(b - a for a, b in itertools.pairwise(ordered)))
+    return out
+
+
+def test_leaders_check_every_check_period_of_their_rule():
+    legacy, _ = run(
+        "steady", 120, seed=1, rule=Rule.LEGACY_MESSAGES, lag_time_max_ms=2000, lag_max_messages=4, profile=FOUR
+    )
+    gcds = _shrink_tick_gcd(legacy.truth)
+    assert gcds and set(gcds.values()) == {check_period_ms(legacy.rule)} == {2000}
+
+    # kip16-refined checks twice per replica.lag.time.max.ms: stall one fetcher again and again.
+    follower, leader = 3, 1
+    starts = (5000, 15700, 26300, 37900, 48200, 60100, 71500, 83000)  # uneven gaps
+    stalls = tuple(FetcherStall(follower, leader, at, at + 6000) for at in starts)
+    scenario = Scenario("stalls", "repeated stalls", STEADY, stalls)
+    refined, _ = run(scenario, 100, seed=1, lag_time_max_ms=2000)
+    shrinks = [c for c in refined.truth if c.change == "shrink"]
+    assert len({c.t_ms for c in shrinks}) == len(stalls)
+    assert _shrink_tick_gcd(refined.truth) == {leader: check_period_ms(refined.rule)} == {leader: 1000}
+
+
+def test_a_benchmark_size_cluster_stays_healthy():
+    """Bench loads: the produce rate is scaled so no fetcher is overloaded; nothing shrinks."""
+    sim, records = run("burst", 45, seed=1, brokers=6, topics=4, partitions=30)
+    assert sim.scenario.profile.burst_messages < BURST.burst_messages  # scaled to the bigger cluster
+    assert sim.truth == []
+    replay = RuleReplay().feed(observations(records))
+    assert len(replay.max_age_ms) == 4 * 30 * 2
+    assert max(replay.max_age_ms.values()) / LAG < 0.3
