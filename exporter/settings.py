@@ -30,7 +30,7 @@ class ExporterSettings:
     )
     expire_after_seconds: float = option(
         300.0,
-        "drop a replica whose status is this far behind its cluster's newest status (deleted topic)",
+        "drop a replica whose status is this far behind its cluster's newest and not refreshed for as long",
         check=positive,
         metavar="SECONDS",
     )

@@ -11,7 +11,8 @@ it, even for a million replicas.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
@@ -92,6 +93,8 @@ class StatusStore:
     """
 
     derive_isr_changes: bool = False
+    clock: Callable[[], float] = time.monotonic  # for expiry: when a status was last received
+    _received: dict[tuple[PartitionKey, int], float] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _partitions: dict[PartitionKey, PartitionView] = field(default_factory=dict, repr=False)
     _telemetry_ms: dict[str, int] = field(default_factory=dict, repr=False)
@@ -107,6 +110,7 @@ class StatusStore:
         grouped: dict[PartitionKey, list[ReplicaStatus]] = {}
         for s in statuses:
             grouped.setdefault(_partition_key(s), []).append(s)
+        now = self.clock()
         with self._lock:
             for pkey, group in grouped.items():
                 old = self._partitions.get(pkey)
@@ -116,6 +120,7 @@ class StatusStore:
                     if self.derive_isr_changes and before is not None and before.in_isr != s.in_isr:
                         self._count_change(pkey, "expand" if s.in_isr else "shrink", 1)
                     replicas[s.broker_id] = s
+                    self._received[(pkey, s.broker_id)] = now
                     cluster = s.cluster
                     if s.eval_ms > self._telemetry_ms.get(cluster, -1):
                         self._telemetry_ms[cluster] = s.eval_ms
@@ -129,6 +134,7 @@ class StatusStore:
                 old = self._partitions.get(pkey)
                 if old is None or broker not in old.replicas:
                     continue
+                self._received.pop((pkey, broker), None)
                 replicas = {b: s for b, s in old.replicas.items() if b != broker}
                 if replicas:
                     self._partitions[pkey] = PartitionView.of(replicas)
@@ -136,16 +142,21 @@ class StatusStore:
                     del self._partitions[pkey]
 
     def expire(self, older_than_ms: int) -> list[str]:
-        """Remove replicas whose status lags their cluster's telemetry clock by
-        more than ``older_than_ms`` (a deleted topic, a reassigned replica).
-        Measured on the cluster's own clock, so a stopped job or collector
-        does not empty the store. Returns the removed keys."""
+        """Remove replicas that have gone quiet (a deleted topic, a moved
+        replica): status more than ``older_than_ms`` behind its cluster's
+        telemetry clock *and* not received for as long. The cluster clock keeps
+        a stopped job or collector from emptying the store; the receive time
+        keeps a replica the job still reports (frozen at its unreachable
+        leader's last answer) from leaving. Returns the removed keys."""
+        quiet_s = older_than_ms / 1000
+        now = self.clock()
         with self._lock:
             gone = [
                 status_key(s)
-                for view in self._partitions.values()
+                for pkey, view in self._partitions.items()
                 for s in view.replicas.values()
                 if self._telemetry_ms.get(s.cluster, s.eval_ms) - s.eval_ms > older_than_ms
+                and now - self._received.get((pkey, s.broker_id), now) > quiet_s
             ]
         self.remove(gone)
         return gone

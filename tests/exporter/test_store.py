@@ -29,14 +29,32 @@ def test_update_replaces_and_remove_forgets() -> None:
     assert store.snapshot().partitions == {}
 
 
-def test_expiry_follows_the_cluster_clock_not_the_wall_clock() -> None:
-    store = StatusStore()
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_expiry_needs_both_the_cluster_clock_and_silence() -> None:
+    clock = FakeClock()
+    store = StatusStore(clock=clock)
     store.update([replica(2, topic="deleted", eval_ms=T0), replica(2, topic="live", eval_ms=T0)])
+    store.update([replica(2, topic="frozen", eval_ms=T0)])
     store.update([replica(2, cluster="other", eval_ms=T0 - 3_600_000)])
+    clock.now += 120
     assert store.expire(60_000) == []  # nothing newer seen: a stopped job expires nothing
+
     store.update([replica(2, topic="live", eval_ms=T0 + 120_000)])
+    # Still reported, but frozen at its unreachable leader's last answer: stays.
+    store.update([replica(2, topic="frozen", eval_ms=T0)])
     assert store.expire(60_000) == ["prod/deleted/0/2"]
-    assert keys(store) == {"prod/live/0/2", "other/orders/0/2"}
+    assert keys(store) == {"prod/live/0/2", "prod/frozen/0/2", "other/orders/0/2"}
+
+    clock.now += 61
+    store.update([replica(2, topic="live", eval_ms=T0 + 181_000)])
+    assert store.expire(60_000) == ["prod/frozen/0/2"]  # now silent too
 
 
 def test_snapshot_is_consistent_while_writers_run() -> None:

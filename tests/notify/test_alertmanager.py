@@ -190,6 +190,7 @@ def _tls_and_auth(tmp: Path) -> tuple[Path, Path]:
     return cert, web
 
 
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 def test_tls_and_basic_auth(tmp_path: Path) -> None:
     cert, web = _tls_and_auth(tmp_path)
     cluster = fresh_cluster()
