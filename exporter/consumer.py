@@ -112,7 +112,10 @@ class StateTopicConsumer:
             meta = self._consumer.list_topics(self.topic, timeout=timeout_s)
         except KafkaException as e:
             log.warning(kv(event="state_topic_metadata_failed", topic=self.topic, error=e))
+            self._last_error = str(e)
+            self.store.set_up(False)
             return 0
+        self._reachable()
         topic = meta.topics.get(self.topic)
         if topic is None or topic.error is not None or not topic.partitions:
             if not self._assigned:
@@ -149,16 +152,20 @@ class StateTopicConsumer:
             except (ValueError, TypeError, KeyError) as e:
                 self.bad_records += 1
                 log.warning(kv(event="state_record_unreadable", key=k, offset=msg.offset(), error=type(e).__name__))
-        if messages and self._last_error is not None:
-            self._last_error = None
-            self.store.set_up(True)
-            log.info(kv(event="state_topic_reachable", topic=self.topic))
+        if any(m.error() is None for m in messages):
+            self._reachable()
         if latest:
             # the last record per key wins, so removals and updates can be applied apart
             self.store.remove([k for k, s in latest.items() if s is None])
             self.store.update([s for s in latest.values() if s is not None])
             self.records += len(latest)
         return len(latest)
+
+    def _reachable(self) -> None:
+        if self._last_error is not None:
+            self._last_error = None
+            self.store.set_up(True)
+            log.info(kv(event="state_topic_reachable", topic=self.topic))
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT) or err.fatal():

@@ -4,6 +4,9 @@ state topic in, /metrics out, tombstones and start-up errors."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.main import Exporter
 from exporter.settings import ExporterSettings
 from isrwatch.status import ReplicaStatus, State, status_key, status_to_json
+from localkafka import free_port
 from tests.exporter.samples import replica
 
 pytestmark = pytest.mark.integration
@@ -105,3 +109,78 @@ def test_exporter_serves_the_state_topic_from_the_beginning(kafka_cluster: Any, 
         got = wait_scrape(url, lambda g: ratio_of(g, out) is None)
         assert ratio_of(got, out) is None
         assert ratio_of(got, b) == 0  # the others stay
+
+
+def up_value(url: str) -> float | None:
+    return samples(url).get(("isrwatch_up", ()))
+
+
+def test_isrwatch_up_follows_the_state_topic_through_a_broker_outage(
+    kafka_cluster_factory: Callable, unique_name: Callable
+) -> None:
+    cluster = kafka_cluster_factory(brokers=1)
+    topic = unique_name("state")
+    cluster.create_topic(topic, partitions=1, replication_factor=1, config={"cleanup.policy": "compact"})
+    first = replica(2, State.NEARING, ratio=0.6, eval_ms=T0)
+    produce(cluster, topic, [(status_key(first), first)])
+    settings = ExporterSettings(
+        bootstrap_servers=cluster.bootstrap_servers,
+        kafka_config=[f"{k}={v}" for k, v in cluster.client_config().items() if k != "bootstrap.servers"],
+        state_topic=topic,
+        host="127.0.0.1",
+        port=0,
+    )
+    exporter = Exporter(settings)
+    exporter.consumer.housekeeping_s = 1.0
+    with exporter:
+        assert exporter.server is not None
+        url = exporter.server.url
+        assert ratio_of(wait_scrape(url, lambda g: ratio_of(g, first) is not None), first) == pytest.approx(0.6)
+        assert up_value(url) == 1
+
+        cluster.stop(1, graceful_s=0)
+        got = wait_scrape(url, lambda g: g.get(("isrwatch_up", ())) == 0)
+        assert got[("isrwatch_up", ())] == 0
+        assert ratio_of(got, first) == pytest.approx(0.6)  # the last known state stays served
+
+        cluster.start_broker(1)
+        later = replica(2, State.OK, ratio=0.1, eval_ms=T0 + 1000)
+        produce(cluster, topic, [(status_key(later), later)])
+        got = wait_scrape(url, lambda g: g.get(("isrwatch_up", ())) == 1 and ratio_of(g, later) == 0.1)
+        assert got[("isrwatch_up", ())] == 1
+        assert ratio_of(got, later) == pytest.approx(0.1)
+
+
+def test_the_exporter_command_serves_and_stops_on_sigterm(kafka_cluster: Any, unique_name: Callable) -> None:
+    topic = unique_name("state")
+    kafka_cluster.create_topic(topic, partitions=1, replication_factor=1, config={"cleanup.policy": "compact"})
+    watched = unique_name("t")[:40]
+    s = replica(3, State.STALLED, topic=watched, offset_lag=77, eval_ms=T0)
+    produce(kafka_cluster, topic, [(status_key(s), s)])
+    port = free_port()
+    cmd = [sys.executable, "-m", "isrwatch", "exporter", "--bootstrap-servers", kafka_cluster.bootstrap_servers,
+           *kafka_cluster.kafka_config_flags(), "--state-topic", topic, "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        deadline = time.monotonic() + 60
+        got: dict = {}
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                got = samples(url)
+            except requests.ConnectionError:
+                got = {}
+            if ratio_of(got, s) is not None:
+                break
+            time.sleep(0.2)
+        offset_lag = {k: v for k, v in got.items() if k[0] == "isrwatch_replica_offset_lag"}
+        assert list(offset_lag.values()) == [77]
+        assert ("process_cpu_seconds_total", ()) in got
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err[-2000:]
+        assert "event=exporter_started" in err and "event=exporter_stopping signal=SIGTERM" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
