@@ -1,0 +1,394 @@
+"""Throughput: observations per second, end to end, beside three baselines.
+
+For each fleet size (distinct replicas) the telemetry topic on a real local
+Kafka is filled with whole polling rounds (``bench.load.Fleet``), then read
+in the same run by:
+
+* ``e2e``: the real job (``streaming.job.run``, Kafka mode): the
+  isrwatch-kafka source -> parse -> per-replica aggregation with RocksDB
+  state -> per-batch evaluation, state topic, alerts topic; plus the job's
+  side query (dead letters, counts) over the same topic. Rate: observations
+  the driver reports per batch, over the wall time between the end of the
+  first batch (start-up) and the end of the last;
+* ``ceiling``: Spark's own aggregation of the same observation rows already
+  in memory: the job's ``state.replica_aggregates`` as a streaming query with
+  RocksDB state in update mode, same batch size, reading the rows pre-parsed
+  into Parquet on /dev/shm (memory), to a no-op sink;
+* ``input``: a plain confluent-kafka consumer reading the same topic;
+* ``naive``: ``bench.naive`` (transformWithStateInPandas) over the same topic.
+
+``python -m bench.throughput --replicas 10000,100000 --rounds 60,10``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench import kafka as bkafka
+from bench.load import Fleet
+from bench.machine import dir_mb, load_average, print_header, rss_mb
+
+__all__ = ["Result", "measure", "run_e2e", "run_ceiling", "run_naive", "main", "START_MS"]
+
+log = logging.getLogger(__name__)
+
+START_MS = 1_767_225_600_000  # 2026-01-01: telemetry time, not the wall clock
+_BATCH_LINE = re.compile(r"observations=(\d+).*?batch_ms=(\d+)")
+
+
+@dataclass
+class Result:
+    replicas: int
+    observations: int
+    records: int
+    mbytes: float
+    e2e: float = 0.0
+    ceiling: float = 0.0
+    input: float = 0.0
+    naive: float = 0.0
+    naive_observations: int = 0
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    memory: dict[str, float] = field(default_factory=dict)
+    stages: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ceiling_ratio(self) -> float:
+        return self.e2e / self.ceiling if self.ceiling else 0.0
+
+    @property
+    def naive_ratio(self) -> float:
+        return self.e2e / self.naive if self.naive else 0.0
+
+
+class _BatchLog(logging.Handler):
+    """Collects the job's ``batch ...`` INFO lines: (time, observations, driver ms)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[tuple[float, int, int]] = []
+        self.done = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if not msg.startswith("batch "):
+            return
+        m = _BATCH_LINE.search(msg)
+        if m:
+            with self.done:
+                self.batches.append((time.perf_counter(), int(m.group(1)), int(m.group(2))))
+                self.done.notify_all()
+
+    def observations(self) -> int:
+        return sum(b[1] for b in self.batches)
+
+
+def _progress(q: Any) -> list[dict[str, Any]]:
+    return [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in q.recentProgress]
+
+
+def _jvm_pid(spark: Any) -> int:
+    return int(spark._jvm.java.lang.ProcessHandle.current().pid())
+
+
+def job_settings(kafka: Any, topic: str, checkpoint: str, cap_records: int, trigger_s: float, **extra: Any) -> Any:
+    from localkafka import COMPAT_CONFIG
+    from streaming.settings import RunSettings
+
+    return RunSettings(
+        bootstrap_servers=kafka.bootstrap_servers,
+        kafka_config=[f"{k}={v}" for k, v in COMPAT_CONFIG.items()],
+        telemetry_topic=topic,
+        state_topic=f"{topic}-state",
+        alerts_topic=f"{topic}-alerts",
+        deadletter_topic=f"{topic}-deadletter",
+        starting_offsets="earliest",
+        max_records_per_trigger=cap_records,
+        checkpoint_dir=checkpoint,
+        trigger_seconds=trigger_s,
+        lag_time_max_ms=10_000,
+        **extra,
+    )
+
+
+def run_e2e(
+    spark: Any,
+    kafka: Any,
+    topic: str,
+    total_obs: int,
+    cap_records: int,
+    trigger_s: float = 0.001,
+    timeout_s: float = 900,
+) -> tuple[float, list[dict[str, Any]], dict[str, float], dict[str, float]]:
+    """The real job over the filled topic. Returns (obs/s, batches, memory, stages)."""
+    from streaming import job
+
+    checkpoint = tempfile.mkdtemp(prefix="bench-e2e-")
+    settings = job_settings(kafka, topic, checkpoint, cap_records, trigger_s)
+    handler = _BatchLog()
+    jlog = logging.getLogger("streaming.job")
+    old_level = jlog.level
+    jlog.setLevel(logging.INFO)
+    jlog.addHandler(handler)
+    stop = threading.Event()
+    handles = job.JobHandles()
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            job.run(settings, spark=spark, handles=handles, stop_event=stop)
+        except BaseException as e:
+            errors.append(e)
+
+    th = threading.Thread(target=target, name="bench-job", daemon=True)
+    memory: dict[str, float] = {}
+    progress: dict[str, list[dict[str, Any]]] = {}
+    try:
+        th.start()
+        deadline = time.monotonic() + timeout_s
+        with handler.done:
+            while handler.observations() < total_obs and not errors and time.monotonic() < deadline:
+                handler.done.wait(1.0)
+        if errors:
+            raise RuntimeError(f"job failed: {errors[0]}") from errors[0]
+        if handler.observations() < total_obs:
+            raise RuntimeError(f"job saw {handler.observations()} of {total_obs} observations in {timeout_s}s")
+        for q in spark.streams.active:
+            progress[q.name] = _progress(q)
+        memory = {
+            "driver_python_rss_mb": rss_mb(),
+            "driver_jvm_rss_mb": rss_mb(_jvm_pid(spark)),
+            "state_store_mb": dir_mb(os.path.join(checkpoint, "aggregates", "state")),
+            "checkpoint_mb": dir_mb(checkpoint),
+        }
+    finally:
+        stop.set()
+        th.join(timeout=300)
+        jlog.removeHandler(handler)
+        jlog.setLevel(old_level)
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    b = handler.batches
+    if len(b) < 2:
+        raise RuntimeError("need at least two batches to time; lower the per-batch cap")
+    rate = sum(x[1] for x in b[1:]) / (b[-1][0] - b[0][0])
+    agg = progress.get("isrwatch_aggregates", [])
+    batches = [
+        {
+            "observations": x[1],
+            "driver_ms": x[2],
+            "trigger_ms": p.get("durationMs", {}).get("triggerExecution"),
+            "add_batch_ms": p.get("durationMs", {}).get("addBatch"),
+            "state_rows": (p.get("stateOperators") or [{}])[0].get("numRowsTotal"),
+        }
+        for x, p in zip(b, agg[-len(b) :] if len(agg) >= len(b) else [{}] * len(b), strict=False)
+    ]
+    stages = _stages(progress, b)
+    return rate, batches, memory, stages
+
+
+def _stages(progress: dict[str, list[dict[str, Any]]], b: list[tuple[float, int, int]]) -> dict[str, float]:
+    """Where the time goes, summed over the batches after the first, in seconds."""
+    out: dict[str, float] = {"wall": b[-1][0] - b[0][0], "driver_evaluation": sum(x[2] for x in b[1:]) / 1000}
+    for name, key in (("isrwatch_aggregates", "aggregates"), ("isrwatch_side", "side")):
+        ps = progress.get(name, [])[1:]
+        for d in (
+            "triggerExecution",
+            "addBatch",
+            "latestOffset",
+            "getBatch",
+            "queryPlanning",
+            "walCommit",
+            "commitOffsets",
+        ):
+            out[f"{key}.{d}"] = round(sum((p.get("durationMs") or {}).get(d, 0) for p in ps) / 1000, 2)
+    return out
+
+
+def run_ceiling(spark: Any, records: list[bytes], cap_records: int) -> float:
+    """The job's aggregation over observation rows already in memory (Parquet on /dev/shm)."""
+    import pyarrow as pa
+
+    from isrwatch.rule import Rule
+    from streaming import parse, state
+
+    base = tempfile.mkdtemp(prefix="bench-ceiling-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    stream_dir = os.path.join(base, "rows")
+    os.makedirs(stream_dir)
+    try:
+        schema = None
+        files_per_batch = 2
+        for k in range(0, len(records), cap_records):
+            chunk = records[k : k + cap_records]
+            table = pa.table({"value": pa.array(chunk, pa.binary())})
+            raw = spark.createDataFrame(table.to_pandas()).selectExpr(
+                "cast(null as binary) as key",
+                "value",
+                "'t' as topic",
+                "0 as partition",
+                "0L as offset",
+                "cast(null as timestamp) as timestamp",
+            )
+            obs = parse.good_observations(parse.observations(parse.parse_records(raw), None))
+            out = os.path.join(base, f"chunk-{k}")
+            obs.repartition(files_per_batch).write.parquet(out)
+            schema = schema or obs.schema
+            for i, f in enumerate(sorted(n for n in os.listdir(out) if n.endswith(".parquet"))):
+                os.rename(os.path.join(out, f), os.path.join(stream_dir, f"{k:012d}-{i}.parquet"))
+        rows = spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_batch).parquet(stream_dir)
+        q = (
+            state.replica_aggregates(rows, Rule.KIP16_REFINED)
+            .writeStream.queryName("bench_ceiling")
+            .outputMode("update")
+            .format("noop")
+            .option("checkpointLocation", os.path.join(base, "ckpt"))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        try:
+            q.processAllAvailable()
+            ps = _progress(q)
+        finally:
+            q.stop()
+        ps = [p for p in ps if p.get("numInputRows")][1:]
+        rows_n = sum(p["numInputRows"] for p in ps)
+        secs = sum(p["durationMs"]["triggerExecution"] for p in ps) / 1000
+        return rows_n / secs if secs else 0.0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_naive(
+    spark: Any, kafka: Any, topic: str, cap_records: int, per_record: int, budget_s: float
+) -> tuple[float, int]:
+    """``bench.naive`` over the same topic for about ``budget_s``; (obs/s, observations)."""
+    from bench.naive import start_naive
+    from localkafka import COMPAT_CONFIG
+    from streaming import source_kafka
+
+    source_kafka.register(spark)
+    checkpoint = tempfile.mkdtemp(prefix="bench-naive-")
+    reader = (
+        spark.readStream.format(source_kafka.FORMAT)
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(cap_records))
+    )
+    for k, v in COMPAT_CONFIG.items():
+        reader = reader.option(f"kafka.{k}", v)
+    q = start_naive(reader.load(), checkpoint)
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < budget_s and q.isActive:
+            time.sleep(1)
+            ps = [p for p in _progress(q) if p.get("numInputRows")]
+            if len(ps) >= 3 and time.monotonic() - t0 > budget_s / 2 and q.status.get("isTriggerActive") is False:
+                break
+        if not q.isActive:
+            raise RuntimeError(f"naive query failed: {q.exception()}")
+        ps = [p for p in _progress(q) if p.get("numInputRows")]
+    finally:
+        q.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    ps = ps[1:]
+    if not ps:
+        raise RuntimeError(f"the naive design finished no batch after its first in {budget_s}s")
+    obs = sum(p["numInputRows"] for p in ps) * per_record
+    secs = sum(p["durationMs"]["triggerExecution"] for p in ps) / 1000
+    return obs / secs, obs
+
+
+def measure(
+    spark: Any,
+    kafka: Any,
+    replicas: int,
+    rounds: int,
+    *,
+    batch_obs: int = 1_000_000,
+    naive_batch_obs: int = 20_000,
+    naive_budget_s: float = 60.0,
+    naive: bool = True,
+) -> Result:
+    fleet = Fleet(replicas)
+    records: list[bytes] = []
+    for r in range(rounds):
+        records += fleet.round(r, START_MS + r * fleet.interval_ms)
+    topic = bkafka.new_topic(kafka, f"bench-{replicas}")
+    n, size = bkafka.produce(kafka, topic, records)
+    res = Result(replicas, replicas * rounds, n, round(size / 1e6, 1))
+    per = fleet.per_record
+    cap = max(1, batch_obs // per)
+    print(
+        f"replicas={replicas} rounds={rounds} observations={res.observations} records={n} "
+        f"mbytes={res.mbytes} batch_observations={cap * per} load_average={load_average()}",
+        flush=True,
+    )
+    got, got_bytes, secs = bkafka.consume_all(kafka, topic, n)
+    res.input = got * per / secs if secs else 0.0
+    print(f"  input ceiling (plain consumer): {res.input:,.0f} obs/s ({got_bytes / 1e6 / secs:,.0f} MB/s)", flush=True)
+    res.e2e, res.batches, res.memory, res.stages = run_e2e(spark, kafka, topic, res.observations, cap)
+    print(f"  end to end (the job):           {res.e2e:,.0f} obs/s over {len(res.batches)} batches", flush=True)
+    print(f"    memory: {res.memory}", flush=True)
+    print(f"    stages (s): {res.stages}", flush=True)
+    res.ceiling = run_ceiling(spark, records, cap)
+    print(f"  in-memory aggregation ceiling:  {res.ceiling:,.0f} obs/s", flush=True)
+    if naive:
+        res.naive, res.naive_observations = run_naive(
+            spark, kafka, topic, max(1, naive_batch_obs // per), per, naive_budget_s
+        )
+        print(
+            f"  naive (transformWithStateInPandas): {res.naive:,.0f} obs/s over {res.naive_observations} observations",
+            flush=True,
+        )
+    print(
+        f"  replicas={replicas} observations_per_second={res.e2e:.0f} ceiling_ratio={res.ceiling_ratio:.2f} "
+        f"naive_ratio={res.naive_ratio:.1f} input_ratio={res.e2e / res.input if res.input else 0:.2f}",
+        flush=True,
+    )
+    return res
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def main(argv: list[str] | None = None) -> list[Result]:
+    ap = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__.splitlines()[0])
+    ap.add_argument("--replicas", default="10000,100000,1000000", help="fleet sizes (comma-separated)")
+    ap.add_argument("--rounds", default="100,20,3", help="polling rounds per size (comma-separated)")
+    ap.add_argument("--batch-observations", type=int, default=1_000_000, help="observations per micro-batch")
+    ap.add_argument("--naive-budget", type=float, default=60.0, help="seconds for the naive design per size")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    print_header("isrwatch throughput: end to end vs in-memory ceiling, input ceiling, naive design")
+    from streaming.session import build_session
+
+    sizes, rounds = _ints(args.replicas), _ints(args.rounds)
+    results = []
+    spark = build_session("local[2]", 2, app_name="isrwatch-bench")
+    kafka = bkafka.start_cluster()
+    try:
+        for replicas, r in zip(sizes, rounds, strict=True):
+            results.append(
+                measure(spark, kafka, replicas, r, batch_obs=args.batch_observations, naive_budget_s=args.naive_budget)
+            )
+    finally:
+        kafka.close()
+        spark.stop()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([r.__dict__ for r in results], f, indent=1, default=str)
+    return results
+
+
+if __name__ == "__main__":
+    main()
