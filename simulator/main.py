@@ -8,6 +8,7 @@ import sys
 import time
 from contextlib import ExitStack
 
+from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
 from simulator.run import Pacer, Simulation
@@ -36,27 +37,34 @@ def _sink(settings: SimulateSettings) -> Sink:
 
 
 def main(settings: SimulateSettings) -> int:
+    sim = _simulation(settings)  # bad sizes fail before any output is opened
     try:
-        return _simulate(settings, _sink(settings))
+        return _simulate(settings, sim, _sink(settings))
     except BrokenPipeError:  # stdout closed early (``| head``): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 
-def _simulate(settings: SimulateSettings, sink: Sink) -> int:
-    sim = Simulation(
-        settings.scenario,
-        seed=settings.seed,
-        lag_time_max_ms=settings.lag_time_max_ms,
-        cluster=settings.cluster,
-        interval_ms=settings.interval_ms,
-        mode=settings.mode,
-        rule=settings.rule,
-        lag_max_messages=settings.lag_max_messages,
-        brokers=settings.brokers,
-        topics=settings.topics,
-        partitions=settings.partitions,
-    )
+def _simulation(settings: SimulateSettings) -> Simulation:
+    try:
+        return Simulation(
+            settings.scenario,
+            seed=settings.seed,
+            lag_time_max_ms=settings.lag_time_max_ms,
+            cluster=settings.cluster,
+            interval_ms=settings.interval_ms,
+            mode=settings.mode,
+            rule=settings.rule,
+            lag_max_messages=settings.lag_max_messages,
+            brokers=settings.brokers,
+            topics=settings.topics,
+            partitions=settings.partitions,
+        )
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _simulate(settings: SimulateSettings, sim: Simulation, sink: Sink) -> int:
     log.info(
         "simulating %s",
         kv(

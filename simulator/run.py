@@ -69,8 +69,11 @@ class Simulation:
             raise ValueError(f"mode={mode!r} is not one of: {', '.join(MODES)}")
         if interval_ms < 1:
             raise ValueError(f"interval_ms={interval_ms} must be >= 1")
-        sizes = {k: v for k, v in (("brokers", brokers), ("topics", topics), ("partitions", partitions)) if v}
-        self.spec = replace(spec or ClusterSpec(), **sizes)
+        base = spec or ClusterSpec()
+        sizes: dict[str, Any] = {k: v for k, v in (("topics", topics), ("partitions", partitions)) if v}
+        if brokers:  # replication factor 3, or all brokers when fewer
+            sizes.update(brokers=brokers, replication_factor=min(base.replication_factor, brokers))
+        self.spec = replace(base, **sizes)
         self.rule = RuleConfig(
             rule=Rule.parse(rule) if isinstance(rule, str) else rule,
             lag_time_max_ms=lag_time_max_ms,

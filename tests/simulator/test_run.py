@@ -136,3 +136,8 @@ def test_simulate_command_publishes_to_a_real_kafka_topic(kafka_cluster, unique_
     assert [r.sent_ms for r in records] == sorted(r.sent_ms for r in records)
     assert any(o.leo is None for r in records for o in r.observations)  # the paused broker
     assert json.loads(got[0].value())["version"] == 1
+
+
+def test_simulate_command_rejects_a_scenario_the_cluster_cannot_run(capsys):
+    assert cli_main(["simulate", "--scenario", "stuck-follower", "--brokers", "1"]) == 2
+    assert "needs replication_factor >= 2" in capsys.readouterr().err

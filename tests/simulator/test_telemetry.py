@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 from isrwatch.telemetry import decode_record, encode_record, json_schema
-from simulator import SCENARIOS, Simulation
+from simulator import SCENARIOS, ClusterSpec, Simulation
 from tests.simulator.replay import START_MS, key, observations, run
 
 VALIDATOR = jsonschema.Draft202012Validator(json_schema())
@@ -112,6 +112,7 @@ def test_bad_arguments_say_what_is_wrong():
     with pytest.raises(ValueError, match="mode='push'"):
         Simulation("steady", mode="push")
     with pytest.raises(ValueError, match="replication_factor=3 exceeds brokers=2"):
-        Simulation("steady", brokers=2)
+        ClusterSpec(brokers=2)
+    assert Simulation("steady", brokers=2).spec.replication_factor == 2
     with pytest.raises(ValueError, match="rule='kip99'"):
         Simulation("steady", rule="kip99")
