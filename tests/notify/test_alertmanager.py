@@ -132,6 +132,14 @@ def test_alerts_started_while_alertmanager_is_down_arrive_once_it_is_back() -> N
             # The start made while it was down, and the alert that held (re-sent).
             got = am.wait_for(lambda a: len(a) == 2, cluster=cluster)
             assert names(got) == {"KafkaReplicaNearingIsrShrink", "KafkaReplicaStalled"}
+
+            # Another restart with nothing new to send: the periodic re-send
+            # alone brings the firing alerts back.
+            am.stop()
+            am.start()
+            got = am.wait_for(lambda a: len(a) == 2, cluster=cluster)
+            assert names(got) == {"KafkaReplicaNearingIsrShrink", "KafkaReplicaStalled"}
+            assert all(a["endsAt"] > a["startsAt"] for a in got)
         finally:
             sink.close()
 
