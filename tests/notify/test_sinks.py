@@ -92,7 +92,11 @@ def test_kafka_alerts_sink_writes_each_transition_keyed_by_alert_identity() -> N
     sink.close()
     assert producer.flushed
     assert [(t, k.decode(), json.loads(v)["status"]) for t, k, v in producer.records] == [
-        ("isr.alerts", 'KafkaReplicaStalled{broker_id="2",cluster="prod",leader_id="1",partition="3",topic="orders"}', s)
+        (
+            "isr.alerts",
+            'KafkaReplicaStalled{broker_id="2",cluster="prod",leader_id="1",partition="3",topic="orders"}',
+            s,
+        )
         for s in ("firing", "resolved")
     ]
     assert len(out.getvalue().splitlines()) == 2
