@@ -23,7 +23,7 @@ Under the KIP-16 variants a follower is out of sync when
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 __all__ = [
     "Rule",
@@ -149,8 +149,8 @@ def on_fetch(
     """
     seen = caught_up_time(cfg.rule, t_ms, fetch_offset, leader_leo, state.prev_fetch_ms, state.prev_leader_leo)
     lcu = state.last_caught_up_ms if seen is None else max(state.last_caught_up_ms, seen)
-    return replace(
-        state,
+    # The constructor, not dataclasses.replace: this runs once per simulated fetch.
+    return FollowerState(
         last_caught_up_ms=lcu,
         last_fetch_ms=max(state.last_fetch_ms, t_ms),
         leo=fetch_offset,
