@@ -194,6 +194,10 @@ class AlertmanagerSink:
 
     def send(self, transition: Transition, now_ms: int) -> None:
         with self._cond:
+            # An alert held but unknown here (the job restored its alert book
+            # after a restart) is news too: deliver it now, not at the next re-send.
+            news = bool(transition.started or transition.resolved)
+            news = news or any(a.key not in self._firing for a in transition.holding)
             for alert in (*transition.started, *transition.holding):
                 self._firing[alert.key] = alert
                 for t in self._targets:
@@ -202,7 +206,7 @@ class AlertmanagerSink:
                 self._firing.pop(alert.key, None)
                 for t in self._targets:
                     t.resolved[alert.key] = alert
-            if transition.started or transition.resolved:
+            if news:
                 self._gen += 1
                 now = time.monotonic()
                 for t in self._targets:

@@ -136,3 +136,20 @@ def test_a_refire_cancels_a_pending_resolution() -> None:
         assert [a.name for a in sink.firing] == [AlertName.STALLED]
     finally:
         sink.close(timeout_s=0.1)
+
+
+def test_held_alerts_unknown_to_a_new_sink_are_news() -> None:
+    """After a job restart the book holds alerts the fresh sink never saw:
+    they must count as undelivered, not wait for the next re-send."""
+    book = AlertBook()
+    book.update(replica_alerts(status(State.STALLED, 1_000)), 1_000)
+    sink = AlertmanagerSink(["http://127.0.0.1:9"], backoff_initial_s=60, timeout_s=1)
+    try:
+        assert sink.flush(5)  # its first round: nothing to deliver yet
+        holding = book.update(replica_alerts(status(State.STALLED, 2_000)), 2_000)
+        assert holding.holding and not holding.started
+        sink.send(holding, 2_000)
+        assert not sink.flush(0.5)  # undelivered news (nothing listens on port 9)
+        assert [a.name for a in sink.firing] == [AlertName.STALLED]
+    finally:
+        sink.close(timeout_s=0.1)
