@@ -44,7 +44,9 @@ def _read(path: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, json.JSONDecodeError) as e:
-        raise IsrwatchError(f"checkpoint file {path} is unreadable ({e}); move the checkpoint away to start fresh")
+        raise IsrwatchError(
+            f"checkpoint file {path} is unreadable ({e}); move the checkpoint away to start fresh"
+        ) from None
     if not isinstance(data, dict):
         raise IsrwatchError(f"checkpoint file {path} is not a JSON object; move the checkpoint away to start fresh")
     return data

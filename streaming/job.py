@@ -79,7 +79,10 @@ def _sinks(settings: RunSettings, producer: Any) -> list[Any]:
     if producer is not None:
         sinks.append(
             notify.KafkaAlertsSink(
-                producer, settings.alerts_topic, generator_url=settings.grafana_url or "", runbook_base=settings.runbook_url
+                producer,
+                settings.alerts_topic,
+                generator_url=settings.grafana_url or "",
+                runbook_base=settings.runbook_url,
             )
         )
     if settings.alertmanager_url:
@@ -192,7 +195,9 @@ def run(
             from exporter.server import serve
 
             try:
-                server = serve(store, settings.metrics_host, settings.metrics_port, default_min_isr=settings.min_insync_replicas)
+                server = serve(
+                    store, settings.metrics_host, settings.metrics_port, default_min_isr=settings.min_insync_replicas
+                )
             except OSError as e:
                 raise ConfigError(
                     f"--metrics-port: cannot serve on {settings.metrics_host}:{settings.metrics_port}: {e.strerror}"
@@ -227,7 +232,12 @@ def run(
             monitor.restore(restored)
             log.info(
                 "restored %s",
-                kv(checkpoint=checkpoint_dir, replicas=len(restored), alerts=len(monitor.book.active), batch_id=monitor.handled_batch),
+                kv(
+                    checkpoint=checkpoint_dir,
+                    replicas=len(restored),
+                    alerts=len(monitor.book.active),
+                    batch_id=monitor.handled_batch,
+                ),
             )
 
         if kafka_mode:
@@ -241,7 +251,7 @@ def run(
             feeder.start()
 
         side_lock = threading.Lock()
-        pending = {"records": 0, "deadletters": {}}  # side output since the last aggregate batch
+        pending: dict[str, int] = {}  # dead letters by reason since the last aggregate batch
         side_done = ckpt.load_side()
 
         def on_side(batch: DataFrame, batch_id: int) -> None:
@@ -259,10 +269,8 @@ def run(
                         store.add_isr_changes(c["cluster"], c["topic"], int(c["partition"]), change, int(c[change]))
             ckpt.save_side(batch_id)
             with side_lock:
-                pending["records"] += out["records"]
                 for r, n in by_reason.items():
-                    pending["deadletters"][r] = pending["deadletters"].get(r, 0) + n
-                for r, n in by_reason.items():
+                    pending[r] = pending.get(r, 0) + n
                     handles.side_counts[r] = handles.side_counts.get(r, 0) + n
             if written:
                 log.warning("deadletters %s", kv(batch_id=batch_id, count=written, **by_reason))
@@ -272,8 +280,8 @@ def run(
             rows = batch.toArrow().to_pylist()
             report = monitor.apply_batch(batch_id, rows)
             with side_lock:
-                records, dead = pending["records"], pending["deadletters"]
-                pending["records"], pending["deadletters"] = 0, {}
+                dead = dict(pending)
+                pending.clear()
             elapsed = time.monotonic() - t0
             store.record_batch(elapsed, report.observations, dead)
             wall_ms = int(time.time() * 1000)
@@ -282,7 +290,6 @@ def run(
                 "batch %s",
                 kv(
                     batch_id=batch_id,
-                    input_records=records,
                     observations=report.observations,
                     replicas=report.replicas,
                     states=report.statuses,
@@ -319,6 +326,8 @@ def run(
     finally:
         if feeder is not None:
             feeder.stop_event.set()
+            feeder.join(timeout=10)
+        _drain(queries, timeout_s=max(30.0, 10 * settings.trigger_seconds))
         for q in queries:
             try:
                 q.stop()
@@ -334,6 +343,29 @@ def run(
         if own_spark:
             spark.stop()
         log.info("stopped %s", kv(checkpoint=checkpoint_dir))
+
+
+def _drain(queries: list[Any], timeout_s: float) -> None:
+    """Let running queries finish what is already available, so a stop does
+    not interrupt a batch halfway (a restart would redo it, harmlessly, but
+    noisily)."""
+    waiters = []
+    for q in queries:
+        if not q.isActive:
+            continue
+
+        def wait(q: Any = q) -> None:
+            try:
+                q.processAllAvailable()
+            except Exception:  # the query failed meanwhile; stop() reports nothing more
+                log.debug("drain_failed query=%s", q.name, exc_info=True)
+
+        t = threading.Thread(target=wait, name=f"drain-{q.name}", daemon=True)
+        t.start()
+        waiters.append(t)
+    deadline = time.monotonic() + timeout_s
+    for t in waiters:
+        t.join(max(0.0, deadline - time.monotonic()))
 
 
 def _install_sigterm(stop_event: threading.Event) -> None:

@@ -4,7 +4,7 @@
 row per record with the parsed body and, when the whole record is bad, its
 dead-letter reason. ``observations`` explodes the good records into one row
 per observation, each with its own reason (null when good);
-``isr_change_counts`` explodes ``isr_changes``. All of it is Spark SQL: no
+``side_items`` picks out the rare rows (dead letters, ISR changes). All of it is Spark SQL: no
 Python runs per record or per observation.
 
 Dead letters share one shape (``DEADLETTER_COLUMNS``): the reason (a short
@@ -28,12 +28,11 @@ if TYPE_CHECKING:
 __all__ = [
     "REASONS",
     "DEADLETTER_COLUMNS",
+    "CHANGE_TYPE",
     "parse_records",
     "observations",
     "good_observations",
-    "isr_change_counts",
-    "record_deadletters",
-    "observation_deadletters",
+    "side_items",
 ]
 
 # reason code -> what it means (docs/streaming.md lists the same).
@@ -52,6 +51,8 @@ REASONS = {
 }
 
 DEADLETTER_COLUMNS = ["reason", "detail", "cluster", "source_topic", "source_offset", "payload"]
+
+CHANGE_TYPE = "array<struct<t_ms:bigint,topic:string,partition:int,isr_before:array<int>,isr_after:array<int>>>"
 
 _OFFSETS = ("leo", "leader_leo", "hw", "prev_leo", "prev_leader_leo")
 
@@ -75,7 +76,9 @@ def parse_records(raw: DataFrame) -> DataFrame:
     reason = (
         F.when(F.col("value").isNull() | F.try_parse_json(F.col("value")).isNull(), F.lit("not_json"))
         .when(~looks_like_object, F.lit("not_object"))
-        .when(r.isNull() | ~F.coalesce(F.array_contains(versions, r["version"]), F.lit(False)), F.lit("unknown_version"))
+        .when(
+            r.isNull() | ~F.coalesce(F.array_contains(versions, r["version"]), F.lit(False)), F.lit("unknown_version")
+        )
         .when(F.coalesce(F.length(r["cluster"]), F.lit(0)) == 0, F.lit("missing_cluster"))
         .when(r["observations"].isNull(), F.lit("bad_observations"))
     )
@@ -91,7 +94,10 @@ def parse_records(raw: DataFrame) -> DataFrame:
         reason,
     )
     detail = (
-        F.when(reason == "unknown_version", F.concat(F.lit("version="), F.coalesce(r["version"].cast("string"), F.lit("null"))))
+        F.when(
+            reason == "unknown_version",
+            F.concat(F.lit("version="), F.coalesce(r["version"].cast("string"), F.lit("null"))),
+        )
         .when(reason == "not_json", F.lit("cannot parse as JSON"))
         .otherwise(F.lit(None).cast("string"))
     )
@@ -156,45 +162,8 @@ def good_observations(obs: DataFrame) -> DataFrame:
     return obs.where(F.col("reason").isNull()).select("cluster", "o.*")
 
 
-def record_deadletters(records: DataFrame) -> DataFrame:
-    return records.where(F.col("reason").isNotNull()).select(
-        "reason",
-        "detail",
-        F.when(F.col("reason").isin("not_json", "not_object"), F.lit(None).cast("string"))
-        .otherwise(F.col("rec.cluster"))
-        .alias("cluster"),
-        "source_topic",
-        "source_offset",
-        F.col("value").alias("payload"),
-    )
-
-
-def observation_deadletters(obs: DataFrame) -> DataFrame:
-    return obs.where(F.col("reason").isNotNull()).select(
-        "reason",
-        F.lit(None).cast("string").alias("detail"),
-        "cluster",
-        "source_topic",
-        "source_offset",
-        F.to_json("o").alias("payload"),
-    )
-
-
-def isr_change_counts(records: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(counts, dead letters) of the good records' ``isr_changes``.
-
-    counts: cluster, topic, partition, shrink (followers removed), expand
-    (followers added), summed per partition.
-    """
-    good = records.where(F.col("reason").isNull() & F.col("rec.isr_changes").isNotNull())
-    changes = good.select(
-        "source_topic",
-        "source_offset",
-        F.col("rec.cluster").alias("cluster"),
-        F.explode("rec.isr_changes").alias("c"),
-    )
-    c = F.col("c")
-    bad = (
+def _isr_change_bad(c: Column) -> Column:
+    return (
         c["t_ms"].isNull()
         | c["topic"].isNull()
         | (c["topic"] == "")
@@ -202,24 +171,77 @@ def isr_change_counts(records: DataFrame) -> tuple[DataFrame, DataFrame]:
         | c["isr_before"].isNull()
         | c["isr_after"].isNull()
     )
-    deadletters = changes.where(bad).select(
-        F.lit("bad_isr_change").alias("reason"),
-        F.lit(None).cast("string").alias("detail"),
+
+
+def _item(
+    kind: str,
+    reason: Column,
+    payload: Column,
+    detail: Column | None = None,
+    topic: Column | None = None,
+    partition: Column | None = None,
+    shrink: Column | None = None,
+    expand: Column | None = None,
+) -> Column:
+    def null(t: str) -> Column:
+        return F.lit(None).cast(t)
+
+    return F.struct(
+        F.lit(kind).alias("kind"),
+        reason.alias("reason"),
+        (detail if detail is not None else null("string")).alias("detail"),
+        payload.alias("payload"),
+        (topic if topic is not None else null("string")).alias("topic"),
+        (partition if partition is not None else null("int")).alias("partition"),
+        (shrink if shrink is not None else null("int")).alias("shrink"),
+        (expand if expand is not None else null("int")).alias("expand"),
+    )
+
+
+def side_items(records: DataFrame, future_tolerance_ms: int | None) -> DataFrame:
+    """The rare rows of a batch, in one pass with no shuffle: every dead
+    letter (a bad record; a bad observation or ISR change inside a good one)
+    and every ISR change. Columns: kind (``deadletter`` | ``isr``), reason,
+    detail, cluster, source_topic, source_offset, payload (the rejected JSON),
+    topic, partition, shrink (followers removed), expand (followers added).
+    """
+    now_ms = F.unix_millis(F.current_timestamp())
+    r = F.col("rec")
+    bad_obs = F.filter(r["observations"], lambda o: _observation_reason(o, now_ms, future_tolerance_ms).isNotNull())
+    obs_items = F.transform(
+        bad_obs,
+        lambda o: _item("deadletter", _observation_reason(o, now_ms, future_tolerance_ms), F.to_json(o)),
+    )
+    change_items = F.transform(
+        F.coalesce(r["isr_changes"], F.array().cast(CHANGE_TYPE)),
+        lambda c: F.when(_isr_change_bad(c), _item("deadletter", F.lit("bad_isr_change"), F.to_json(c))).otherwise(
+            _item(
+                "isr",
+                F.lit(None).cast("string"),
+                F.lit(None).cast("string"),
+                topic=c["topic"],
+                partition=c["partition"],
+                shrink=F.size(F.array_except(c["isr_before"], c["isr_after"])),
+                expand=F.size(F.array_except(c["isr_after"], c["isr_before"])),
+            )
+        ),
+    )
+    items = F.when(
+        F.col("reason").isNotNull(),
+        F.array(_item("deadletter", F.col("reason"), F.col("value"), detail=F.col("detail"))),
+    ).otherwise(F.concat(obs_items, change_items))
+    cluster = F.when(F.col("reason").isin("not_json", "not_object"), F.lit(None).cast("string")).otherwise(r["cluster"])
+    exploded = records.select("source_topic", "source_offset", cluster.alias("cluster"), F.explode(items).alias("i"))
+    return exploded.select(
+        "i.kind",
+        "i.reason",
+        "i.detail",
         "cluster",
         "source_topic",
         "source_offset",
-        F.to_json("c").alias("payload"),
+        "i.payload",
+        "i.topic",
+        "i.partition",
+        "i.shrink",
+        "i.expand",
     )
-    counts = (
-        changes.where(~bad)
-        .select(
-            "cluster",
-            c["topic"].alias("topic"),
-            c["partition"].alias("partition"),
-            F.size(F.array_except(c["isr_before"], c["isr_after"])).alias("shrink"),
-            F.size(F.array_except(c["isr_after"], c["isr_before"])).alias("expand"),
-        )
-        .groupBy("cluster", "topic", "partition")
-        .agg(F.sum("shrink").alias("shrink"), F.sum("expand").alias("expand"))
-    )
-    return counts, deadletters

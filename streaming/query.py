@@ -82,28 +82,17 @@ def start_side(
 
 
 def side_batch(batch: DataFrame, future_tolerance_ms: int | None) -> dict[str, Any]:
-    """What one side batch holds: counts, dead letters (dicts), ISR change counts (dicts)."""
-    records = parse.parse_records(batch).persist()
-    try:
-        obs = parse.observations(records, future_tolerance_ms)
-        counts, bad_changes = parse.isr_change_counts(records)
-        deadletters = (
-            parse.record_deadletters(records)
-            .unionByName(parse.observation_deadletters(obs))
-            .unionByName(bad_changes)
-        )
-        totals = records.agg(
-            F.count(F.lit(1)).alias("records"),
-            F.sum(F.when(F.col("reason").isNull(), F.size("rec.observations")).otherwise(0)).alias("observations"),
-        ).first()
-        return {
-            "records": int(totals["records"] or 0) if totals else 0,
-            "observations": int(totals["observations"] or 0) if totals else 0,
-            "deadletters": deadletters.toArrow().to_pylist(),
-            "isr_changes": counts.toArrow().to_pylist(),
-        }
-    finally:
-        records.unpersist()
+    """Dead letters (dicts with ``DEADLETTER_COLUMNS``) and ISR changes (dicts:
+    cluster, topic, partition, shrink, expand) of one side batch: one Spark
+    action, one scan, no shuffle."""
+    items = parse.side_items(parse.parse_records(batch), future_tolerance_ms)
+    out: dict[str, Any] = {"deadletters": [], "isr_changes": []}
+    for row in items.toArrow().to_pylist():
+        if row["kind"] == "deadletter":
+            out["deadletters"].append({k: row[k] for k in parse.DEADLETTER_COLUMNS})
+        else:
+            out["isr_changes"].append({k: row[k] for k in ("cluster", "topic", "partition", "shrink", "expand")})
+    return out
 
 
 def restore_aggregates(spark: SparkSession, checkpoint_dir: str) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from isrwatch.exceptions import IsrwatchError
@@ -17,6 +18,8 @@ __all__ = ["ROCKSDB_PROVIDER", "build_session"]
 
 log = logging.getLogger(__name__)
 
+_LOG4J = Path(__file__).with_name("log4j2.properties").as_uri()
+
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
@@ -24,9 +27,7 @@ def _check_java() -> None:
     java_home = os.environ.get("JAVA_HOME")
     java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
     if not java or not os.path.exists(java):
-        raise IsrwatchError(
-            "Java not found: Spark needs Java 17 (install openjdk-17-jre-headless, or set JAVA_HOME)"
-        )
+        raise IsrwatchError("Java not found: Spark needs Java 17 (install openjdk-17-jre-headless, or set JAVA_HOME)")
 
 
 def build_session(master: str = "local[2]", shuffle_partitions: int = 2, app_name: str = "isrwatch") -> SparkSession:
@@ -56,7 +57,7 @@ def build_session(master: str = "local[2]", shuffle_partitions: int = 2, app_nam
             .config("spark.sql.adaptive.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-            .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}")
             .getOrCreate()
         )
     except Exception as e:  # the JVM did not start: say so in one line

@@ -1,0 +1,102 @@
+"""The Spark aggregation computes what the Python rule computes (property test)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from isrwatch.rule import FollowerState, Rule, RuleConfig, caught_up_time, on_fetch
+from isrwatch.telemetry import SPARK_SCHEMA_DDL
+from streaming import state
+
+pytestmark = pytest.mark.integration
+
+OBS_DDL = SPARK_SCHEMA_DDL.split("observations ARRAY<STRUCT<", 1)[1].split(">>, isr_changes", 1)[0]
+OBS_SCHEMA = "cluster STRING, " + OBS_DDL.replace(": ", " ")
+
+
+@st.composite
+def fetch_histories(draw):
+    """Several followers' fetch sequences: times rise, leader LEO never falls,
+    the follower's fetch offset never passes the leader LEO it saw."""
+    followers = draw(st.integers(1, 3))
+    out = []
+    for b in range(followers):
+        n = draw(st.integers(1, 12))
+        t, leader, leo = 1_000_000, 100, 100
+        fetches = []
+        for _ in range(n):
+            t += draw(st.integers(1, 4000))
+            leader += draw(st.integers(0, 50))
+            leo = draw(st.integers(leo, leader))
+            fetches.append((t, leo, leader))
+        out.append((b + 2, fetches))
+    return out
+
+
+def _rows(history):
+    rows = []
+    for broker, fetches in history:
+        prev = None
+        for t, leo, leader in fetches:
+            rows.append(
+                {
+                    "cluster": "c",
+                    "topic": "t",
+                    "partition": 0,
+                    "broker_id": broker,
+                    "leader_id": 1,
+                    "t_ms": t,
+                    "leo": leo,
+                    "leader_leo": leader,
+                    "hw": leader,
+                    "prev_t_ms": prev[0] if prev else None,
+                    "prev_leo": prev[1] if prev else None,
+                    "prev_leader_leo": prev[2] if prev else None,
+                    "isr": [1, broker],
+                    "replicas": [1, broker],
+                    "lag_time_max_ms": 10_000,
+                    "min_isr": 1,
+                }
+            )
+            prev = (t, leo, leader)
+    return rows
+
+
+@pytest.mark.parametrize("rule", [Rule.KIP16_REFINED, Rule.KIP16])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=fetch_histories())
+def test_spark_aggregate_equals_python_fold(spark, rule, history) -> None:
+    rows = _rows(history)
+    df = spark.createDataFrame(rows, OBS_SCHEMA)
+    got = {r["broker_id"]: r.asDict(recursive=True) for r in state.replica_aggregates(df, rule).collect()}
+    cfg = RuleConfig(rule=rule, lag_time_max_ms=10_000)
+    for broker, fetches in history:
+        mine = [r for r in rows if r["broker_id"] == broker]
+        # The fold of the pure rule over the observations.
+        seen = [
+            caught_up_time(rule, r["t_ms"], r["leo"], r["leader_leo"], r["prev_t_ms"], r["prev_leader_leo"])
+            for r in mine
+        ]
+        expected_lcu = max((s for s in seen if s is not None), default=None)
+        agg = state.row_to_aggregate(got[broker])
+        assert agg.last_caught_up_ms == expected_lcu
+        # ...and the broker's own state machine agrees wherever it moved lcu.
+        follower = FollowerState.new(0, fetches[0][1])
+        for t, leo, leader in fetches:
+            follower = on_fetch(follower, cfg, t, leo, leader)
+        assert follower.last_caught_up_ms == max(0, expected_lcu or 0)
+        assert agg.first_t_ms == fetches[0][0] and agg.last_t_ms == fetches[-1][0]
+        assert (agg.leo, agg.leader_leo) == (fetches[-1][1], fetches[-1][2])
+        assert agg.known_leo == fetches[-1][1]
+        assert got[broker]["observations"] == len(fetches)
+
+
+def test_known_offsets_skip_unanswered_observations(spark) -> None:
+    rows = _rows([(2, [(1_000_100, 120, 130), (1_000_200, 125, 140)])])
+    rows.append({**rows[-1], "t_ms": 1_000_300, "leo": None, "prev_t_ms": 1_000_200})
+    df = spark.createDataFrame(rows, OBS_SCHEMA)
+    agg = state.row_to_aggregate(state.replica_aggregates(df, Rule.KIP16_REFINED).first().asDict(recursive=True))
+    assert agg.leo is None and agg.known_leo == 125
+    assert agg.last_answer_ms == 1_000_200 and agg.last_leader_answer_ms == 1_000_300
