@@ -1,0 +1,77 @@
+"""Validation: every bad record or observation becomes one dead letter with its reason."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from isrwatch.telemetry import IsrChange, Observation, TelemetryRecord, encode_record
+from streaming import parse, query
+
+pytestmark = pytest.mark.integration
+
+RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+
+
+def _obs(**over) -> dict:
+    now = int(time.time() * 1000)
+    o = Observation("t", 0, 2, 1, now, 100, 110, 100, now - 1000, 90, 105, (1, 2), (1, 2), 10_000, 1)
+    d = json.loads(encode_record(TelemetryRecord("c", "test", now, (o,))))["observations"][0]
+    d.update(over)
+    return d
+
+
+def _record(observations, **over) -> bytes:
+    body = {"version": 1, "cluster": "c", "source": "test", "sent_ms": 1, "observations": observations, **over}
+    return json.dumps(body).encode()
+
+
+def test_reasons(spark) -> None:
+    now = int(time.time() * 1000)
+    good_change = IsrChange(now, "t", 0, (1, 2, 3), (1, 3))
+    values = [
+        (b"not json at all", "not_json"),
+        (b"[1, 2]", "not_object"),
+        (_record([_obs()], version=7), "unknown_version"),
+        (_record([_obs()], cluster=""), "missing_cluster"),
+        (_record({"a": 1}), "bad_observations"),
+        (_record([_obs(broker_id=None)]), "missing_ids"),
+        (_record([_obs(leo=-5)]), "negative_value"),
+        (_record([_obs(prev_t_ms=now + 10)]), "prev_after_t"),
+        (_record([_obs(prev_leader_leo=200)]), "leader_leo_backwards"),
+        (_record([_obs(t_ms=now + 3_600_000, prev_t_ms=now)]), "future_t"),
+        (_record([], isr_changes=[{"t_ms": now, "topic": "t", "partition": 0, "isr_before": [1]}]), "bad_isr_change"),
+    ]
+    good = encode_record(TelemetryRecord("c", "test", now, (Observation("t", 1, 2, 1, now, 5, 5),), (good_change,)))
+    rows = [(None, v, "spool", 0, i, None) for i, (v, _) in enumerate(values)]
+    # One good record with one bad observation among good ones: only that one is rejected.
+    mixed = _record([_obs(), _obs(partition=None), _obs(partition=3)])
+    rows += [(None, good, "spool", 0, 100, None), (None, mixed, "spool", 0, 101, None)]
+    batch = spark.createDataFrame(rows, RAW)
+
+    out = query.side_batch(batch, future_tolerance_ms=60_000)
+    by_offset: dict[int, list[str]] = {}
+    for d in out["deadletters"]:
+        assert set(d) == set(parse.DEADLETTER_COLUMNS)
+        assert d["reason"] in parse.REASONS
+        by_offset.setdefault(d["source_offset"], []).append(d["reason"])
+    assert {i: [r] for i, (_, r) in enumerate(values)} == {k: v for k, v in by_offset.items() if k < 100}
+    assert by_offset.get(100) is None
+    assert by_offset[101] == ["missing_ids"]
+    bad_obs = next(d for d in out["deadletters"] if d["source_offset"] == 101)
+    assert json.loads(bad_obs["payload"]).get("partition") is None
+    assert json.loads(bad_obs["payload"])["broker_id"] == 2
+    assert out["isr_changes"] == [{"cluster": "c", "topic": "t", "partition": 0, "shrink": 1, "expand": 0}]
+
+    # The aggregation path sees exactly the good observations.
+    obs = parse.good_observations(parse.observations(parse.parse_records(batch), 60_000)).collect()
+    assert sorted((o["partition"], o["cluster"]) for o in obs) == [(0, "c"), (1, "c"), (3, "c")]
+
+
+def test_future_check_off_for_fast_simulators(spark) -> None:
+    now = int(time.time() * 1000)
+    v = _record([_obs(t_ms=now + 3_600_000, prev_t_ms=now)])
+    batch = spark.createDataFrame([(None, v, "spool", 0, 0, None)], RAW)
+    assert query.side_batch(batch, future_tolerance_ms=None)["deadletters"] == []
