@@ -9,9 +9,10 @@ time, many observations per record like the collector, at a few hundred
 thousand observations per second: the static part of each observation is
 rendered once.
 
-Replica ``i`` is caught up in every round unless it is in ``stuck``
-(index -> frozen LEO): then its LEO stays while its leader's moves on, so
-its lag grows in time exactly as a stuck follower's does.
+Replica ``i`` is caught up in every round unless it is in ``slow`` (index ->
+round): from that round on it fetches at half its leader's pace, so it keeps
+making progress (not stalled) while its time since caught up grows, exactly
+as a slow follower's does; taken out of ``slow``, it is caught up again.
 """
 
 from __future__ import annotations
@@ -67,26 +68,47 @@ class Fleet:
     def leader_leo(self, i: int, r: int) -> int:
         return self._base[i] + r * self.leo_step
 
-    def round(self, r: int, t_ms: int, stuck: Mapping[int, int] | None = None) -> list[bytes]:
-        """Round ``r`` (0, 1, ...) observed at ``t_ms``: every replica once."""
-        stuck = stuck or {}
+    def values(self, i: int, r: int, slow: Mapping[int, int] | None = None) -> tuple[int, int, int | None, int | None]:
+        """(leo, leader_leo, prev_leo, prev_leader_leo) of replica ``i`` in round ``r``."""
+        step = self.leo_step
+        lleo = self._base[i] + r * step
+        prev_l = None if r == 0 else lleo - step
+        since = (slow or {}).get(i)
+        if since is None or r < since:
+            return lleo, lleo, prev_l, prev_l
+        return self._slow_leo(i, r, since), lleo, None if r == 0 else self._slow_leo(i, r - 1, since), prev_l
+
+    def _slow_leo(self, i: int, r: int, since: int) -> int:
+        # From round ``since`` on, the follower fetches half as fast as its leader grows.
+        if r < since:
+            return self._base[i] + r * self.leo_step
+        return self._base[i] + (since - 1) * self.leo_step + (r - since + 1) * (self.leo_step // 2)
+
+    def round(self, r: int, t_ms: int, slow: Mapping[int, int] | None = None) -> list[bytes]:
+        """Round ``r`` (0, 1, ...) observed at ``t_ms``: every replica once.
+        ``slow``: replica index -> the round from which it falls behind."""
+        slow = slow or {}
         step = self.leo_step
         suffix = self._suffix_text
         prev_t = "null" if r == 0 else str(t_ms - self.interval_ms)
         obs: list[str] = []
         append = obs.append
         for i, prefix in enumerate(self._prefix):
-            lleo = self._base[i] + r * step
-            prev_l = "null" if r == 0 else str(lleo - step)
-            frozen = stuck.get(i)
-            if frozen is None:
-                leo, prev_leo = lleo, prev_l
+            if i in slow:
+                leo, lleo, pl, pll = self.values(i, r, slow)
+                fields = (t_ms, leo, lleo, lleo, prev_t, _js(pl), _js(pll))
             else:
-                leo, prev_leo = frozen, ("null" if r == 0 else str(frozen))
-            append(prefix + _OBS % (t_ms, leo, lleo, lleo, prev_t, prev_leo, prev_l) + suffix)
+                lleo = self._base[i] + r * step
+                prev_l = "null" if r == 0 else str(lleo - step)
+                fields = (t_ms, lleo, lleo, lleo, prev_t, prev_l, prev_l)
+            append(prefix + _OBS % fields + suffix)
         head = f'{{"version":1,"cluster":"{self.cluster}","source":"bench","sent_ms":{t_ms},"observations":['
         n = self.per_record
         return [(head + ",".join(obs[k : k + n]) + "]}").encode() for k in range(0, len(obs), n)]
 
     def records_per_round(self) -> int:
         return -(-self.replicas // self.per_record)
+
+
+def _js(v: int | None) -> str:
+    return "null" if v is None else str(v)

@@ -73,7 +73,9 @@ class NaiveReplicaState(StatefulProcessor):
         lcu, last_t, prev_leader_leo, leo, n = (None, None, None, None, 0) if s is None else tuple(s)
         n = n or 0
         for pdf in rows:
-            for t, f, lleo in pdf.sort_values("t_ms")[["t_ms", "leo", "leader_leo"]].itertuples(index=False):
+            if len(pdf) > 1:
+                pdf = pdf.sort_values("t_ms")
+            for t, f, lleo in zip(pdf["t_ms"].tolist(), pdf["leo"].tolist(), pdf["leader_leo"].tolist(), strict=True):
                 t, f, lleo = int(t), _int(f), _int(lleo)
                 if last_t is not None and t <= last_t:
                     continue  # a replayed or out-of-order observation proves nothing new
@@ -83,19 +85,17 @@ class NaiveReplicaState(StatefulProcessor):
                 last_t, prev_leader_leo, leo, n = t, lleo, f, n + 1
         self.state.update((lcu, last_t, prev_leader_leo, leo, n))
         yield pd.DataFrame(
-            [
-                {
-                    "cluster": key[0],
-                    "topic": key[1],
-                    "partition": int(key[2]),
-                    "broker_id": int(key[3]),
-                    "last_caught_up_ms": lcu,
-                    "last_t_ms": last_t,
-                    "leo": leo,
-                    "leader_leo": prev_leader_leo,
-                    "observations": n,
-                }
-            ]
+            {
+                "cluster": [key[0]],
+                "topic": [key[1]],
+                "partition": [int(key[2])],
+                "broker_id": [int(key[3])],
+                "last_caught_up_ms": [lcu],
+                "last_t_ms": [last_t],
+                "leo": [leo],
+                "leader_leo": [prev_leader_leo],
+                "observations": [n],
+            }
         )
 
     def close(self) -> None:

@@ -38,12 +38,12 @@ from bench import kafka as bkafka
 from bench.load import Fleet
 from bench.machine import dir_mb, load_average, print_header, rss_mb
 
-__all__ = ["Result", "measure", "run_e2e", "run_ceiling", "run_naive", "main", "START_MS"]
+__all__ = ["BatchLog", "Result", "measure", "run_e2e", "run_ceiling", "run_naive", "main", "START_MS"]
 
 log = logging.getLogger(__name__)
 
 START_MS = 1_767_225_600_000  # 2026-01-01: telemetry time, not the wall clock
-_BATCH_LINE = re.compile(r"observations=(\d+).*?batch_ms=(\d+)")
+_KV = re.compile(r"(\w+)=(\S+)")
 
 
 @dataclass
@@ -70,26 +70,38 @@ class Result:
         return self.e2e / self.naive if self.naive else 0.0
 
 
-class _BatchLog(logging.Handler):
-    """Collects the job's ``batch ...`` INFO lines: (time, observations, driver ms)."""
+class BatchLog(logging.Handler):
+    """Collects the job's ``batch ...`` INFO lines (``streaming.job``): for each,
+    (perf_counter when logged, its key=value fields)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.batches: list[tuple[float, int, int]] = []
+        self.batches: list[tuple[float, dict[str, str]]] = []
         self.done = threading.Condition()
 
     def emit(self, record: logging.LogRecord) -> None:
         msg = record.getMessage()
         if not msg.startswith("batch "):
             return
-        m = _BATCH_LINE.search(msg)
-        if m:
-            with self.done:
-                self.batches.append((time.perf_counter(), int(m.group(1)), int(m.group(2))))
-                self.done.notify_all()
+        fields = dict(_KV.findall(msg))
+        with self.done:
+            self.batches.append((time.perf_counter(), fields))
+            self.done.notify_all()
 
     def observations(self) -> int:
-        return sum(b[1] for b in self.batches)
+        return sum(int(f.get("observations", 0)) for _, f in self.batches)
+
+    def __enter__(self) -> BatchLog:
+        jlog = logging.getLogger("streaming.job")
+        self._old_level = jlog.level
+        jlog.setLevel(logging.INFO)
+        jlog.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        jlog = logging.getLogger("streaming.job")
+        jlog.removeHandler(self)
+        jlog.setLevel(self._old_level)
 
 
 def _progress(q: Any) -> list[dict[str, Any]]:
@@ -134,11 +146,7 @@ def run_e2e(
 
     checkpoint = tempfile.mkdtemp(prefix="bench-e2e-")
     settings = job_settings(kafka, topic, checkpoint, cap_records, trigger_s)
-    handler = _BatchLog()
-    jlog = logging.getLogger("streaming.job")
-    old_level = jlog.level
-    jlog.setLevel(logging.INFO)
-    jlog.addHandler(handler)
+    handler = BatchLog().__enter__()
     stop = threading.Event()
     handles = job.JobHandles()
     errors: list[BaseException] = []
@@ -173,10 +181,9 @@ def run_e2e(
     finally:
         stop.set()
         th.join(timeout=300)
-        jlog.removeHandler(handler)
-        jlog.setLevel(old_level)
+        handler.__exit__()
         shutil.rmtree(checkpoint, ignore_errors=True)
-    b = handler.batches
+    b = [(t, int(f.get("observations", 0)), int(f.get("batch_ms", 0))) for t, f in handler.batches]
     if len(b) < 2:
         raise RuntimeError("need at least two batches to time; lower the per-batch cap")
     rate = sum(x[1] for x in b[1:]) / (b[-1][0] - b[0][0])
@@ -299,9 +306,10 @@ def run_naive(
     finally:
         q.stop()
         shutil.rmtree(checkpoint, ignore_errors=True)
-    ps = ps[1:]
+    if len(ps) > 1:
+        ps = ps[1:]  # the first batch includes start-up, when there is more to time
     if not ps:
-        raise RuntimeError(f"the naive design finished no batch after its first in {budget_s}s")
+        raise RuntimeError(f"the naive design finished no batch in {budget_s}s")
     obs = sum(p["numInputRows"] for p in ps) * per_record
     secs = sum(p["durationMs"]["triggerExecution"] for p in ps) / 1000
     return obs / secs, obs

@@ -1,0 +1,132 @@
+"""Where one micro-batch's time goes, stage by stage, with the job's own code.
+
+For a fleet of N replicas and a batch of B observations (whole rounds of
+``bench.load.Fleet``), each stage is timed alone on the same data:
+
+* ``parse``: ``streaming.parse`` (from_json, validate, explode) of the raw
+  records already in Spark memory, to a no-op sink;
+* ``aggregate``: ``streaming.state.replica_aggregates`` of the parsed rows
+  (batch, no state store);
+* ``collect``: the updated rows to the driver (``toArrow().to_pylist()``, as
+  ``streaming.job`` does);
+* ``monitor.*``: ``streaming.monitor.Monitor.apply_batch`` split into its
+  parts (merge, evaluate every replica, store update, alerts), profiled with
+  cProfile; ``state_topic``: ``streaming.outputs.KafkaStates`` writing the
+  batch's statuses to a real Kafka topic.
+
+``python -m bench.stages --replicas 100000 --rounds 2``
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import time
+from typing import Any
+
+from bench import kafka as bkafka
+from bench.load import Fleet
+from bench.machine import print_header
+from bench.throughput import START_MS
+
+__all__ = ["measure", "main"]
+
+
+def _timed(fn: Any) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int = 12) -> dict[str, float]:
+    import pyarrow as pa
+
+    from exporter.store import StatusStore
+    from isrwatch.rule import Rule, RuleConfig
+    from isrwatch.status import Thresholds
+    from streaming import parse, state
+    from streaming.monitor import Monitor
+
+    fleet = Fleet(replicas)
+    records: list[bytes] = []
+    for r in range(rounds):
+        records += fleet.round(r, START_MS + r * 1000)
+    obs_n = replicas * rounds
+    raw = (
+        spark.createDataFrame(pa.table({"value": pa.array(records, pa.binary())}).to_pandas())
+        .selectExpr(
+            "cast(null as binary) as key",
+            "value",
+            "'t' as topic",
+            "0 as partition",
+            "0L as offset",
+            "cast(null as timestamp) as timestamp",
+        )
+        .repartition(2)
+        .cache()
+    )
+    raw.count()
+    out: dict[str, float] = {"observations": obs_n}
+    good = parse.good_observations(parse.observations(parse.parse_records(raw), None))
+    out["parse_s"], _ = _timed(lambda: good.write.format("noop").mode("overwrite").save())
+    rows_df = good.cache()
+    rows_df.count()
+    aggs = state.replica_aggregates(rows_df, Rule.KIP16_REFINED)
+    out["aggregate_s"], _ = _timed(lambda: aggs.write.format("noop").mode("overwrite").save())
+    out["collect_s"], rows = _timed(lambda: aggs.toArrow().to_pylist())
+    rows_df.unpersist()
+    raw.unpersist()
+
+    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000, 4000)
+    monitor = Monitor(
+        cfg, Thresholds(0.5, 0.8, 3000), default_min_isr=1, stale_after_s=15, store=StatusStore(), sinks=[]
+    )
+    prof = cProfile.Profile()
+    prof.enable()
+    out["monitor_s"], _ = _timed(lambda: monitor.apply_batch(0, rows))
+    prof.disable()
+    stats = pstats.Stats(prof, stream=(buf := io.StringIO()))
+    stats.sort_stats("cumulative").print_stats(top)
+    out["monitor_second_batch_s"], _ = _timed(lambda: monitor.apply_batch(1, rows))
+    if kafka is not None:
+        from streaming.outputs import KafkaStates
+
+        topic = bkafka.new_topic(kafka, "bench-states", partitions=1)
+        states = KafkaStates(bkafka.producer(kafka), topic)
+        statuses = list(monitor.statuses.values())
+        t0 = time.perf_counter()
+        states.write(statuses)
+        states.producer.flush(60)
+        out["state_topic_s"] = time.perf_counter() - t0
+    print(buf.getvalue()[:6000])
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    ap = argparse.ArgumentParser(prog="python -m bench.stages", description=__doc__.splitlines()[0])
+    ap.add_argument("--replicas", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--no-kafka", action="store_true", help="skip the state topic stage")
+    args = ap.parse_args(argv)
+    print_header("isrwatch per-stage cost of one micro-batch")
+    from streaming.session import build_session
+
+    spark = build_session("local[2]", 2, app_name="isrwatch-bench-stages")
+    kafka = None if args.no_kafka else bkafka.start_cluster()
+    try:
+        out = measure(spark, kafka, args.replicas, args.rounds)
+    finally:
+        if kafka is not None:
+            kafka.close()
+        spark.stop()
+    n = out["observations"]
+    for k, v in out.items():
+        if k.endswith("_s"):
+            print(f"{k}={v:.3f} ({n / v:,.0f} obs/s alone)")
+    return out
+
+
+if __name__ == "__main__":
+    main()
