@@ -4,7 +4,8 @@ For a fleet of N replicas and a batch of B observations (whole rounds of
 ``bench.load.Fleet``), each stage is timed alone on the same data:
 
 * ``parse``: ``streaming.parse`` (from_json, validate, explode) of the raw
-  records already in Spark memory, to a no-op sink;
+  records already in Spark memory, to a no-op sink; beside it
+  ``plain_from_json``: one ``from_json`` and ``explode``, nothing else;
 * ``aggregate``: ``streaming.state.replica_aggregates`` of the parsed rows
   (batch, no state store);
 * ``collect``: the updated rows to the driver (``toArrow().to_pylist()``, as
@@ -42,10 +43,12 @@ def _timed(fn: Any) -> tuple[float, Any]:
 
 def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int = 12) -> dict[str, float]:
     import pyarrow as pa
+    import pyspark.sql.functions as F
 
     from exporter.store import StatusStore
     from isrwatch.rule import Rule, RuleConfig
     from isrwatch.status import Thresholds
+    from isrwatch.telemetry import SPARK_SCHEMA_DDL
     from streaming import parse, state
     from streaming.monitor import Monitor
 
@@ -70,10 +73,20 @@ def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int 
     raw.count()
     out: dict[str, float] = {"observations": obs_n}
     good = parse.good_observations(parse.observations(parse.parse_records(raw), None))
+    good.write.format("noop").mode("overwrite").save()  # warm-up (JIT): the job runs hot
     out["parse_s"], _ = _timed(lambda: good.write.format("noop").mode("overwrite").save())
+    plain = raw.select(F.from_json(F.col("value").cast("string"), SPARK_SCHEMA_DDL).alias("rec")).select(
+        "rec.cluster", F.explode("rec.observations").alias("o")
+    )
+    plain.select("cluster", "o.*").write.format("noop").mode("overwrite").save()
+    out["plain_from_json_s"], _ = _timed(
+        lambda: plain.select("cluster", "o.*").write.format("noop").mode("overwrite").save()
+    )
+    out["from_json_in_plan"] = good._jdf.queryExecution().optimizedPlan().toString().count("from_json")
     rows_df = good.cache()
     rows_df.count()
     aggs = state.replica_aggregates(rows_df, Rule.KIP16_REFINED)
+    aggs.write.format("noop").mode("overwrite").save()
     out["aggregate_s"], _ = _timed(lambda: aggs.write.format("noop").mode("overwrite").save())
     out["collect_s"], rows = _timed(lambda: aggs.toArrow().to_pylist())
     rows_df.unpersist()

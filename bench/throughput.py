@@ -322,7 +322,7 @@ def measure(
     rounds: int,
     *,
     batch_obs: int = 1_000_000,
-    naive_batch_obs: int = 20_000,
+    naive_batch_obs: int = 100_000,
     naive_budget_s: float = 60.0,
     naive: bool = True,
 ) -> Result:
@@ -351,7 +351,7 @@ def measure(
     print(f"  in-memory aggregation ceiling:  {res.ceiling:,.0f} obs/s", flush=True)
     if naive:
         res.naive, res.naive_observations = run_naive(
-            spark, kafka, topic, max(1, naive_batch_obs // per), per, naive_budget_s
+            spark, kafka, topic, max(1, min(batch_obs, naive_batch_obs) // per), per, naive_budget_s
         )
         print(
             f"  naive (transformWithStateInPandas): {res.naive:,.0f} obs/s over {res.naive_observations} observations",
@@ -374,7 +374,8 @@ def main(argv: list[str] | None = None) -> list[Result]:
     ap.add_argument("--replicas", default="10000,100000,1000000", help="fleet sizes (comma-separated)")
     ap.add_argument("--rounds", default="100,20,3", help="polling rounds per size (comma-separated)")
     ap.add_argument("--batch-observations", type=int, default=1_000_000, help="observations per micro-batch")
-    ap.add_argument("--naive-budget", type=float, default=60.0, help="seconds for the naive design per size")
+    ap.add_argument("--naive-batch-observations", type=int, default=100_000, help="observations per naive micro-batch")
+    ap.add_argument("--naive-budget", type=float, default=180.0, help="seconds for the naive design per size")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     print_header("isrwatch throughput: end to end vs in-memory ceiling, input ceiling, naive design")
@@ -400,3 +401,36 @@ def main(argv: list[str] | None = None) -> list[Result]:
 
 if __name__ == "__main__":
     main()
+
+
+def scale(
+    spark: Any, kafka: Any, replicas: int, batch_obs: int = 200_000, batches: int = 4, trigger_s: float = 1.0
+) -> dict[str, Any]:
+    """``replicas`` each observed every ``replicas / batch_obs`` seconds: the job
+    at its 1 s trigger with ``batch_obs`` observations a batch (the backlog is
+    cut to that by the source's cap). Batch durations, memory, state size."""
+    fleet = Fleet(replicas)
+    total = (batches + 1) * batch_obs
+    rounds = -(-total // replicas)
+    topic = bkafka.new_topic(kafka, f"bench-scale-{replicas}")
+    n = 0
+    for r in range(rounds):  # produced round by round: 1M observations are ~260 MB
+        n += bkafka.produce(kafka, topic, fleet.round(r, START_MS + r * fleet.interval_ms))[0]
+    cap = max(1, batch_obs // fleet.per_record)
+    print(
+        f"scale: replicas={replicas} observed every {replicas / batch_obs:g}s = {batch_obs} obs per {trigger_s:g}s "
+        f"batch; load_average={load_average()}",
+        flush=True,
+    )
+    _rate, batches_out, memory, stages = run_e2e(spark, kafka, topic, total, cap, trigger_s=trigger_s)
+    for i, b in enumerate(batches_out):
+        print(f"  batch {i}: {b}", flush=True)
+    print(f"  memory: {memory}", flush=True)
+    return {
+        "replicas": replicas,
+        "batch_obs": batch_obs,
+        "trigger_s": trigger_s,
+        "batches": batches_out,
+        "memory": memory,
+        "stages": stages,
+    }
