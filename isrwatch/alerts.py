@@ -49,13 +49,15 @@ SEVERITY = {
     AlertName.TELEMETRY_STALE: "warning",
 }
 
-# Lag alerts are cumulative: a replica past 0.8 is also past 0.5.
-_BY_STATE = {
+# Lag alerts are cumulative: a replica past 0.8 is also past 0.5. They follow
+# the lag state; a stalled follower also gets KafkaReplicaStalled, so a paused
+# broker is told apart from a slow follower while its lag still counts down.
+_BY_LAG_STATE = {
     State.OK: (),
     State.NEARING: (AlertName.NEARING,),
     State.CRITICAL: (AlertName.NEARING, AlertName.IMMINENT),
     State.OUT_OF_SYNC: (AlertName.NEARING, AlertName.IMMINENT, AlertName.OUT_OF_SYNC),
-    State.STALLED: (AlertName.STALLED,),
+    State.STALLED: (),
 }
 
 
@@ -110,7 +112,9 @@ def replica_alerts(s: ReplicaStatus) -> list[Alert]:
     """The alerts one replica status calls for."""
     where = f"{s.topic}-{s.partition} on broker {s.broker_id} (leader {s.leader_id}, cluster {s.cluster})"
     out = []
-    for name in _BY_STATE[s.state]:
+    lag_state = s.lag_state or s.state
+    names = _BY_LAG_STATE[lag_state] + ((AlertName.STALLED,) if s.state is State.STALLED else ())
+    for name in names:
         if name is AlertName.STALLED:
             summary = f"Follower {where} is stalled"
             description = (

@@ -102,6 +102,13 @@ class ReplicaStatus:
     lag_time_max_ms: int
     shrink_window_start_ms: int  # earliest predicted removal
     shrink_window_end_ms: int  # latest predicted removal
+    # The state from the lag ratio alone. Equal to ``state`` except for a
+    # stalled follower, whose lag keeps growing while its broker is silent.
+    lag_state: State | None = None
+
+    def __post_init__(self) -> None:
+        if self.lag_state is None:
+            object.__setattr__(self, "lag_state", self.state)
 
 
 def evaluate(agg: ReplicaAggregate, cluster_now_ms: int, cfg: RuleConfig, th: Thresholds) -> ReplicaStatus:
@@ -146,16 +153,15 @@ def evaluate(agg: ReplicaAggregate, cluster_now_ms: int, cfg: RuleConfig, th: Th
         and now - (agg.last_answer_ms if agg.last_answer_ms is not None else agg.first_t_ms) >= th.stall_after_ms
         and offset_lag > 0
     )
-    if stalled:
-        state = State.STALLED
-    elif ratio >= 1.0 or (agg.isr and not in_isr):
-        state = State.OUT_OF_SYNC
+    if ratio >= 1.0 or (agg.isr and not in_isr):
+        lag_state = State.OUT_OF_SYNC
     elif ratio >= th.critical_ratio:
-        state = State.CRITICAL
+        lag_state = State.CRITICAL
     elif ratio >= th.nearing_ratio:
-        state = State.NEARING
+        lag_state = State.NEARING
     else:
-        state = State.OK
+        lag_state = State.OK
+    state = State.STALLED if stalled else lag_state
 
     start = lcu + max_lag
     return ReplicaStatus(
@@ -176,6 +182,7 @@ def evaluate(agg: ReplicaAggregate, cluster_now_ms: int, cfg: RuleConfig, th: Th
         lag_time_max_ms=max_lag,
         shrink_window_start_ms=start,
         shrink_window_end_ms=start + check_period_ms(cfg),
+        lag_state=lag_state,
     )
 
 
@@ -187,8 +194,12 @@ def status_key(s: ReplicaStatus) -> str:
 def status_to_json(s: ReplicaStatus) -> dict[str, object]:
     d = dict(s.__dict__)
     d["state"] = s.state.value
+    d["lag_state"] = s.lag_state.value if s.lag_state is not None else s.state.value
     return d
 
 
 def status_from_json(d: dict[str, object]) -> ReplicaStatus:
-    return ReplicaStatus(**{**d, "state": State(d["state"])})  # type: ignore[arg-type]
+    lag_state = d.get("lag_state")
+    return ReplicaStatus(
+        **{**d, "state": State(d["state"]), "lag_state": State(lag_state) if lag_state else None}  # type: ignore[arg-type]
+    )

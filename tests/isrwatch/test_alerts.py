@@ -78,3 +78,16 @@ def test_min_isr_at_risk_when_predicted_isr_falls_below_min_isr() -> None:
     ok = [status(9000, broker_id=2), status(0, broker_id=3)]
     assert partition_alerts(ok, default_min_isr=1) == []
     assert all(s.state is not State.STALLED for s in ok)
+
+
+def test_a_stalled_follower_gets_stalled_and_its_lag_alerts() -> None:
+    from dataclasses import replace
+
+    now = T0 + 20_000
+    silent = agg(leo=None, known_leo=90, leader_leo=120, last_answer_ms=T0 + 14_000, last_caught_up_ms=T0 + 14_000)
+    s = evaluate(silent, now, CFG, Thresholds())
+    assert s.state is State.STALLED and s.lag_state is State.NEARING
+    assert names(replica_alerts(s)) == ["KafkaReplicaNearingIsrShrink", "KafkaReplicaStalled"]
+    # just paused: lag still small, only the stall shows
+    fresh = evaluate(replace(silent, last_caught_up_ms=T0 + 16_000, last_answer_ms=T0 + 16_000), now, CFG, Thresholds())
+    assert names(replica_alerts(fresh)) == ["KafkaReplicaStalled"]
