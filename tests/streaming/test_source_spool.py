@@ -16,7 +16,12 @@ def _run_once(spark, raw, checkpoint):
     def handle(batch, batch_id):
         got.append((batch_id, [(r.offset, r.value, r.topic, r.partition) for r in batch.collect()]))
 
-    q = raw.writeStream.foreachBatch(handle).option("checkpointLocation", checkpoint).trigger(processingTime="0.2 seconds").start()
+    q = (
+        raw.writeStream.foreachBatch(handle)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="0.2 seconds")
+        .start()
+    )
     try:
         q.processAllAvailable()
     finally:
