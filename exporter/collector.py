@@ -66,6 +66,16 @@ REPLICA_GAUGES: tuple[tuple[str, str, Callable[[ReplicaStatus], float]], ...] = 
         "Messages the follower is behind the leader's log end offset",
         lambda s: s.offset_lag,
     ),
+    (
+        "isrwatch_replica_in_isr",
+        "1 when the follower is in the partition's ISR per the newest metadata, else 0",
+        lambda s: 1.0 if s.in_isr else 0.0,
+    ),
+    (
+        "isrwatch_replica_lag_time_max_seconds",
+        "replica.lag.time.max.ms applied to the follower, in seconds (the lag ratio's denominator)",
+        lambda s: s.lag_time_max_ms / 1000.0,
+    ),
 )
 STATE_FAMILY = ("isrwatch_replica_state", "1 for the replica's current state, 0 for the others")
 

@@ -47,6 +47,8 @@ CONTRACT_METRICS = frozenset(
         "isrwatch_replica_time_to_shrink_seconds",
         "isrwatch_replica_offset_lag",
         "isrwatch_replica_state",
+        "isrwatch_replica_in_isr",
+        "isrwatch_replica_lag_time_max_seconds",
         "isrwatch_partition_isr_size",
         "isrwatch_partition_predicted_isr_size",
         "isrwatch_partition_min_isr_headroom",

@@ -132,4 +132,4 @@ def test_real_prometheus_loads_the_rules(tmp_path: Path) -> None:
             time.sleep(0.5)
         names = {r["name"] for r in rules}
         assert {a.value for a in AlertName} <= names
-        assert {"isrwatch:replicas_by_state:count", "isrwatch:replica_lag_time_max_seconds"} <= names
+        assert {"isrwatch:replicas_by_state:count", "isrwatch:replica_lag_time_max_seconds:max"} <= names

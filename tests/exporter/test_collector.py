@@ -185,3 +185,13 @@ def test_bad_options_are_refused() -> None:
         StoreCollector(StatusStore(), replica_series="some")
     with pytest.raises(ValueError, match="replica_series_top"):
         StoreCollector(StatusStore(), replica_series_top=-1)
+
+
+def test_isr_membership_and_applied_threshold(store: StatusStore) -> None:
+    get = registry(store).get_sample_value
+    assert get("isrwatch_replica_in_isr", r_labels(2)) == 1
+    assert get("isrwatch_replica_in_isr", r_labels(3, partition=1, leader_id=2)) == 0
+    assert get("isrwatch_replica_lag_time_max_seconds", r_labels(2)) == pytest.approx(30.0)
+    # The threshold is the ratio's denominator.
+    since = get("isrwatch_replica_time_since_caught_up_seconds", r_labels(2))
+    assert since / get("isrwatch_replica_lag_time_max_seconds", r_labels(2)) == pytest.approx(0.85)
