@@ -38,7 +38,18 @@ from bench import kafka as bkafka
 from bench.load import Fleet
 from bench.machine import dir_mb, load_average, print_header, rss_mb
 
-__all__ = ["BatchLog", "Result", "job_compat", "scale", "measure", "run_e2e", "run_ceiling", "run_naive", "main", "START_MS"]
+__all__ = [
+    "BatchLog",
+    "Result",
+    "job_compat",
+    "scale",
+    "measure",
+    "run_e2e",
+    "run_ceiling",
+    "run_naive",
+    "main",
+    "START_MS",
+]
 
 log = logging.getLogger(__name__)
 
