@@ -102,6 +102,9 @@ def restore_aggregates(spark: SparkSession, checkpoint_dir: str) -> list[dict[st
         not n.startswith(".") for n in os.listdir(os.path.join(path, "commits"))
     ):
         return []
+    # The state reader needs the driver's state store coordinator, which the
+    # streaming query manager starts: make sure it exists before any query does.
+    _ = spark.streams.active
     st = spark.read.format("statestore").load(path)
     value = F.col("value").cast(_STATE_VALUE)
     rows = st.select(
