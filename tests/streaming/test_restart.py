@@ -60,6 +60,8 @@ def test_restart_repeats_nothing_and_loses_nothing(spark, tmp_path) -> None:
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(30)
+    # What it printed before it died counts too.
+    lines += [json.loads(x) for x in first.stdout.read().splitlines() if x.strip()]  # type: ignore[union-attr]
     assert len(lines) >= 3, "the first run announced the stuck follower"
 
     second = _start(tmp_path / "spool", ckpt, 90)
