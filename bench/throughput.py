@@ -194,8 +194,15 @@ def run_e2e(
             raise RuntimeError(f"job failed: {errors[0]}") from errors[0]
         if handler.observations() < total_obs:
             raise RuntimeError(f"job saw {handler.observations()} of {total_obs} observations in {timeout_s}s")
-        for q in spark.streams.active:
-            progress[q.name] = _progress(q)
+        last_id = max(int(f.get("batch_id", -1)) for _, f in handler.batches)
+        wait_until = time.monotonic() + 20
+        while time.monotonic() < wait_until:  # a batch's progress is posted after its foreachBatch returns
+            for q in spark.streams.active:
+                progress[q.name] = _progress(q)
+            agg_ids = [p.get("batchId", -1) for p in progress.get("isrwatch_aggregates", [])]
+            if agg_ids and max(agg_ids) >= last_id:
+                break
+            time.sleep(0.2)
         memory = {
             "driver_python_rss_mb": rss_mb(),
             "driver_jvm_rss_mb": rss_mb(_jvm_pid(spark)),
@@ -208,20 +215,26 @@ def run_e2e(
         handler.__exit__()
         shutil.rmtree(checkpoint, ignore_errors=True)
     b = [(t, int(f.get("observations", 0)), int(f.get("batch_ms", 0))) for t, f in handler.batches]
+    ids = [int(f.get("batch_id", -1)) for _, f in handler.batches]
     if len(b) < 2:
         raise RuntimeError("need at least two batches to time; lower the per-batch cap")
     rate = sum(x[1] for x in b[1:]) / (b[-1][0] - b[0][0])
-    agg = progress.get("isrwatch_aggregates", [])
-    batches = [
-        {
-            "observations": x[1],
-            "driver_ms": x[2],
-            "trigger_ms": p.get("durationMs", {}).get("triggerExecution"),
-            "add_batch_ms": p.get("durationMs", {}).get("addBatch"),
-            "state_rows": (p.get("stateOperators") or [{}])[0].get("numRowsTotal"),
-        }
-        for x, p in zip(b, agg[-len(b) :] if len(agg) >= len(b) else [{}] * len(b), strict=False)
-    ]
+    agg = {p.get("batchId"): p for p in progress.get("isrwatch_aggregates", [])}
+    batches = []
+    for x, i in zip(b, ids, strict=True):
+        p = agg.get(i, {})
+        d = p.get("durationMs") or {}
+        batches.append(
+            {
+                "batch_id": i,
+                "observations": x[1],
+                "driver_ms": x[2],
+                "trigger_ms": d.get("triggerExecution"),
+                "add_batch_ms": d.get("addBatch"),
+                "state_rows": (p.get("stateOperators") or [{}])[0].get("numRowsTotal"),
+                "state_memory_mb": round(((p.get("stateOperators") or [{}])[0].get("memoryUsedBytes") or 0) / 2**20, 1),
+            }
+        )
     stages = _stages(progress, b)
     return rate, batches, memory, stages
 
