@@ -188,7 +188,7 @@ def run(
     queries: list[Any] = []
     feeder: _Feeder | None = None
     try:
-        producer = make_producer(settings.bootstrap_servers, settings.kafka_config) if kafka_mode else None
+        producer = make_producer(settings.bootstrap_servers or "", settings.kafka_config) if kafka_mode else None
         store = StatusStore()
         handles.store = store
         if not kafka_mode and settings.metrics_port != 0:

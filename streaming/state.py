@@ -72,6 +72,7 @@ def replica_aggregates(obs: DataFrame, rule: Rule) -> DataFrame:
 def row_to_aggregate(row: Mapping[str, Any]) -> ReplicaAggregate:
     """One output row (as a dict, ``latest`` a dict too) to the core's type."""
     latest = row["latest"] or {}
+    leader_id = _int(latest.get("leader_id"))
     return ReplicaAggregate(
         cluster=row["cluster"],
         topic=row["topic"],
@@ -83,7 +84,7 @@ def row_to_aggregate(row: Mapping[str, Any]) -> ReplicaAggregate:
         last_answer_ms=_int(row["last_answer_ms"]),
         last_leader_answer_ms=_int(row["last_leader_answer_ms"]),
         last_progress_ms=_int(row["last_progress_ms"]),
-        leader_id=int(latest.get("leader_id") if latest.get("leader_id") is not None else -1),
+        leader_id=-1 if leader_id is None else leader_id,
         leo=_int(latest.get("leo")),
         leader_leo=_int(latest.get("leader_leo")),
         hw=_int(latest.get("hw")),
