@@ -159,7 +159,7 @@ def run(
     crossings: int = 60,
     replicas: int = 2000,
     every_s: float = 2.0,
-    hold_s: float = 22.0,
+    max_hold_s: float = 60.0,
     warmup_s: float = 25.0,
     prometheus_interval_s: int = 5,
 ) -> dict[str, Any]:
@@ -243,7 +243,8 @@ def run(
                             started += 1
                             next_crossing += every_s
                         for i, ep in list(episodes.items()):
-                            if r > ep.crossing_round + hold_s:
+                            # recover once both paths showed the alert (or after max_hold_s)
+                            if (len(ep.seen) == 2 and r > ep.crossing_round + 2) or r > ep.crossing_round + max_hold_s:
                                 done.append(episodes.pop(i))
                         slow = {i: ep.since_round for i, ep in episodes.items()}
                     for rec in fleet.round(r, t_ms, slow):
