@@ -371,7 +371,7 @@ def measure(
     n, size = bkafka.produce(kafka, topic, records)
     res = Result(replicas, replicas * rounds, n, round(size / 1e6, 1))
     per = fleet.per_record
-    cap = max(1, batch_obs // per)
+    cap = max(1, min(batch_obs, res.observations // 3) // per)  # at least 3 batches: the first is start-up
     print(
         f"replicas={replicas} rounds={rounds} observations={res.observations} records={n} "
         f"mbytes={res.mbytes} batch_observations={cap * per} load_average={load_average()}",
@@ -388,7 +388,7 @@ def measure(
     print(f"  in-memory aggregation ceiling:  {res.ceiling:,.0f} obs/s", flush=True)
     if naive:
         res.naive, res.naive_observations = run_naive(
-            spark, kafka, topic, max(1, min(batch_obs, naive_batch_obs) // per), per, naive_budget_s
+            spark, kafka, topic, max(1, min(cap * per, naive_batch_obs) // per), per, naive_budget_s
         )
         print(
             f"  naive (transformWithStateInPandas): {res.naive:,.0f} obs/s over {res.naive_observations} observations",
