@@ -169,7 +169,9 @@ class Monitor:
                 self.state_topic.update(changed)
             if batch_id <= self.handled_batch:
                 report.skipped = True
-                log.info("batch_replayed batch_id=%s handled=%s (transitions already sent)", batch_id, self.handled_batch)
+                log.info(
+                    "batch_replayed batch_id=%s handled=%s (transitions already sent)", batch_id, self.handled_batch
+                )
                 return report
             transitions = []
             for c in sorted(clusters):
@@ -178,7 +180,10 @@ class Monitor:
                 desired += partition_alerts(mine, self.default_min_isr)
                 others = [a for a in self.book.active.values() if _cluster_of(a) != c]
                 transitions.append(
-                    (self.book.update([*desired, *others], self.cluster_now[c], scope=REPLICA_SCOPE), self.cluster_now[c])
+                    (
+                        self.book.update([*desired, *others], self.cluster_now[c], scope=REPLICA_SCOPE),
+                        self.cluster_now[c],
+                    )
                 )
             self.handled_batch = batch_id
             if self.checkpoint is not None:
@@ -220,7 +225,9 @@ class Monitor:
         (a deleted topic, a reassigned replica). Returns the removed keys."""
         with self._lock:
             gone = [
-                k for k, a in self.aggregates.items() if self.cluster_now.get(k[0], a.last_t_ms) - a.last_t_ms > older_than_ms
+                k
+                for k, a in self.aggregates.items()
+                if self.cluster_now.get(k[0], a.last_t_ms) - a.last_t_ms > older_than_ms
             ]
             keys = []
             for k in gone:
