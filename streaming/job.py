@@ -74,7 +74,8 @@ def _sinks(settings: RunSettings, producer: Any) -> list[Any]:
     from streaming import notify
 
     sinks: list[Any] = []
-    if not settings.bootstrap_servers:
+    if not settings.bootstrap_servers or not settings.alertmanager_url:
+        # Without an Alertmanager, alert transitions are printed, with Kafka too.
         sinks.append(notify.StdoutSink(generator_url=settings.grafana_url or "", runbook_base=settings.runbook_url))
     if producer is not None:
         sinks.append(
