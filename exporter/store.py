@@ -188,6 +188,14 @@ class StatusStore:
             for reason, n in deadletters_by_reason.items():
                 self._deadletters[reason] = self._deadletters.get(reason, 0) + n
 
+    def declare_deadletter_reasons(self, reasons: Iterable[str]) -> None:
+        """Serve the dead-letter counter at 0 for every reason the feeding side
+        knows, so a dashboard by reason has series before the first rejection
+        (and a rate sees the first one)."""
+        with self._lock:
+            for reason in reasons:
+                self._deadletters.setdefault(reason, 0)
+
     def set_up(self, up: bool) -> None:
         """Whether the feeding side (job, state-topic consumer) is healthy."""
         with self._lock:
