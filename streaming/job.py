@@ -154,6 +154,7 @@ def run(
     from streaming.checkpoint import DriverCheckpoint
     from streaming.monitor import Monitor
     from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer
+    from streaming.parse import REASONS
     from streaming.session import build_session
     from streaming.source import kafka_stream, spool_stream
 
@@ -191,6 +192,7 @@ def run(
     try:
         producer = make_producer(settings.bootstrap_servers or "", settings.kafka_config) if kafka_mode else None
         store = StatusStore()
+        store.declare_deadletter_reasons(REASONS)  # the counter by reason starts at 0
         handles.store = store
         if not kafka_mode and settings.metrics_port != 0:
             from exporter.server import serve
