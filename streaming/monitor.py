@@ -239,4 +239,6 @@ class Monitor:
                     keys.append(status_key(s))
         if keys:
             self.store.remove(keys)
+            if self.state_topic is not None:
+                self.state_topic.remove(keys)  # tombstones: the exporter forgets them too
         return keys

@@ -93,6 +93,10 @@ class KafkaStates:
         self.producer.poll(0)
         return n
 
+    def update(self, statuses: Iterable[ReplicaStatus]) -> int:
+        """``streaming.monitor``'s status output interface (as ``exporter.store.StatusStore.update``)."""
+        return self.write(statuses)
+
     def remove(self, keys: Iterable[str]) -> None:
         """Tombstones: forget these replicas on the compacted topic."""
         for key in keys:
