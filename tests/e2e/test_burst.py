@@ -1,0 +1,53 @@
+"""Issue 3, done-when 1: a burst that healthy followers absorb within the window.
+
+Real cluster, default fetch sizes, light steady load, then a burst of 20k
+messages of 1 KB produced as fast as the client can. The followers copy it in
+a few seconds, well inside ``replica.lag.time.max.ms``: the leader logs no
+shrink, and the job raises no ``KafkaReplicaOutOfSync`` (nor anything
+critical) while it watches for two lag windows after the burst.
+"""
+
+from __future__ import annotations
+
+import time
+
+from isrwatch.alerts import AlertName
+from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, ProduceLoad, until, write_result
+
+BURST = 20_000
+MESSAGE_BYTES = 1000
+
+
+def test_burst_absorbed_by_healthy_followers_raises_no_out_of_sync_and_no_shrink(kafka_cluster_factory, tmp_path):
+    cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
+    topic = "bursty"
+    cluster.create_topic(topic, assignment=[[1, 2, 3], [2, 3, 1]])
+    started = time.time()
+    load = ProduceLoad(cluster, topic, 2, rate=50, size=MESSAGE_BYTES)
+    with load, Pipeline(cluster, tmp_path) as pipe:
+        pipe.wait_watching(4)
+        burst_at = time.time()
+        load.burst(BURST)  # returns once every message is acknowledged by its leader
+        burst_s = time.time() - burst_at
+        # Watch two lag windows: a shrink the burst caused would be logged by then.
+        watch_until = time.time() + 2 * LAG_MS / 1000
+        until("two lag windows after the burst", lambda: time.time() > watch_until, 4 * LAG_MS / 1000, pipe)
+        batches_after = [b for b in pipe.batches()]
+    shrinks = [c for c in cluster.isr_shrinks(started) if c.topic == topic]
+    alerts = pipe.alerts()
+    write_result(
+        "burst",
+        {
+            "scenario": f"burst of {BURST} x {MESSAGE_BYTES} B over light load, healthy followers",
+            "lag_time_max_ms": LAG_MS,
+            "collector_interval_s": COLLECT_INTERVAL_S,
+            "burst_s": burst_s,
+            "shrinks": len(shrinks),
+            "rows": [],
+            "alerts": [[e.arrived, e.name, e.status, *e.replica] for e in alerts],
+        },
+    )
+    assert batches_after, "the job evaluated the replicas during the burst"
+    assert not shrinks, f"the burst made the leader shrink the ISR: {shrinks}"
+    bad = {AlertName.OUT_OF_SYNC.value, AlertName.IMMINENT.value, AlertName.STALLED.value}
+    assert not [e.body for e in alerts if e.name in bad], "an absorbed burst raised a critical alert"

@@ -1,0 +1,115 @@
+"""Issue 3, done-when 1: a follower that cannot keep up.
+
+Real cluster with a tiny ``replica.fetch.max.bytes`` (2 KiB: about one 1 KB
+message per partition per fetch), real collector and job. Light load first
+(the followers keep up, no alert), then heavy load with 1 KB messages, more
+than a follower can copy one message per round trip: the followers fall
+behind, alive and answering, until their leader drops them. For every
+follower the leader logs out of the ISR, ``KafkaReplicaNearingIsrShrink`` is
+printed before the logged shrink, and no ``KafkaReplicaStalled`` fires (the
+broker answers; it is slow, not stopped).
+"""
+
+from __future__ import annotations
+
+import time
+
+from isrwatch.alerts import AlertName
+from tests.e2e.pipeline import (
+    COLLECT_INTERVAL_S,
+    LAG_MS,
+    ZK_SESSION_MS,
+    Pipeline,
+    ProduceLoad,
+    Shrinks,
+    until,
+    write_result,
+)
+from tests.e2e.test_paused_follower import first_event
+
+FETCH_MAX_BYTES = 2048
+MESSAGE_BYTES = 1000
+LIGHT_RATE = 20
+HEAVY_RATE = 4000
+FOLLOWERS = (2, 3)
+
+
+def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(kafka_cluster_factory, tmp_path):
+    cluster = kafka_cluster_factory(
+        replica_lag_time_max_ms=LAG_MS,
+        zookeeper_session_timeout_ms=ZK_SESSION_MS,
+        replica_fetch_max_bytes=FETCH_MAX_BYTES,
+    )
+    topic = "firehose"
+    cluster.create_topic(topic, assignment=[[1, 2, 3]])
+    load = ProduceLoad(cluster, topic, 1, rate=LIGHT_RATE, size=MESSAGE_BYTES)
+    with load, Pipeline(cluster, tmp_path) as pipe:
+        pipe.wait_watching(len(FOLLOWERS))
+        assert not pipe.alerts(), "no alert while the followers keep up"
+
+        heavy_at = time.time()
+        load.set_rate(HEAVY_RATE)
+        try:
+
+            def shrunk() -> bool:
+                s = Shrinks.read(cluster, topic, heavy_at)
+                return any(s.first(0, b) is not None for b in FOLLOWERS)
+
+            until("the leader to shrink a slow follower out of the ISR", shrunk, 6 * LAG_MS / 1000, pipe)
+            # The other follower may go a little later: give it one more check period.
+            deadline = time.monotonic() + LAG_MS / 1000 + 5
+            until(
+                "the other follower",
+                lambda: (
+                    time.monotonic() > deadline
+                    or all(Shrinks.read(cluster, topic, heavy_at).first(0, b) for b in FOLLOWERS)
+                ),
+                LAG_MS / 1000 + 30,
+                pipe,
+            )
+        finally:
+            load.set_rate(LIGHT_RATE)
+        sent_heavy = load.sent
+    shrinks = Shrinks.read(cluster, topic, heavy_at)
+    rows = []
+    for b in FOLLOWERS:
+        shrink = shrinks.first(0, b)
+        e = first_event(pipe, AlertName.NEARING, "firing", topic, b).get(0)
+        window = e.window if e else None
+        crossing = window[0] - LAG_MS / 2000 if window else None
+        rows.append(
+            {
+                "scenario": "slow",
+                "topic": topic,
+                "partition": 0,
+                "broker_id": b,
+                "alert": AlertName.NEARING.value,
+                "fault_at": heavy_at,
+                "predicted_crossing_at": crossing,
+                "predicted_window": window,
+                "alert_starts_at": e.starts_at if e else None,
+                "alert_arrived": e.arrived if e else None,
+                "shrink_at": shrink,
+                "lead_s": (shrink - crossing) if crossing and shrink else None,
+                "arrival_lead_s": (shrink - e.arrived) if e and shrink else None,
+            }
+        )
+    write_result(
+        "slow_follower",
+        {
+            "scenario": f"replica.fetch.max.bytes={FETCH_MAX_BYTES}, {HEAVY_RATE} msg/s of {MESSAGE_BYTES} B",
+            "lag_time_max_ms": LAG_MS,
+            "collector_interval_s": COLLECT_INTERVAL_S,
+            "messages": sent_heavy,
+            "rows": rows,
+            "alerts": [[e.arrived, e.name, e.status, *e.replica] for e in pipe.alerts()],
+        },
+    )
+
+    shrunk_rows = [r for r in rows if r["shrink_at"] is not None]
+    assert shrunk_rows, "the leader shrank no follower"
+    for row in shrunk_rows:
+        where = f"{topic}-0 on broker {row['broker_id']}"
+        assert row["alert_arrived"] is not None, f"no Nearing alert for {where} before its shrink"
+        assert row["alert_arrived"] < row["shrink_at"], f"Nearing printed after the real shrink: {row}"
+    assert not pipe.alerts(AlertName.STALLED.value), "a slow follower that answers is not stalled"
