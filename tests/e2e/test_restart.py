@@ -1,0 +1,151 @@
+"""Issue 3, done-when 2: kill -9 the job and start it again on the same checkpoint.
+
+Real cluster, collector and load. A follower broker is paused until the job
+has announced it (Nearing/Stalled firing); the job is then SIGKILLed (its
+whole process group: the Spark JVM too), the broker resumed while the job is
+down, and the job started again on the same checkpoint. It reads the backlog
+from its checkpointed offsets and resolves what it announced.
+
+* no alert transition is repeated across the two runs, and every alert that
+  fired is resolved exactly once;
+* no telemetry is lost or counted twice: once the collector is stopped and the
+  job has committed the end of the topic, the per-replica observation counts in
+  its state store (read back with Spark's state reader) equal the observations
+  on the telemetry topic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from isrwatch.alerts import AlertName
+from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, ProduceLoad, until, write_result
+
+PAUSED = 3
+
+
+def telemetry_counts(cluster, topic: str) -> tuple[int, Counter]:
+    """(end offset, observations per (topic, partition, broker_id)) of the one-partition telemetry topic."""
+    c = Consumer(cluster.client_config(**{"group.id": f"count-{topic}", "enable.auto.commit": False}))
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        c.assign([TopicPartition(topic, 0, 0)])
+        counts: Counter = Counter()
+        seen = 0
+        deadline = time.monotonic() + 120
+        while seen < high and time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is None or m.error() is not None:
+                continue
+            seen += 1
+            for o in json.loads(m.value())["observations"]:
+                counts[(o["topic"], o["partition"], o["broker_id"])] += 1
+        assert seen == high, f"read {seen} of {high} telemetry records"
+        return high, counts
+    finally:
+        c.close()
+
+
+def committed_offset(checkpoint: Path, topic: str) -> int:
+    """The telemetry offset of the aggregation query's last committed batch (-1 before any)."""
+    agg = checkpoint / "aggregates"
+    commits = [int(n) for n in os.listdir(agg / "commits") if n.isdigit()] if (agg / "commits").is_dir() else []
+    if not commits:
+        return -1
+    lines = (agg / "offsets" / str(max(commits))).read_text().splitlines()
+    return int(json.loads(lines[-1])[topic]["0"])
+
+
+@pytest.fixture
+def spark_reader():
+    """A local Spark session of the test's own, started only when the jobs are done."""
+    made = []
+
+    def make():
+        from streaming.session import build_session
+
+        made.append(build_session("local[1]", 2, app_name="isrwatch-e2e-restart"))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.stop()
+
+
+def test_killed_job_restarted_on_its_checkpoint_loses_no_telemetry_and_repeats_no_transition(
+    kafka_cluster_factory, tmp_path, spark_reader
+):
+    cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
+    topic = "ledger"
+    cluster.create_topic(topic, assignment=[[1, 2, 3], [2, 1, 3]])
+    # The collector is stopped at the end: no IsrwatchTelemetryStale for that.
+    pipeline = Pipeline(cluster, tmp_path, job_args=["--stale-after-seconds", "600"])
+    with ProduceLoad(cluster, topic, 2, rate=200), pipeline as pipe:
+        pipe.wait_watching(4)
+        cluster.pause(PAUSED)
+        try:
+            until(
+                "the job to announce the paused follower",
+                lambda: len({e.replica for e in pipe.alerts(AlertName.NEARING.value, "firing")}) == 2,
+                4 * LAG_MS / 1000,
+                pipe,
+            )
+            assert pipe.job is not None
+            pipe.job.kill()  # kill -9, mid-stream: the collector goes on publishing
+            killed_at = time.time()
+            first_run = list(pipe.alerts())
+        finally:
+            cluster.resume(PAUSED)
+        pipe.start_job()  # same checkpoint
+
+        def resolved_all() -> bool:
+            firing = {e.identity for e in pipe.alerts(status="firing")}
+            resolved = {e.identity for e in pipe.alerts(status="resolved")}
+            return bool(firing) and firing <= resolved
+
+        until("the restarted job to resolve the alerts", resolved_all, 240, pipe)
+        assert pipe.collector is not None
+        pipe.collector.stop()
+        pipe.collector = None
+        high, expected = telemetry_counts(cluster, pipe.telemetry_topic)
+        until(
+            "the job to commit the end of the telemetry topic",
+            lambda: committed_offset(pipe.checkpoint_dir, pipe.telemetry_topic) >= high,
+            240,
+            pipe,
+        )
+        assert pipe.job is not None
+        assert pipe.job.stop() == 0, pipe.tails()
+
+    from streaming.query import restore_aggregates
+
+    rows = restore_aggregates(spark_reader(), str(pipe.checkpoint_dir))
+    got = Counter({(r["topic"], r["partition"], r["broker_id"]): r["observations"] for r in rows})
+
+    events = Counter((e.identity, e.status) for e in pipe.alerts())
+    write_result(
+        "restart",
+        {
+            "scenario": "job SIGKILLed while a follower is announced, restarted on the same checkpoint",
+            "lag_time_max_ms": LAG_MS,
+            "killed_at": killed_at,
+            "first_run_events": len(first_run),
+            "second_run_events": len(pipe.alerts()) - len(first_run),
+            "telemetry_records": high,
+            "observations_expected": sum(expected.values()),
+            "observations_aggregated": sum(got.values()),
+            "rows": [],
+            "alerts": [[e.arrived, e.name, e.status, *e.replica, e.run] for e in pipe.alerts()],
+        },
+    )
+    assert first_run and pipe.alerts()[len(first_run) :], "both runs announced something"
+    assert max(events.values()) == 1, f"a transition was repeated: {events.most_common(3)}"
+    assert {i for i, s in events if s == "firing"} == {i for i, s in events if s == "resolved"}
+    assert got == expected, "observations lost or counted twice across the restart"

@@ -1,0 +1,96 @@
+"""Issue 3, done-when 1 and 3: steady load for minutes, and bad telemetry.
+
+Real cluster, collector and job, a steady produce load over two partitions
+(RF 3) for two and a half minutes:
+
+* the job prints no alert at all, and the leaders log no shrink;
+* halfway, records that are not valid telemetry are written to the telemetry
+  topic next to the collector's: each lands on the dead-letter topic with its
+  reason, and the job keeps running (it goes on evaluating the replicas from
+  the collector's telemetry, still without an alert).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, ProduceLoad, until, write_result
+
+STEADY_S = 150
+RATE = 200
+# value -> the reason the job must give (docs/streaming.md, "Parsing and validation")
+BAD_RECORDS = {
+    b"this is not json": "not_json",
+    b"[1, 2, 3]": "not_object",
+    json.dumps({"version": 99, "cluster": "e2e", "observations": []}).encode(): "unknown_version",
+    json.dumps({"version": 1, "source": "test", "sent_ms": 1, "observations": []}).encode(): "missing_cluster",
+}
+
+
+def read_all(cluster, topic: str) -> list[dict]:
+    c = Consumer(cluster.client_config(**{"group.id": f"read-{topic}", "enable.auto.commit": False}))
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        c.assign([TopicPartition(topic, 0, 0)])
+        out: list[dict] = []
+        deadline = time.monotonic() + 60
+        while len(out) < high and time.monotonic() < deadline:
+            m = c.poll(1.0)
+            if m is not None and m.error() is None:
+                out.append(json.loads(m.value()))
+        return out
+    finally:
+        c.close()
+
+
+def test_steady_load_raises_nothing_and_bad_telemetry_goes_to_the_dead_letter_topic(kafka_cluster_factory, tmp_path):
+    cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
+    topic = "steady"
+    cluster.create_topic(topic, assignment=[[1, 2, 3], [2, 3, 1]])
+    started = time.time()
+    with ProduceLoad(cluster, topic, 2, rate=RATE) as load, Pipeline(cluster, tmp_path) as pipe:
+        pipe.wait_watching(4)
+        steady_from = time.time()
+        until("half the steady run", lambda: time.time() > steady_from + STEADY_S / 2, STEADY_S, pipe)
+
+        bad = Producer(cluster.client_config())
+        for value in BAD_RECORDS:
+            bad.produce(pipe.telemetry_topic, value=value, key=b"e2e")
+        assert bad.flush(30) == 0
+        injected_at = time.time()
+        batches_at_injection = len(pipe.batches())
+
+        def dead_letters() -> list[dict]:
+            return read_all(cluster, pipe.deadletter_topic)
+
+        until("the dead letters", lambda: len(dead_letters()) >= len(BAD_RECORDS), 120, pipe)
+        until("the end of the steady run", lambda: time.time() > steady_from + STEADY_S, STEADY_S, pipe)
+        batches = pipe.batches()
+        sent = load.sent
+    letters = dead_letters()
+    shrinks = [c for c in cluster.isr_shrinks(started) if c.topic == topic]
+    write_result(
+        "steady",
+        {
+            "scenario": f"steady {RATE} msg/s for {STEADY_S} s, {len(BAD_RECORDS)} bad telemetry records",
+            "lag_time_max_ms": LAG_MS,
+            "collector_interval_s": COLLECT_INTERVAL_S,
+            "messages": sent,
+            "batches": len(batches),
+            "shrinks": len(shrinks),
+            "deadletters": [d.get("reason") for d in letters],
+            "rows": [],
+            "alerts": [[e.arrived, e.name, e.status, *e.replica] for e in pipe.alerts()],
+        },
+    )
+    assert not pipe.alerts(), f"alerts under steady load: {[e.body for e in pipe.alerts()]}"
+    assert not shrinks, f"the leaders shrank the ISR under steady load: {shrinks}"
+    reasons = sorted(d.get("reason") for d in letters)
+    assert reasons == sorted(BAD_RECORDS.values()), letters
+    # The job kept running on good telemetry after the bad records.
+    after = [b for b in batches[batches_at_injection:] if b[1] > 0]
+    assert len(after) >= 5, f"too few batches with observations after the bad records: {after}"
+    assert injected_at < time.time()
