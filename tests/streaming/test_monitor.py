@@ -76,3 +76,38 @@ def test_a_replayed_batch_announces_nothing_again(tmp_path) -> None:
     assert replay.skipped and replay.started == 0
     nxt = again.apply_batch(1, [_row(102_000, 91_000, 7)])  # now out of sync: only the new one starts
     assert nxt.started == 1 and nxt.observations == 2
+
+
+class Producer:
+    """A confluent-kafka producer's surface, recording what is produced."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes, bytes | None]] = []
+
+    def produce(self, topic, key=None, value=None) -> None:
+        self.records.append((topic, key, value))
+
+    def poll(self, timeout=0) -> int:
+        return 0
+
+
+def test_states_and_forgotten_replicas_reach_the_state_topic(tmp_path) -> None:
+    from streaming.outputs import KafkaStates
+
+    producer = Producer()
+    m = Monitor(
+        RuleConfig(lag_time_max_ms=10_000),
+        Thresholds(),
+        default_min_isr=1,
+        stale_after_s=15,
+        store=StatusStore(),
+        sinks=[Collect()],
+        state_topic=KafkaStates(producer, "isr.replica-state"),
+        wall_clock=Clock(),
+    )
+    m.apply_batch(0, [_row(100_000, 99_000, 5)])
+    assert [(t, k) for t, k, v in producer.records] == [("isr.replica-state", b"c/t/0/2")]
+    assert producer.records[0][2] is not None
+    m.cluster_now["c"] = 100_000 + 20 * 60_000  # the cluster went on without this replica
+    assert m.forget(15 * 60_000) == ["c/t/0/2"]
+    assert producer.records[-1] == ("isr.replica-state", b"c/t/0/2", None)  # a tombstone
