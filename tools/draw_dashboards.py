@@ -70,12 +70,12 @@ _VAR = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
 # --- the dashboards' queries -------------------------------------------------------------
 
 
-def panel_targets(file: str, title: str, values: dict[str, str]) -> list[dict[str, str]]:
+def panel_targets(file: str, title: str, values: dict[str, str]) -> list[dict[str, Any]]:
     """The panel's targets: refId, expr (variables substituted), legendFormat."""
     board = json.loads((DASHBOARDS / file).read_text())
     for panel in board["panels"]:
         if panel.get("title") == title:
-            out = []
+            out: list[dict[str, Any]] = []
             for t in panel["targets"]:
 
                 def repl(m: re.Match[str]) -> str:
@@ -152,7 +152,9 @@ def _prometheus(workdir: Path, job_port: int) -> Iterator[str]:
 
 def _query_range(prom: str, expr: str, start: float, end: float) -> list[dict[str, Any]]:
     r = requests.get(
-        f"{prom}/api/v1/query_range", params={"query": expr, "start": start, "end": end, "step": "1s"}, timeout=30
+        f"{prom}/api/v1/query_range",
+        params={"query": expr, "start": str(start), "end": str(end), "step": "1s"},
+        timeout=30,
     )
     body = r.json()
     if body.get("status") != "success":

@@ -89,7 +89,7 @@ def wait_first_batch(job: JobProcess, timeout_s: float) -> None:
 def dropped_followers(truth: Path, cluster: str) -> set[tuple[str, ...]]:
     """(cluster, topic, partition, broker_id, leader_id) of every follower a
     simulated leader removed from the ISR."""
-    out = set()
+    out: set[tuple[str, ...]] = set()
     for line in truth.read_text().splitlines():
         c = json.loads(line)
         if c["change"] == "shrink":
