@@ -9,6 +9,9 @@ evaluating the shipped rules (deploy/prometheus/rules).
     python tools/draw_dashboards.py                      # run (~2 min), save data, draw
     python tools/draw_dashboards.py --from-data run.json # redraw from saved data
 
+The run behind the committed pictures is saved in
+tests/e2e_observability/data/stuck-follower-run.json (its test draws from it).
+
 Writes docs/img/dashboard-fleet.png, docs/img/dashboard-replica.png and
 docs/img/alert-flow.png (the stuck follower's lag ratio with the alerts the job
 sent and the simulated leader's true ISR shrink and expand).
