@@ -82,9 +82,9 @@ class AlertEvent:
 
     @property
     def replica(self) -> tuple[str, int, int]:
-        """(topic, partition, broker_id) of a replica alert."""
+        """(topic, partition, broker_id) of a replica alert; -1 / "" where an alert has no such label."""
         lab = self.body["labels"]
-        return (lab["topic"], int(lab["partition"]), int(lab.get("broker_id", -1)))
+        return (lab.get("topic", ""), int(lab.get("partition", -1)), int(lab.get("broker_id", -1)))
 
     @property
     def starts_at(self) -> float:
