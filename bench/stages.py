@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
+import shutil
 import time
 from typing import Any
 
@@ -43,7 +45,6 @@ def _timed(fn: Any) -> tuple[float, Any]:
 
 
 def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int = 12) -> dict[str, float]:
-    import pyarrow as pa
     import pyspark.sql.functions as F
 
     from exporter.store import StatusStore
@@ -58,19 +59,10 @@ def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int 
     for r in range(rounds):
         records += fleet.round(r, START_MS + r * 1000)
     obs_n = replicas * rounds
-    raw = (
-        spark.createDataFrame(pa.table({"value": pa.array(records, pa.binary())}).to_pandas())
-        .selectExpr(
-            "cast(null as binary) as key",
-            "value",
-            "'t' as topic",
-            "0 as partition",
-            "0L as offset",
-            "cast(null as timestamp) as timestamp",
-        )
-        .repartition(2)
-        .cache()
-    )
+    import tempfile
+
+    raw_dir = tempfile.mkdtemp(prefix="bench-stages-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    raw = tp.raw_frame(spark, tp.raw_parquet(records, raw_dir)).repartition(2).cache()
     raw.count()
     out: dict[str, float] = {"observations": obs_n}
     good = parse.good_observations(parse.observations(parse.parse_records(raw), None))
@@ -106,6 +98,7 @@ def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int 
     cached.unpersist()
     rows_df.unpersist()
     raw.unpersist()
+    shutil.rmtree(raw_dir, ignore_errors=True)
 
     cfg = RuleConfig(Rule.KIP16_REFINED, 10_000, 4000)
     monitor = Monitor(

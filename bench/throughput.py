@@ -259,10 +259,32 @@ def _stages(progress: dict[str, list[dict[str, Any]]], b: list[tuple[float, int,
     return out
 
 
+def raw_parquet(records: list[bytes], path: str, files: int = 2) -> str:
+    """Records as Parquet files (column ``value``) under ``path``, split in ``files``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(path, exist_ok=True)
+    step = -(-len(records) // files)
+    for i in range(0, len(records), step):
+        pq.write_table(pa.table({"value": pa.array(records[i : i + step], pa.binary())}), f"{path}/part-{i}.parquet")
+    return path
+
+
+def raw_frame(spark: Any, path: str) -> Any:
+    """The Kafka source's columns over ``raw_parquet`` files."""
+    return spark.read.parquet(path).selectExpr(
+        "cast(null as binary) as key",
+        "value",
+        "'t' as topic",
+        "0 as partition",
+        "0L as offset",
+        "cast(null as timestamp) as timestamp",
+    )
+
+
 def run_ceiling(spark: Any, records: list[bytes], cap_records: int) -> float:
     """The job's aggregation over observation rows already in memory (Parquet on /dev/shm)."""
-    import pyarrow as pa
-
     from isrwatch.rule import Rule
     from streaming import parse, state
 
@@ -273,19 +295,12 @@ def run_ceiling(spark: Any, records: list[bytes], cap_records: int) -> float:
         schema = None
         files_per_batch = 2
         for k in range(0, len(records), cap_records):
-            chunk = records[k : k + cap_records]
-            table = pa.table({"value": pa.array(chunk, pa.binary())})
-            raw = spark.createDataFrame(table.to_pandas()).selectExpr(
-                "cast(null as binary) as key",
-                "value",
-                "'t' as topic",
-                "0 as partition",
-                "0L as offset",
-                "cast(null as timestamp) as timestamp",
-            )
-            obs = parse.good_observations(parse.observations(parse.parse_records(raw), None))
+            # The raw records go to Spark through a file, not the driver's heap.
+            raw_path = raw_parquet(records[k : k + cap_records], os.path.join(base, f"raw-{k}"))
+            obs = parse.good_observations(parse.observations(parse.parse_records(raw_frame(spark, raw_path)), None))
             out = os.path.join(base, f"chunk-{k}")
             obs.repartition(files_per_batch).write.parquet(out)
+            shutil.rmtree(raw_path, ignore_errors=True)
             schema = schema or obs.schema
             for i, f in enumerate(sorted(n for n in os.listdir(out) if n.endswith(".parquet"))):
                 os.rename(os.path.join(out, f), os.path.join(stream_dir, f"{k:012d}-{i}.parquet"))
