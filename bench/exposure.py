@@ -127,8 +127,10 @@ def main(argv: list[str] | None = None) -> list[Scrape]:
         t0 = time.perf_counter()
         store = fill_store(args.large)
         print(f"large fleet: {args.large} replicas stored in {time.perf_counter() - t0:.1f}s, rss_mb={rss_mb()}")
-        for mode, top in (("not-ok", 0), ("not-ok", args.top), ("all", 0)):
-            out.append(scrape(store, args.large, mode, top, repeat=3 if mode == "all" else 5))
+        # In full (replica_series=all) a 1M fleet is ~10M series and ~1.2 GB a scrape: not a
+        # configuration to run; the controls are what docs/metrics.md prescribes for it.
+        for mode, top in (("not-ok", 0), ("not-ok", args.top)):
+            out.append(scrape(store, args.large, mode, top))
             _print(out[-1])
     if args.json:
         with open(args.json, "w") as f:

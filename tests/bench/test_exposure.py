@@ -10,14 +10,14 @@ from bench import exposure
 
 @pytest.mark.integration
 def test_exposure_runs_on_a_tiny_fleet(capsys: pytest.CaptureFixture[str]) -> None:
-    out = exposure.main(["--replicas", "400", "--large", "2000", "--top", "3"])
+    out = exposure.main(["--replicas", "400,2000", "--large", "2000", "--top", "3"])
     text = capsys.readouterr().out
     assert "command:" in text and "nproc:" in text and "pyspark:" in text
-    full, not_ok, top, everything = out
-    assert full.replicas == 400 and "replicas=400 replica_series='all'" in text
+    small, full, not_ok, top = out
+    assert small.replicas == 400 and "replicas=400 replica_series='all'" in text
     # every replica has its per-replica families: at least 9 series each
-    assert full.series >= 9 * 400
+    assert small.series >= 9 * 400
+    assert full.series > small.series
     # cardinality control: only the 0.5% not-ok replicas keep per-replica series, top caps them further
-    assert not_ok.series < everything.series
-    assert top.series < not_ok.series
-    assert everything.bytes > not_ok.bytes > 0
+    assert top.series < not_ok.series < full.series
+    assert full.bytes > not_ok.bytes > top.bytes > 0
