@@ -249,9 +249,6 @@ def run(
             assert spool is not None
             os.makedirs(spool, exist_ok=True)
             raw = spool_stream(spark, spool, settings.max_records_per_trigger)
-        if embedded:
-            feeder = _Feeder(settings, cfg, spool or "", truth_file)
-            feeder.start()
 
         side_lock = threading.Lock()
         pending: dict[str, int] = {}  # dead letters by reason since the last aggregate batch
@@ -322,6 +319,12 @@ def run(
                 rule=cfg.rule.value,
             ),
         )
+        if embedded:
+            # The simulated cluster starts once Spark is ready to read it, so a
+            # slow first start of Spark does not swallow the scenario's start.
+            _wait_until_waiting_for_data(queries, timeout_s=120)
+            feeder = _Feeder(settings, cfg, spool or "", truth_file)
+            feeder.start()
         handles.ready.set()
         _install_sigterm(stop_event)
         _loop(settings, stop_event, queries, monitor, feeder)
@@ -369,6 +372,17 @@ def _drain(queries: list[Any], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     for t in waiters:
         t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _wait_until_waiting_for_data(queries: list[Any], timeout_s: float) -> None:
+    """Wait until every query has planned its first trigger and found its
+    source empty (Spark's own status message), or a query stopped."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(not q.isActive or q.status.get("message") == "Waiting for data to arrive" for q in queries):
+            return
+        time.sleep(0.2)
+    log.warning("spark_slow_to_start %s", kv(waited_s=timeout_s))
 
 
 def _install_sigterm(stop_event: threading.Event) -> None:
