@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.log_level)
     _, settings_path, entry = COMMANDS[args.command]
     try:
-        settings = load(_resolve(settings_path), args)  # type: ignore[arg-type]
+        settings: object = load(_resolve(settings_path), args)  # type: ignore[arg-type]
         return int(_resolve(entry)(settings) or 0)  # type: ignore[operator]
     except IsrwatchError as e:
         print(f"isrwatch {args.command}: error: {e}", file=sys.stderr)

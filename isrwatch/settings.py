@@ -73,6 +73,13 @@ def _base_type(tp: Any) -> Any:
     return tp
 
 
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    factory: Callable[[], Any] = f.default_factory  # type: ignore[assignment]
+    return factory()
+
+
 def _fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
     hints = typing.get_type_hints(cls)
     return [(f, _base_type(hints[f.name])) for f in dataclasses.fields(cls)]
@@ -85,7 +92,7 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
     )
     for f, tp in _fields(cls):
         m = f.metadata
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        default = _default(f)
         shown = "" if default in (None, "", []) else f" (default: {default})"
         text = f"{m['help']}{shown} [env {env_name(f.name)}]"
         kwargs: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": text}
@@ -182,7 +189,7 @@ def describe(cls: type) -> list[dict[str, str]]:
     """One row per option: name, flag, env, default, help (for the reference docs)."""
     rows = []
     for f, _ in _fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        default = _default(f)
         rows.append(
             {
                 "name": f.name,
