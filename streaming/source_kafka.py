@@ -16,6 +16,11 @@ a consumer and hands Spark Arrow record batches with the Kafka source's
 columns (key, value, topic, partition, offset, timestamp): raw bytes, parsed
 by Spark in the JVM, not here.
 
+Range consumers are kept (unassigned) between reads in a reused Python worker,
+and librdkafka's ``socket.timeout.ms`` defaults to 10 s here: a broker that
+hangs without closing its connections (SIGSTOP, swapping) must not stall the
+telemetry for a minute and fail the query.
+
 Python's data source API has no admission control before Spark 4.2, so the
 reader caps ``latestOffset`` itself, from the end of the last range Spark
 planned (``partitions`` tells a restarted reader where its checkpoint was).
@@ -49,6 +54,33 @@ Offsets = dict[str, dict[str, int]]
 _ARROW_ROWS = 4096
 # Seconds one read() waits for a record before it calls the broker gone.
 _READ_TIMEOUT_S = 60.0
+_SOCKET_TIMEOUT_MS = "10000"
+
+# Range consumers kept between reads in a (reused) Python worker, by configuration:
+# a consumer that already knows the partition's leader is not held up by another
+# broker that hangs. Unassigned between reads, so it prefetches nothing.
+_RANGE_CONSUMERS: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+def _range_consumer(config: dict[str, Any]) -> tuple[tuple[tuple[str, str], ...], Any]:
+    from confluent_kafka import Consumer
+
+    key = tuple(sorted((str(k), str(v)) for k, v in config.items()))
+    consumer = _RANGE_CONSUMERS.pop(key, None)  # one reader at a time per consumer
+    if consumer is None:
+        consumer = Consumer({**config, "enable.partition.eof": False, "auto.offset.reset": "earliest", "logger": log})
+    return key, consumer
+
+
+def _release(key: tuple[tuple[str, str], ...], consumer: Any, healthy: bool) -> None:
+    if healthy and key not in _RANGE_CONSUMERS:
+        try:
+            consumer.unassign()
+            _RANGE_CONSUMERS[key] = consumer
+            return
+        except Exception:  # noqa: BLE001 - a consumer that cannot unassign is closed instead
+            log.debug("range_consumer_unassign_failed", exc_info=True)
+    consumer.close()
 
 
 def consumer_config(options: dict[str, str]) -> dict[str, Any]:
@@ -57,6 +89,10 @@ def consumer_config(options: dict[str, str]) -> dict[str, Any]:
     if "bootstrap.servers" not in cfg:
         raise ValueError("option kafka.bootstrap.servers is required")
     cfg.setdefault("group.id", "isrwatch-source")  # never joins nor commits: partitions are assigned
+    # A hung broker (paused, swapping) accepts connections but never answers: with
+    # librdkafka's 60 s default, a consumer whose first metadata request went there
+    # read nothing for a minute. Give up on it sooner and ask another broker.
+    cfg.setdefault("socket.timeout.ms", _SOCKET_TIMEOUT_MS)
     cfg["enable.auto.commit"] = False
     cfg["enable.partition.eof"] = True
     return cfg
@@ -194,7 +230,7 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
     import time
 
     import pyarrow as pa
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
     schema = pa.schema(
         [
@@ -225,7 +261,8 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
             schema=schema,
         )
 
-    consumer = Consumer({**config, "enable.partition.eof": False, "auto.offset.reset": "earliest", "logger": log})
+    key, consumer = _range_consumer(config)
+    healthy = False
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
         nxt = r.start
@@ -258,8 +295,9 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
                     keys, values, offsets, stamps = [], [], [], []
         if offsets:
             yield batch()
+        healthy = True
     finally:
-        consumer.close()
+        _release(key, consumer, healthy)
     log.debug(kv(event="range_read", topic=r.topic, partition=r.partition, start=r.start, end=r.end))
 
 
