@@ -122,7 +122,13 @@ def make_producer(bootstrap_servers: str, kafka_config: list[str]) -> Any:
         from confluent_kafka import KafkaException, Producer
     except ImportError as e:  # pragma: no cover - a dependency of the package
         raise IsrwatchError(f"confluent-kafka is not installed: {e}") from None
-    conf = {"bootstrap.servers": bootstrap_servers, "linger.ms": "50", **kafka_config_pairs(kafka_config)}
+    # socket.timeout.ms: a hung broker must not hold the job's outputs for librdkafka's default minute.
+    conf = {
+        "bootstrap.servers": bootstrap_servers,
+        "linger.ms": "50",
+        "socket.timeout.ms": "10000",
+        **kafka_config_pairs(kafka_config),
+    }
     try:
         return Producer(conf)
     except KafkaException as e:
