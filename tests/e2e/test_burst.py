@@ -14,7 +14,7 @@ import time
 from isrwatch.alerts import AlertName
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, ProduceLoad, until, write_result
 
-BURST = 20_000
+BURST = 50_000
 MESSAGE_BYTES = 1000
 
 

@@ -45,7 +45,7 @@ def telemetry_counts(cluster, topic: str) -> tuple[int, Counter]:
             if m is None or m.error() is not None:
                 continue
             seen += 1
-            for o in json.loads(m.value())["observations"]:
+            for o in json.loads(m.value() or b"{}")["observations"]:
                 counts[(o["topic"], o["partition"], o["broker_id"])] += 1
         assert seen == high, f"read {seen} of {high} telemetry records"
         return high, counts

@@ -40,7 +40,7 @@ def read_all(cluster, topic: str) -> list[dict]:
         while len(out) < high and time.monotonic() < deadline:
             m = c.poll(1.0)
             if m is not None and m.error() is None:
-                out.append(json.loads(m.value()))
+                out.append(json.loads(m.value() or b"null"))
         return out
     finally:
         c.close()
