@@ -182,9 +182,8 @@ def run(
     stop = threading.Event()
     job_thread: threading.Thread | None = None
     errors: list[BaseException] = []
-    from bench.throughput import BatchLog, _progress, job_compat
+    from bench.throughput import BatchLog, _progress
 
-    job_compat()
 
     batch_log = BatchLog().__enter__()
     trigger_ms: list[float] = []

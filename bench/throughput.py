@@ -41,7 +41,6 @@ from bench.machine import dir_mb, load_average, print_header, rss_mb
 __all__ = [
     "BatchLog",
     "Result",
-    "job_compat",
     "scale",
     "measure",
     "run_e2e",
@@ -145,18 +144,6 @@ def job_settings(kafka: Any, topic: str, checkpoint: str, cap_records: int, trig
     )
 
 
-def job_compat() -> None:
-    """streaming.monitor calls ``state_topic.update(statuses)`` while
-    streaming.outputs.KafkaStates (as committed when this was written) only
-    has ``write``: the job fails at its first batch in Kafka mode. Until the
-    job's code agrees with itself, alias the one to the other (reported)."""
-    from streaming import outputs
-
-    if not hasattr(outputs.KafkaStates, "update") and hasattr(outputs.KafkaStates, "write"):
-        outputs.KafkaStates.update = outputs.KafkaStates.write  # type: ignore[attr-defined]
-        print("note: aliased streaming.outputs.KafkaStates.update to .write (missing in the job's code)", flush=True)
-
-
 def run_e2e(
     spark: Any,
     kafka: Any,
@@ -169,7 +156,6 @@ def run_e2e(
     """The real job over the filled topic. Returns (obs/s, batches, memory, stages)."""
     from streaming import job
 
-    job_compat()
     checkpoint = tempfile.mkdtemp(prefix="bench-e2e-")
     settings = job_settings(kafka, topic, checkpoint, cap_records, trigger_s)
     handler = BatchLog().__enter__()
