@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import (
@@ -118,3 +120,27 @@ def test_status_json_round_trips_and_keys_are_stable() -> None:
 def test_thresholds_are_checked() -> None:
     with pytest.raises(ValueError, match="nearing_ratio"):
         Thresholds(nearing_ratio=0.9, critical_ratio=0.8)
+
+
+@given(
+    st.integers(0, 50_000),
+    st.one_of(st.none(), st.integers(0, 50_000)),
+    st.integers(0, 10**6),
+    st.integers(0, 10**6),
+    st.integers(0, 10**6),
+)
+def test_a_replica_without_new_telemetry_keeps_its_status_as_the_cluster_clock_moves(
+    leader_answer: int, lcu: int | None, later1: int, later2: int, leo: int
+) -> None:
+    """What lets the job evaluate only the replicas of each batch: past the
+    replica's newest observation, the cluster clock no longer changes it."""
+    a = agg(
+        first_t_ms=T0,
+        last_t_ms=T0 + 50_000,
+        last_leader_answer_ms=T0 + leader_answer,
+        last_caught_up_ms=None if lcu is None else T0 + lcu,
+        leo=leo,
+        leader_leo=10**6,
+    )
+    at_last = evaluate(a, a.last_t_ms, CFG, TH)
+    assert evaluate(a, a.last_t_ms + later1, CFG, TH) == at_last == evaluate(a, a.last_t_ms + later2, CFG, TH)
