@@ -57,6 +57,7 @@ CLUSTER = "e2e"
 # Spark's start and first micro-batch take up to a minute on a loaded 2-core machine.
 JOB_START_S = 240.0
 _WINDOW = re.compile(r"window (\S+) \.\. (\S+)\)")
+_BEHIND = re.compile(r"(\d+) messages behind")
 _BATCH = re.compile(r"\bbatch batch_id=(\d+) observations=(\d+) replicas=(\d+) states=(\d+)")
 
 
@@ -95,6 +96,12 @@ class AlertEvent:
         """The predicted removal window of a lag alert (from its description), epoch seconds."""
         m = _WINDOW.search(self.body["annotations"]["description"])
         return (_parse_iso(m[1]), _parse_iso(m[2])) if m else None
+
+    @property
+    def offset_lag(self) -> int | None:
+        """Messages behind the leader, from a lag alert's description."""
+        m = _BEHIND.search(self.body["annotations"]["description"])
+        return int(m[1]) if m else None
 
     @property
     def identity(self) -> tuple[str, tuple[tuple[str, str], ...]]:

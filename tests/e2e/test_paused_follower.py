@@ -117,6 +117,7 @@ def test_paused_follower_is_predicted_before_the_real_shrink_and_resolves_after_
                 "predicted_window": window,
                 "alert_starts_at": e.starts_at if e else None,
                 "alert_arrived": e.arrived if e else None,
+                "offset_lag_at_alert": e.offset_lag if e else None,
                 "stalled_arrived": stalled[p].arrived if p in stalled else None,
                 "shrink_at": shrink,
                 "lead_s": (shrink - crossing) if crossing and shrink else None,
