@@ -174,7 +174,14 @@ def test_stuck_follower_alerts_in_order_before_the_removal(job) -> None:
         assert starts["KafkaReplicaIsrShrinkImminent"] < removed_ms
         window_opens = lcu + LAG_MS
         # Out of sync from the first telemetry at or after the window opens, within one trigger.
-        assert window_opens <= starts["KafkaReplicaOutOfSync"] <= window_opens + POLL_MS + TRIGGER_S * 1000 + 1000
+        # The job sees the collector's view (polls), not the leader's fetches: its lcu may differ
+        # from the leader's by a produce tick and a fetch round trip (tests/simulator), hence the slack.
+        view_slack_ms = 250
+        assert (
+            window_opens - view_slack_ms
+            <= starts["KafkaReplicaOutOfSync"]
+            <= window_opens + POLL_MS + TRIGGER_S * 1000 + 1000
+        )
         rejoined = min(c.t_ms for c in expands if c.topic == replica[0] and str(c.partition) == replica[1])
         resolved = [e for e in mine if e["status"] == "resolved"]
         assert sorted(e["labels"]["alertname"] for e in resolved) == sorted(names)
