@@ -84,9 +84,19 @@ class StdoutSink:
 
     def send(self, transition: Transition, now_ms: int) -> None:
         out = self.stream or sys.stdout
-        for alert, status in _events(transition):
-            event = alert_event(alert, status, generator_url=self.generator_url, runbook_base=self.runbook_base)
-            out.write(json.dumps(event, sort_keys=True) + "\n")
+        lines = [
+            json.dumps(
+                alert_event(alert, status, generator_url=self.generator_url, runbook_base=self.runbook_base),
+                sort_keys=True,
+            )
+            + "\n"
+            for alert, status in _events(transition)
+        ]
+        if lines:
+            # One write for the whole transition: a job killed while announcing
+            # a batch prints all of it or none of it (the book saved before
+            # sending then says which).
+            out.write("".join(lines))
             out.flush()
 
     def close(self) -> None:
