@@ -184,7 +184,6 @@ def run(
     errors: list[BaseException] = []
     from bench.throughput import BatchLog, _progress
 
-
     batch_log = BatchLog().__enter__()
     trigger_ms: list[float] = []
     try:

@@ -12,7 +12,9 @@ def test_readme_has_exactly_the_two_setup_commands_and_ci_runs_the_test_one() ->
     assert block, "README lost its 'Two commands' section"
     commands = [line.split("#")[0].strip() for line in block.group(1).splitlines() if line.strip()]
     assert commands == ["make run", "make test"]
-    ci = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))]
+    ci = [
+        ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))
+    ]
     assert ci == ["make test"]
 
 
