@@ -54,6 +54,11 @@ lint: install ## ruff (lint + format check) and mypy
 local-kafka: install ## start a real 3-broker Kafka 0.9 cluster on loopback for the demo (Ctrl-C stops it)
 	$(ISRWATCH) local-kafka
 
+validation: install ## re-run the real-Kafka validation (tests/e2e) and print the lead-time table
+	rm -rf .cache/validation && mkdir -p .cache/validation
+	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests/e2e -q
+	$(PY) tools/validation_table.py .cache/validation
+
 bench: install ## all benchmarks (minutes); results go to docs/benchmarks.md by hand
 	$(PY) -m bench.all
 
@@ -63,4 +68,4 @@ bench-quick: install ## reduced throughput comparison (< 5 min)
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install system-packages run test test-unit lint local-kafka bench bench-quick clean
+.PHONY: help install system-packages run test test-unit lint local-kafka validation bench bench-quick clean
