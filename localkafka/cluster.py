@@ -209,9 +209,12 @@ class LocalKafka:
         data_dir: str | os.PathLike[str] | None = None,
         heap_mb: int = 256,
         start_timeout_s: float = 90.0,
+        controller: int = 1,
     ) -> None:
         if brokers < 1:
             raise LocalKafkaError(f"brokers={brokers} must be at least 1")
+        if not 1 <= controller <= brokers:
+            raise LocalKafkaError(f"controller={controller} must be a broker id from 1 to {brokers}")
         self.libs = find_libs()
         self.java = shutil.which("java")
         if not self.java:
@@ -220,6 +223,10 @@ class LocalKafka:
         self.settings = {**DEFAULT_BROKER_SETTINGS, **(broker_settings or {})}
         self.heap_mb = heap_mb
         self.start_timeout_s = start_timeout_s
+        # Started alone first, so it wins the controller election. Fault tests pause
+        # other brokers: a paused controller stops metadata propagation for the whole
+        # cluster (clients would never see an ISR change), a different fault.
+        self.first_controller = controller
         self._own_dir = data_dir is None
         self.dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="isrwatch-kafka-"))
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -281,7 +288,11 @@ class LocalKafka:
             self._start_zookeeper()
             for b in self.broker_ids:
                 self._brokers[b] = self._broker_proc(b)
-                self._brokers[b].start()
+            self._brokers[self.first_controller].start()
+            self._wait_controller(self.first_controller)
+            for b in self.broker_ids:
+                if b != self.first_controller:
+                    self._brokers[b].start()
             self.wait_ready()
         except BaseException:
             self.close()
@@ -402,6 +413,31 @@ class LocalKafka:
             if time.monotonic() > deadline:
                 raise LocalKafkaError(f"broker {b} did not serve metadata for brokers {sorted(want)} in time")
             time.sleep(0.2)
+
+    def _wait_controller(self, broker_id: int) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while self.controller_id() != broker_id:
+            proc = self._brokers[broker_id]
+            if not proc.running:
+                raise LocalKafkaError(f"broker {broker_id} exited at start-up; see {proc.log_path.with_suffix('.out')}")
+            if time.monotonic() > deadline:
+                raise LocalKafkaError(f"broker {broker_id} did not become the controller in time")
+            time.sleep(0.1)
+
+    def controller_id(self) -> int | None:
+        """The broker that most recently logged winning the controller election, or None."""
+        latest: tuple[str, int] | None = None
+        for b in self.broker_ids:
+            path = self.broker_log(b)
+            if not path.exists():
+                continue
+            with path.open(errors="replace") as f:
+                for line in f:
+                    if f"] INFO {b} successfully elected as leader" in line:
+                        stamp = line[1:24]
+                        if latest is None or stamp >= latest[0]:
+                            latest = (stamp, b)
+        return latest[1] if latest else None
 
     def metadata_brokers(self, broker_id: int, timeout_s: float = 2.0) -> set[int] | None:
         """Broker ids in the metadata answer of one broker, or None when it does not answer."""

@@ -42,7 +42,7 @@ def kafka_cluster() -> Iterator[Any]:
 
 @pytest.fixture
 def kafka_cluster_factory() -> Iterator[Callable[..., Any]]:
-    """``make(brokers=3, **broker_settings)`` -> a started LocalKafka, stopped after the test.
+    """``make(brokers=3, controller=1, **broker_settings)`` -> a started LocalKafka, stopped after the test.
 
     Broker setting names use underscores for dots:
     ``make(replica_lag_time_max_ms=4000, zookeeper_session_timeout_ms=60000)``.
@@ -51,8 +51,12 @@ def kafka_cluster_factory() -> Iterator[Callable[..., Any]]:
 
     made: list[Any] = []
 
-    def make(brokers: int = 3, **settings: Any) -> Any:
-        cluster = LocalKafka(brokers=brokers, broker_settings={k.replace("_", "."): v for k, v in settings.items()})
+    def make(brokers: int = 3, controller: int = 1, **settings: Any) -> Any:
+        cluster = LocalKafka(
+            brokers=brokers,
+            controller=controller,
+            broker_settings={k.replace("_", "."): v for k, v in settings.items()},
+        )
         made.append(cluster)
         return cluster.start()
 

@@ -48,6 +48,17 @@ def test_every_broker_serves_metadata_for_all(kafka_cluster):
         assert kafka_cluster.metadata_brokers(b) == {1, 2, 3}
 
 
+def test_broker_1_is_the_controller_by_default(kafka_cluster):
+    assert kafka_cluster.controller_id() == 1
+
+
+def test_the_chosen_broker_wins_the_controller_election(kafka_cluster_factory):
+    cluster = kafka_cluster_factory(brokers=2, controller=2)
+    assert cluster.controller_id() == 2
+    with pytest.raises(LocalKafkaError, match="controller=3"):
+        type(cluster)(brokers=2, controller=3)
+
+
 def test_create_topic_with_assignment_places_replicas(kafka_cluster, unique_name):
     from confluent_kafka.admin import AdminClient
 
