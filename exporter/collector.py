@@ -9,7 +9,10 @@ same samples straight to text for large fleets.
 Cardinality control: ``replica_series`` chooses which replicas get the
 per-replica families (``all``, or ``not-ok`` for only those nearing, critical,
 out of sync or stalled) and ``replica_series_top`` caps them to the N highest
-lag ratios. The partition and cluster families always cover every replica.
+lag ratios. ``partition_series`` chooses which partitions get the partition
+families (``all``, or ``at-risk``: see ``MetricsView.at_risk``). The cluster
+families (``isrwatch_partitions``, ``isrwatch_cluster_isr_changes_total``)
+always count every partition.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ __all__ = [
     "StoreCollector",
     "MetricsView",
     "REPLICA_SERIES",
+    "PARTITION_SERIES",
+    "PartitionSelection",
     "REPLICA_LABELS",
     "PARTITION_LABELS",
     "CHANGE_LABELS",
@@ -39,6 +44,8 @@ __all__ = [
 ]
 
 REPLICA_SERIES = ("all", "not-ok")
+PARTITION_SERIES = ("all", "at-risk")
+PARTITION_STATES = ("at_risk", "healthy")
 REPLICA_LABELS = ("cluster", "topic", "partition", "broker_id", "leader_id")
 PARTITION_LABELS = ("cluster", "topic", "partition", "leader_id")
 CHANGE_LABELS = ("cluster", "topic", "partition", "change")
@@ -102,7 +109,33 @@ TELEMETRY_FAMILY = (
     "isrwatch_telemetry_last_timestamp_seconds",
     "Unix time of the newest telemetry seen from the cluster",
 )
+PARTITIONS_FAMILY = (
+    "isrwatch_partitions",
+    "Partitions by state: at_risk (a follower not ok, ISR below the replicas, min ISR headroom <= 0 "
+    "or a recent ISR change) or healthy",
+)
+CLUSTER_CHANGES_FAMILY = (
+    "isrwatch_cluster_isr_changes",
+    "ISR shrinks and expands observed in the cluster, every partition counted",
+)
 UP_FAMILY = ("isrwatch_up", "1 while isrwatch's input (state topic or telemetry) is healthy")
+
+
+@dataclass
+class PartitionSelection:
+    """The partitions that get per-partition series, and the count of every
+    partition by cluster and state (``PARTITION_STATES``)."""
+
+    kept: list[tuple[PartitionKey, PartitionView, int]]  # with the min ISR in force
+    counts: dict[tuple[str, str], int]  # (cluster, state) -> partitions
+    every: bool  # kept holds every partition
+
+    def changes(self, snap: StoreSnapshot) -> list[tuple[tuple[str, str, int, str], int]]:
+        """The per-partition ISR change counters of the kept partitions."""
+        if self.every:
+            return sorted(snap.isr_changes.items())
+        kept = {key for key, _, _ in self.kept}
+        return sorted((k, n) for k, n in snap.isr_changes.items() if k[:3] in kept)
 
 
 @dataclass(frozen=True)
@@ -112,12 +145,15 @@ class MetricsView:
     default_min_isr: int = 1
     replica_series: str = "all"
     replica_series_top: int = 0
+    partition_series: str = "all"
 
     def __post_init__(self) -> None:
         if self.replica_series not in REPLICA_SERIES:
             raise ValueError(f"replica_series={self.replica_series!r} must be one of {REPLICA_SERIES}")
         if self.replica_series_top < 0:
             raise ValueError(f"replica_series_top={self.replica_series_top} must be >= 0 (0: no cap)")
+        if self.partition_series not in PARTITION_SERIES:
+            raise ValueError(f"partition_series={self.partition_series!r} must be one of {PARTITION_SERIES}")
 
     def replicas(self, snap: StoreSnapshot) -> list[ReplicaStatus]:
         """The replicas that get per-replica series."""
@@ -128,10 +164,29 @@ class MetricsView:
             return heapq.nlargest(self.replica_series_top, chosen, key=lambda s: s.lag_ratio)
         return list(chosen)
 
-    def partitions(self, snap: StoreSnapshot) -> Iterator[tuple[PartitionKey, PartitionView, int]]:
-        """Every partition with the min ISR in force."""
-        for key, view in snap.partitions.items():
-            yield key, view, view.newest.min_isr or self.default_min_isr
+    def at_risk(self, snap: StoreSnapshot, key: PartitionKey, view: PartitionView) -> bool:
+        """A follower not ok; or an ISR smaller than the replicas; or a min ISR
+        headroom <= 0 (no spare in-sync replica), with the partition's own min ISR,
+        else ``default_min_isr``; or an ISR change within the store's
+        ``recent_change_s`` (so a recovery and its expand are scraped before the
+        partition's series go). ``PartitionView.risk_min_isr`` holds all but the last."""
+        return view.risk_min_isr <= self.default_min_isr or key in snap.recently_changed
+
+    def partitions(self, snap: StoreSnapshot) -> PartitionSelection:
+        """The partitions that get series (with the min ISR in force) and the
+        counts; one comparison per partition."""
+        default, recent = self.default_min_isr, snap.recently_changed
+        risky = [(k, v) for k, v in snap.partitions.items() if v.risk_min_isr <= default or k in recent]
+        counts: dict[tuple[str, str], int] = {}
+        for cluster, n in snap.cluster_partitions.items():
+            counts[(cluster, "at_risk")] = 0
+            counts[(cluster, "healthy")] = n
+        for (cluster, _, _), _ in risky:
+            counts[(cluster, "at_risk")] += 1
+            counts[(cluster, "healthy")] -= 1
+        every = self.partition_series == "all"
+        kept = [(k, v, v.newest.min_isr or default) for k, v in (snap.partitions.items() if every else risky)]
+        return PartitionSelection(kept, dict(sorted(counts.items())), every)
 
 
 def replica_label_values(s: ReplicaStatus) -> list[str]:
@@ -146,15 +201,17 @@ class StoreCollector(Collector):
         default_min_isr: int = 1,
         replica_series: str = "all",
         replica_series_top: int = 0,
+        partition_series: str = "all",
     ) -> None:
         self.store = store
-        self.view = MetricsView(default_min_isr, replica_series, replica_series_top)
+        self.view = MetricsView(default_min_isr, replica_series, replica_series_top, partition_series)
 
     def collect(self) -> Iterator[Metric]:
         snap = self.store.snapshot()
+        selection = self.view.partitions(snap)
         yield from self._replica_families(snap)
-        yield from self._partition_families(snap)
-        yield from self._cluster_families(snap)
+        yield from self._partition_families(snap, selection)
+        yield from self._cluster_families(snap, selection)
         if snap.batches:
             yield from self._job_families(snap)
 
@@ -170,25 +227,31 @@ class StoreCollector(Collector):
         yield from (g for g, _ in gauges)
         yield state
 
-    def _partition_families(self, snap: StoreSnapshot) -> Iterator[Metric]:
+    def _partition_families(self, snap: StoreSnapshot, selection: PartitionSelection) -> Iterator[Metric]:
         gauges = [(GaugeMetricFamily(n, h, labels=PARTITION_LABELS), f) for n, h, f in PARTITION_GAUGES]
-        for (cluster, topic, partition), view, min_isr in self.view.partitions(snap):
+        for (cluster, topic, partition), view, min_isr in selection.kept:
             labels = [cluster, topic, str(partition), str(view.newest.leader_id)]
             for family, value in gauges:
                 family.add_metric(labels, value(view, min_isr))
         yield from (g for g, _ in gauges)
         changes = CounterMetricFamily(*CHANGES_FAMILY, labels=CHANGE_LABELS)
-        for (cluster, topic, partition, change), n in sorted(snap.isr_changes.items()):
+        for (cluster, topic, partition, change), n in selection.changes(snap):
             changes.add_metric([cluster, topic, str(partition), change], n)
         yield changes
 
-    def _cluster_families(self, snap: StoreSnapshot) -> Iterator[Metric]:
+    def _cluster_families(self, snap: StoreSnapshot, selection: PartitionSelection) -> Iterator[Metric]:
+        partitions = GaugeMetricFamily(*PARTITIONS_FAMILY, labels=["cluster", "state"])
+        for (cluster, state), n in selection.counts.items():
+            partitions.add_metric([cluster, state], n)
+        changes = CounterMetricFamily(*CLUSTER_CHANGES_FAMILY, labels=["cluster", "change"])
+        for (cluster, change), n in sorted(snap.cluster_isr_changes.items()):
+            changes.add_metric([cluster, change], n)
         last = GaugeMetricFamily(*TELEMETRY_FAMILY, labels=["cluster"])
         for cluster, ms in sorted(snap.telemetry_ms.items()):
             last.add_metric([cluster], ms / 1000.0)
         up = GaugeMetricFamily(*UP_FAMILY)
         up.add_metric([], 1.0 if snap.up else 0.0)
-        yield from (last, up)
+        yield from (partitions, changes, last, up)
 
     def _job_families(self, snap: StoreSnapshot) -> Iterator[Metric]:
         for kind, name, help_text, labels, rows in job_families(snap):

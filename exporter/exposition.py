@@ -16,7 +16,9 @@ from collections.abc import Iterable
 
 from exporter.collector import (
     CHANGES_FAMILY,
+    CLUSTER_CHANGES_FAMILY,
     PARTITION_GAUGES,
+    PARTITIONS_FAMILY,
     REPLICA_GAUGES,
     STATE_FAMILY,
     STATES,
@@ -83,9 +85,10 @@ def render(snap: StoreSnapshot, view: MetricsView) -> str:
         current = s.state.value
         out.extend(f'{name}{{{b},state="{st}"}} {"1.0" if st == current else "0.0"}\n' for st in STATES)
 
+    selection = view.partitions(snap)
     parts = [
         (f'cluster="{esc(c)}",topic="{esc(t)}",partition="{p}",leader_id="{v.newest.leader_id}"', v, min_isr)
-        for (c, t, p), v, min_isr in view.partitions(snap)
+        for (c, t, p), v, min_isr in selection.kept
     ]
     for name, help_text, pvalue in PARTITION_GAUGES:
         _header(out, name, help_text, "gauge")
@@ -93,9 +96,18 @@ def render(snap: StoreSnapshot, view: MetricsView) -> str:
 
     name, help_text = CHANGES_FAMILY
     _header(out, name + "_total", help_text, "counter")
-    for (c, t, p, change), n in sorted(snap.isr_changes.items()):
+    for (c, t, p, change), n in selection.changes(snap):
         body = _labels((("cluster", c), ("topic", t), ("partition", str(p)), ("change", change)), esc)
         out.append(f"{name}_total{{{body}}} {_value(n)}\n")
+
+    name, help_text = PARTITIONS_FAMILY
+    _header(out, name, help_text, "gauge")
+    for (cluster, state), n in selection.counts.items():
+        out.append(f'{name}{{cluster="{esc(cluster)}",state="{state}"}} {_value(n)}\n')
+    name, help_text = CLUSTER_CHANGES_FAMILY
+    _header(out, name + "_total", help_text, "counter")
+    for (cluster, change), n in sorted(snap.cluster_isr_changes.items()):
+        out.append(f'{name}_total{{cluster="{esc(cluster)}",change="{change}"}} {_value(n)}\n')
 
     name, help_text = TELEMETRY_FAMILY
     _header(out, name, help_text, "gauge")

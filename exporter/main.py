@@ -51,6 +51,7 @@ class Exporter:
                 default_min_isr=s.min_insync_replicas,
                 replica_series=s.replica_series,
                 replica_series_top=s.replica_series_top,
+                partition_series=s.partition_series,
                 process_metrics=True,
             )
         except OSError as e:

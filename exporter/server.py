@@ -36,6 +36,7 @@ def registry_for(
     default_min_isr: int = 1,
     replica_series: str = "all",
     replica_series_top: int = 0,
+    partition_series: str = "all",
     process_metrics: bool = False,
 ) -> CollectorRegistry:
     """A fresh registry with the store's collector (and the process
@@ -48,6 +49,7 @@ def registry_for(
             default_min_isr=default_min_isr,
             replica_series=replica_series,
             replica_series_top=replica_series_top,
+            partition_series=partition_series,
         )
     )
     if process_metrics:
@@ -127,12 +129,13 @@ def serve(
     default_min_isr: int = 1,
     replica_series: str = "all",
     replica_series_top: int = 0,
+    partition_series: str = "all",
     process_metrics: bool = False,
 ) -> MetricsServer:
     """Serve ``store`` on ``http://host:port/metrics`` from a daemon thread;
     port 0 picks a free port (read it back from ``.port``). OSError if the
     address cannot be bound."""
-    view = MetricsView(default_min_isr, replica_series, replica_series_top)
+    view = MetricsView(default_min_isr, replica_series, replica_series_top, partition_series)
     extra = None
     if process_metrics:
         extra = CollectorRegistry(auto_describe=False)
@@ -142,5 +145,13 @@ def serve(
     thread = threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True)
     thread.start()
     bound = httpd.server_address[1]
-    log.info(kv(event="metrics_serving", host=host, port=bound, replica_series=replica_series))
+    log.info(
+        kv(
+            event="metrics_serving",
+            host=host,
+            port=bound,
+            replica_series=replica_series,
+            partition_series=partition_series,
+        )
+    )
     return MetricsServer(host, int(bound), httpd, thread)

@@ -6,10 +6,15 @@ from dataclasses import dataclass
 
 from isrwatch.settings import option, positive
 
-__all__ = ["ExporterSettings", "REPLICA_SERIES"]
+__all__ = ["ExporterSettings", "REPLICA_SERIES", "PARTITION_SERIES", "PARTITION_SERIES_HELP"]
 
-# Same values as exporter.collector.REPLICA_SERIES (kept here so --help stays cheap).
+# Same values as exporter.collector.REPLICA_SERIES and PARTITION_SERIES (kept here so --help stays cheap).
 REPLICA_SERIES = ("all", "not-ok")
+PARTITION_SERIES = ("all", "at-risk")
+PARTITION_SERIES_HELP = (
+    "which partitions get partition series: all, or at-risk (a follower not ok, ISR below the replicas, "
+    "min ISR headroom <= 0, or an ISR change in the last 10 min; isrwatch_partitions counts every partition)"
+)
 
 
 def _not_negative(v: int) -> str | None:
@@ -48,6 +53,7 @@ class ExporterSettings:
         check=_not_negative,
         metavar="N",
     )
+    partition_series: str = option("all", PARTITION_SERIES_HELP, choices=PARTITION_SERIES)
 
     def validate(self) -> str | None:
         if not self.bootstrap_servers:

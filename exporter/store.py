@@ -10,6 +10,7 @@ it, even for a million replicas.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -19,12 +20,13 @@ from typing import Literal
 
 from isrwatch.status import ReplicaStatus, State, status_key
 
-__all__ = ["StatusStore", "StoreSnapshot", "PartitionView", "PartitionKey", "LEAVING"]
+__all__ = ["StatusStore", "StoreSnapshot", "PartitionView", "PartitionKey", "LEAVING", "NEVER"]
 
 PartitionKey = tuple[str, str, int]  # cluster, topic, partition
 
 # A follower in one of these states is predicted to leave the ISR soon.
 LEAVING = frozenset({State.CRITICAL, State.OUT_OF_SYNC, State.STALLED})
+NEVER = sys.maxsize
 
 
 @dataclass(frozen=True)
@@ -35,14 +37,27 @@ class PartitionView:
     replicas: MappingProxyType[int, ReplicaStatus]  # broker_id -> status
     newest: ReplicaStatus  # evaluated last: its ISR, leader and min ISR are current
     leaving: int  # in-ISR followers predicted to leave
+    # At risk (exporter.collector.MetricsView.at_risk) when the min ISR the
+    # exporter assumes is at least this (0: whatever it assumes). Precomputed
+    # so a scrape tests 500k partitions with one comparison each.
+    risk_min_isr: int
 
     @classmethod
     def of(cls, replicas: dict[int, ReplicaStatus]) -> PartitionView:
-        return cls(
-            MappingProxyType(replicas),
-            max(replicas.values(), key=lambda s: s.eval_ms),
-            sum(1 for s in replicas.values() if s.in_isr and s.state in LEAVING),
-        )
+        newest = max(replicas.values(), key=lambda s: s.eval_ms)
+        leaving = sum(1 for s in replicas.values() if s.in_isr and s.state in LEAVING)
+        predicted = max(0, newest.isr_size - leaving)
+        # A follower not ok, or an ISR smaller than the replicas (the followers
+        # reported other than the current leader, plus the leader; an unknown ISR is 0).
+        followers = sum(1 for b in replicas if b != newest.leader_id)
+        degraded = newest.isr_size < followers + 1 or any(s.state is not State.OK for s in replicas.values())
+        if degraded:
+            risk = 0
+        elif newest.min_isr:  # its own min ISR: headroom = predicted - min ISR <= 0, or never
+            risk = 0 if predicted <= newest.min_isr else NEVER
+        else:  # the assumed min ISR decides: at risk from min ISR = predicted
+            risk = predicted
+        return cls(MappingProxyType(replicas), newest, leaving, risk)
 
     @property
     def isr_size(self) -> int:
@@ -63,6 +78,9 @@ class StoreSnapshot:
     observations: int
     last_batch_s: float | None
     deadletters: dict[str, int]  # reason -> count
+    cluster_isr_changes: dict[tuple[str, str], int] = field(default_factory=dict)  # (cluster, change) -> count
+    cluster_partitions: dict[str, int] = field(default_factory=dict)  # cluster -> partitions in ``partitions``
+    recently_changed: frozenset[PartitionKey] = frozenset()  # an ISR change within the store's recent_change_s
 
     def statuses(self) -> Iterable[ReplicaStatus]:
         for view in self.partitions.values():
@@ -90,15 +108,21 @@ class StatusStore:
     ``derive_isr_changes``: count ``isrwatch_isr_changes_total`` from the
     replicas' ``in_isr`` flips between updates (the exporter, which only sees
     statuses); leave it off where ``add_isr_changes`` is fed from metadata.
+    ``recent_change_s``: how long a partition counts as recently changed
+    after an ISR change (``StoreSnapshot.recently_changed``).
     """
 
     derive_isr_changes: bool = False
+    recent_change_s: float = 600.0
     clock: Callable[[], float] = time.monotonic  # for expiry: when a status was last received
     _received: dict[tuple[PartitionKey, int], float] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _partitions: dict[PartitionKey, PartitionView] = field(default_factory=dict, repr=False)
     _telemetry_ms: dict[str, int] = field(default_factory=dict, repr=False)
     _isr_changes: dict[tuple[str, str, int, str], int] = field(default_factory=dict, repr=False)
+    _cluster_isr_changes: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
+    _changed_at: dict[PartitionKey, float] = field(default_factory=dict, repr=False)  # clock of the last change
+    _cluster_partitions: dict[str, int] = field(default_factory=dict, repr=False)
     _up: bool = True
     _batches: int = 0
     _observations: int = 0
@@ -115,6 +139,8 @@ class StatusStore:
             for pkey, group in grouped.items():
                 old = self._partitions.get(pkey)
                 replicas = dict(old.replicas) if old else {}
+                if old is None:
+                    self._cluster_partitions[pkey[0]] = self._cluster_partitions.get(pkey[0], 0) + 1
                 for s in group:
                     before = replicas.get(s.broker_id)
                     if self.derive_isr_changes and before is not None and before.in_isr != s.in_isr:
@@ -140,6 +166,9 @@ class StatusStore:
                     self._partitions[pkey] = PartitionView.of(replicas)
                 else:
                     del self._partitions[pkey]
+                    self._cluster_partitions[pkey[0]] -= 1
+                    if not self._cluster_partitions[pkey[0]]:
+                        del self._cluster_partitions[pkey[0]]
 
     def expire(self, older_than_ms: int) -> list[str]:
         """Remove replicas that have gone quiet (a deleted topic, a moved
@@ -178,6 +207,9 @@ class StatusStore:
     def _count_change(self, pkey: PartitionKey, change: str, n: int) -> None:
         k = (*pkey, change)
         self._isr_changes[k] = self._isr_changes.get(k, 0) + n
+        ck = (pkey[0], change)
+        self._cluster_isr_changes[ck] = self._cluster_isr_changes.get(ck, 0) + n
+        self._changed_at[pkey] = self.clock()
 
     def record_batch(self, duration_s: float, observations: int, deadletters_by_reason: dict[str, int]) -> None:
         """One micro-batch of the streaming job is done."""
@@ -202,7 +234,10 @@ class StatusStore:
             self._up = up
 
     def snapshot(self) -> StoreSnapshot:
+        horizon = self.clock() - self.recent_change_s
         with self._lock:
+            for pkey in [k for k, t in self._changed_at.items() if t < horizon]:
+                del self._changed_at[pkey]  # keeps the dict to the recent changes
             return StoreSnapshot(
                 partitions=dict(self._partitions),
                 telemetry_ms=dict(self._telemetry_ms),
@@ -212,4 +247,7 @@ class StatusStore:
                 observations=self._observations,
                 last_batch_s=self._last_batch_s,
                 deadletters=dict(self._deadletters),
+                cluster_isr_changes=dict(self._cluster_isr_changes),
+                recently_changed=frozenset(self._changed_at),
+                cluster_partitions=dict(self._cluster_partitions),
             )

@@ -199,7 +199,11 @@ def run(
 
             try:
                 server = serve(
-                    store, settings.metrics_host, settings.metrics_port, default_min_isr=settings.min_insync_replicas
+                    store,
+                    settings.metrics_host,
+                    settings.metrics_port,
+                    default_min_isr=settings.min_insync_replicas,
+                    partition_series=settings.partition_series,
                 )
             except OSError as e:
                 raise ConfigError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.settings import PARTITION_SERIES, PARTITION_SERIES_HELP
 from isrwatch.rule import Rule
 from isrwatch.settings import Secret, option, positive
 from simulator.settings import SCENARIOS
@@ -81,6 +82,7 @@ class RunSettings:
 
     metrics_host: str = option("127.0.0.1", "address of the in-process /metrics (embedded default)")
     metrics_port: int = option(9743, "port of the in-process /metrics (0: off)")
+    partition_series: str = option("all", PARTITION_SERIES_HELP, choices=PARTITION_SERIES)
 
     alertmanager_url: list[str] = option([], "Alertmanager base URL (repeatable, for an HA pair)", metavar="URL")
     alertmanager_username: str | None = option(None, "basic auth user for Alertmanager")

@@ -195,3 +195,92 @@ def test_isr_membership_and_applied_threshold(store: StatusStore) -> None:
     # The threshold is the ratio's denominator.
     since = get("isrwatch_replica_time_since_caught_up_seconds", r_labels(2))
     assert since / get("isrwatch_replica_lag_time_max_seconds", r_labels(2)) == pytest.approx(0.85)
+
+
+def _partition_series(reg: CollectorRegistry, name: str = "isrwatch_partition_isr_size") -> set[str]:
+    return {s.labels["topic"] + "/" + s.labels["partition"] for m in reg.collect() if m.name == name for s in m.samples}
+
+
+def _counts(reg: CollectorRegistry) -> dict[str, float | None]:
+    return {
+        s: reg.get_sample_value("isrwatch_partitions", {"cluster": "prod", "state": s}) for s in ("at_risk", "healthy")
+    }
+
+
+def test_partition_series_at_risk_keeps_only_partitions_at_risk() -> None:
+    store = StatusStore()
+    # 30 healthy partitions: ISR 3 of 3 (leader 1, followers 2 and 3 ok), min ISR 2: headroom 1.
+    store.update([replica(b, topic="calm", partition=p) for p in range(30) for b in (2, 3)])
+    store.update(
+        [
+            # a follower not ok (nearing: not yet predicted to leave, headroom still 1)
+            replica(2, State.NEARING, topic="hot", partition=0, ratio=0.6),
+            replica(3, topic="hot", partition=0),
+            # the ISR smaller than the replicas although both followers say ok (a stale status)
+            replica(2, topic="hot", partition=1, isr_size=2),
+            replica(3, topic="hot", partition=1, isr_size=2),
+            # no spare in-sync replica: min ISR 3 of ISR 3
+            replica(2, topic="hot", partition=2, min_isr=3),
+            replica(3, topic="hot", partition=2, min_isr=3),
+            # min ISR unknown: the exporter's default decides
+            replica(2, topic="dflt", partition=0, min_isr=None),
+            replica(3, topic="dflt", partition=0, min_isr=None),
+        ]
+    )
+    everything = registry(store, default_min_isr=2)
+    assert len(_partition_series(everything)) == 34
+    at_risk = registry(store, default_min_isr=2, partition_series="at-risk")
+    for name in ("isrwatch_partition_isr_size", "isrwatch_partition_predicted_isr_size"):
+        assert _partition_series(at_risk, name) == {"hot/0", "hot/1", "hot/2"}
+    assert at_risk.get_sample_value("isrwatch_partition_min_isr_headroom", p_labels(2, "hot")) == 0
+    assert at_risk.get_sample_value("isrwatch_partition_min_isr_headroom", p_labels(0, "hot")) == 1
+    assert at_risk.get_sample_value("isrwatch_partition_isr_size", p_labels(1, "hot")) == 2
+    # the counts cover every partition, whichever partitions get series
+    assert _counts(at_risk) == _counts(everything) == {"at_risk": 3, "healthy": 31}
+
+    strict = registry(store, default_min_isr=3, partition_series="at-risk")
+    assert _partition_series(strict) == {"hot/0", "hot/1", "hot/2", "dflt/0"}
+    assert strict.get_sample_value("isrwatch_partition_min_isr_headroom", p_labels(0, "dflt")) == 0
+    assert _counts(strict) == {"at_risk": 4, "healthy": 30}
+
+    # recovery: the nearing follower is ok again, the partition is healthy and leaves
+    store.update([replica(2, topic="hot", partition=0)])
+    assert _partition_series(at_risk) == {"hot/1", "hot/2"}
+    assert _counts(at_risk) == {"at_risk": 2, "healthy": 32}
+
+
+def test_an_isr_change_keeps_the_partition_for_recent_change_s() -> None:
+    now = [1000.0]
+    store = StatusStore(derive_isr_changes=True, clock=lambda: now[0], recent_change_s=600)
+    store.update([replica(b, topic="calm", partition=p) for p in range(10) for b in (2, 3)])
+    store.update([replica(2, State.OUT_OF_SYNC, topic="calm", partition=4, in_isr=False, isr_size=2, ratio=1.2)])
+    store.add_isr_changes("other", "t", 0, "shrink", n=5)
+    reg = registry(store, partition_series="at-risk")
+    changes = {"cluster": "prod", "topic": "calm", "partition": "4"}
+    assert _partition_series(reg) == {"calm/4"}
+    assert reg.get_sample_value("isrwatch_isr_changes_total", {**changes, "change": "shrink"}) == 1
+
+    now[0] += 30
+    store.update([replica(2, topic="calm", partition=4)])  # caught up, back in the ISR: healthy, expand counted
+    assert _partition_series(reg) == {"calm/4"}
+    assert reg.get_sample_value("isrwatch_isr_changes_total", {**changes, "change": "expand"}) == 1
+    assert reg.get_sample_value("isrwatch_partition_isr_size", p_labels(4, "calm")) == 3
+    assert _counts(reg) == {"at_risk": 1, "healthy": 9}
+    assert _partition_series(reg, "isrwatch_isr_changes") == {"calm/4"}  # other/t/0 has no statuses: no series
+
+    now[0] += 601
+    assert _partition_series(reg) == set()
+    assert _partition_series(reg, "isrwatch_isr_changes") == set()
+    assert _counts(reg) == {"at_risk": 0, "healthy": 10}
+    # the cluster counters keep every change, of every cluster
+    get = reg.get_sample_value
+    assert get("isrwatch_cluster_isr_changes_total", {"cluster": "prod", "change": "shrink"}) == 1
+    assert get("isrwatch_cluster_isr_changes_total", {"cluster": "prod", "change": "expand"}) == 1
+    assert get("isrwatch_cluster_isr_changes_total", {"cluster": "other", "change": "shrink"}) == 5
+    # with partition_series=all the per-partition counters stay
+    assert _partition_series(registry(store), "isrwatch_isr_changes") == {"calm/4", "t/0"}
+
+
+def test_bad_partition_series_is_refused() -> None:
+    with pytest.raises(ValueError, match="partition_series"):
+        StoreCollector(StatusStore(), partition_series="some")

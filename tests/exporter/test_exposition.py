@@ -30,6 +30,7 @@ def both(store: StatusStore, view: MetricsView) -> tuple[tuple[set[str], list[Sa
             default_min_isr=view.default_min_isr,
             replica_series=view.replica_series,
             replica_series_top=view.replica_series_top,
+            partition_series=view.partition_series,
         )
     )
     return parsed(render(store.snapshot(), view)), parsed(generate_latest(reg).decode())
@@ -62,6 +63,7 @@ replicas = st.builds(
         default_min_isr=st.integers(1, 3),
         replica_series=st.sampled_from(["all", "not-ok"]),
         replica_series_top=st.integers(0, 5),
+        partition_series=st.sampled_from(["all", "at-risk"]),
     ),
 )
 def test_render_matches_the_collector(statuses, changes, batches, view) -> None:

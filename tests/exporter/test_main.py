@@ -33,3 +33,9 @@ def test_bad_replica_series_choice(capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli_main(["exporter", "--bootstrap-servers", "127.0.0.1:1", "--replica-series", "some"])
     assert rc == 2
     assert "'some' is not one of: all, not-ok" in capsys.readouterr().err
+
+
+def test_bad_partition_series_choice(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli_main(["exporter", "--bootstrap-servers", "127.0.0.1:1", "--partition-series", "risky"])
+    assert rc == 2
+    assert "'risky' is not one of: all, at-risk" in capsys.readouterr().err

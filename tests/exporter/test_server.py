@@ -48,3 +48,28 @@ def test_process_metrics_only_when_asked() -> None:
         families = scrape(handle.url)
         assert "python_info" in families
         assert "isrwatch_up" in families
+
+
+def test_partition_series_at_risk_over_http_on_20k_replicas() -> None:
+    store = StatusStore()
+    # 10k partitions of 20 topics, leader 1, followers 2 and 3 ok: ISR 3, min ISR 2
+    store.update([replica(b, topic=f"t{p % 20}", partition=p // 20) for p in range(10_000) for b in (2, 3)])
+    hot = {("t3", 7): State.CRITICAL, ("t11", 0): State.STALLED, ("t19", 499): State.NEARING}
+    store.update([replica(2, state, topic=t, partition=p, ratio=0.85) for (t, p), state in hot.items()])
+    with serve(store, "127.0.0.1", 0, default_min_isr=2, partition_series="at-risk", replica_series="not-ok") as h:
+        families = scrape(h.url)
+    expected = {(t, str(p)) for t, p in hot}
+    for name in (
+        "isrwatch_partition_isr_size",
+        "isrwatch_partition_predicted_isr_size",
+        "isrwatch_partition_min_isr_headroom",
+    ):
+        assert {(s.labels["topic"], s.labels["partition"]) for s in families[name]} == expected
+    assert {(s.labels["topic"], s.labels["partition"]) for s in families["isrwatch_replica_lag_ratio"]} == expected
+    counts = {s.labels["state"]: s.value for s in families["isrwatch_partitions"]}
+    assert counts == {"at_risk": 3, "healthy": 9_997}
+
+    with serve(store, "127.0.0.1", 0, default_min_isr=2) as h:
+        full = scrape(h.url)
+    assert len(full["isrwatch_partition_min_isr_headroom"]) == 10_000
+    assert {s.labels["state"]: s.value for s in full["isrwatch_partitions"]} == counts

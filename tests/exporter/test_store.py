@@ -95,3 +95,16 @@ def test_declared_deadletter_reasons_start_at_zero_and_keep_counts() -> None:
     assert store.snapshot().deadletters == {"not_json": 2, "future_t": 0}
     store.record_batch(0.5, 10, {"future_t": 1})
     assert store.snapshot().deadletters == {"not_json": 2, "future_t": 1}
+
+
+def test_partition_counts_per_cluster_follow_updates_and_removals() -> None:
+    store = StatusStore()
+    store.update([replica(b, topic="x", partition=p) for p in range(3) for b in (2, 3)])
+    store.update([replica(2, cluster="dr", topic="x")])
+    assert store.snapshot().cluster_partitions == {"prod": 3, "dr": 1}
+    store.remove(["prod/x/0/2"])  # the partition keeps follower 3
+    assert store.snapshot().cluster_partitions == {"prod": 3, "dr": 1}
+    store.remove(["prod/x/0/3", "dr/x/0/2", "dr/x/0/2"])
+    snap = store.snapshot()
+    assert snap.cluster_partitions == {"prod": 2}
+    assert snap.cluster_partitions["prod"] == len(snap.partitions)
