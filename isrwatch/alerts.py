@@ -9,7 +9,7 @@ holds). Pure Python, no I/O; delivery lives in ``streaming.notify``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -23,6 +23,7 @@ __all__ = [
     "AlertBook",
     "Transition",
     "replica_alerts",
+    "partition_alert",
     "partition_alerts",
     "stale_alert",
     "RUNBOOK_BASE",
@@ -134,36 +135,44 @@ def replica_alerts(s: ReplicaStatus) -> list[Alert]:
 
 
 def partition_alerts(statuses: Iterable[ReplicaStatus], default_min_isr: int) -> list[Alert]:
-    """``KafkaPartitionMinIsrAtRisk`` for partitions whose predicted ISR falls
-    below ``min.insync.replicas``. A follower predicted to leave is one that is
-    critical, out of sync or stalled; the leader always stays."""
+    """``KafkaPartitionMinIsrAtRisk`` for every partition of ``statuses`` that calls for it."""
     by_partition: dict[tuple[str, str, int], list[ReplicaStatus]] = {}
     for s in statuses:
         by_partition.setdefault((s.cluster, s.topic, s.partition), []).append(s)
     out = []
-    for (cluster, topic, partition), group in by_partition.items():
-        first = group[0]
-        min_isr = first.min_isr or default_min_isr
-        leaving = sum(1 for s in group if s.in_isr and s.state in (State.CRITICAL, State.OUT_OF_SYNC, State.STALLED))
-        predicted = first.isr_size - leaving
-        if first.isr_size and predicted < min_isr:
-            labels = (
-                ("cluster", cluster),
-                ("leader_id", str(first.leader_id)),
-                ("partition", str(partition)),
-                ("topic", topic),
-            )
-            out.append(
-                Alert(
-                    AlertName.MIN_ISR_AT_RISK,
-                    labels,
-                    f"{topic}-{partition} (cluster {cluster}) may fall below min.insync.replicas={min_isr}",
-                    f"ISR has {first.isr_size} replicas; {leaving} predicted to leave soon; "
-                    f"producers with acks=all would fail.",
-                    max(s.eval_ms for s in group),
-                )
-            )
+    for group in by_partition.values():
+        alert = partition_alert(group, default_min_isr)
+        if alert is not None:
+            out.append(alert)
     return out
+
+
+def partition_alert(group: Sequence[ReplicaStatus], default_min_isr: int) -> Alert | None:
+    """``KafkaPartitionMinIsrAtRisk`` when the predicted ISR of one partition
+    (its followers' statuses) falls below ``min.insync.replicas``. A follower
+    predicted to leave is one that is critical, out of sync or stalled; the
+    leader always stays. ISR, leader and min ISR come from the newest status
+    (the highest broker id among equally new ones, so any order gives one answer)."""
+    newest = max(group, key=lambda s: (s.eval_ms, s.broker_id))
+    min_isr = newest.min_isr or default_min_isr
+    leaving = sum(1 for s in group if s.in_isr and s.state in (State.CRITICAL, State.OUT_OF_SYNC, State.STALLED))
+    predicted = newest.isr_size - leaving
+    if not newest.isr_size or predicted >= min_isr:
+        return None
+    cluster, topic, partition = newest.cluster, newest.topic, newest.partition
+    labels = (
+        ("cluster", cluster),
+        ("leader_id", str(newest.leader_id)),
+        ("partition", str(partition)),
+        ("topic", topic),
+    )
+    return Alert(
+        AlertName.MIN_ISR_AT_RISK,
+        labels,
+        f"{topic}-{partition} (cluster {cluster}) may fall below min.insync.replicas={min_isr}",
+        f"ISR has {newest.isr_size} replicas; {leaving} predicted to leave soon; producers with acks=all would fail.",
+        newest.eval_ms,
+    )
 
 
 def stale_alert(cluster: str, last_telemetry_ms: int, now_ms: int) -> Alert:

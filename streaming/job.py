@@ -150,7 +150,7 @@ def run(
     ``truth_file`` receives the embedded simulator's true ISR changes.
     """
     from exporter.store import StatusStore
-    from streaming import query
+    from streaming import evaluate, query
     from streaming.checkpoint import DriverCheckpoint
     from streaming.monitor import Monitor
     from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer
@@ -234,7 +234,7 @@ def run(
             checkpoint=ckpt,
         )
         handles.monitor = monitor
-        restored = query.restore_aggregates(spark, checkpoint_dir)
+        restored = query.restore_statuses(spark, checkpoint_dir, cfg, th)
         if restored:
             monitor.restore(restored)
             log.info(
@@ -281,8 +281,9 @@ def run(
 
         def on_aggregates(batch: DataFrame, batch_id: int) -> None:
             t0 = time.monotonic()
-            rows = batch.toArrow().to_pylist()
-            report = monitor.apply_batch(batch_id, rows)
+            # Spark evaluates the batch's replicas; the driver gets statuses (streaming.evaluate).
+            evaluated = evaluate.statuses_from_arrow(evaluate.status_columns(batch, cfg, th).toArrow())
+            report = monitor.apply_statuses(batch_id, evaluated)
             with side_lock:
                 dead = dict(pending)
                 pending.clear()

@@ -1,15 +1,21 @@
 """The driver side of the job: one row per replica per batch, never per event.
 
-``Monitor`` holds the newest ``ReplicaAggregate`` of every replica (merged
-from the aggregation's update-mode output), each cluster's telemetry clock
-(the newest telemetry time seen from it) and the alert book. Per batch it
-evaluates every replica of the clusters that sent telemetry at their own
-clock, hands statuses to the store (and the state topic) and alert
-transitions to the sinks. ``check_stale`` runs from a timer on the wall
-clock: a cluster whose telemetry clock has not moved for
-``stale_after_seconds`` raises ``IsrwatchTelemetryStale``; its replicas
-keep their frozen ages (``isrwatch.status.evaluate`` evaluates at the
-cluster's clock, which stops with the telemetry).
+Spark evaluates each updated replica (``streaming.evaluate``); ``Monitor``
+receives the batch's statuses and keeps the newest one of every replica, each
+cluster's telemetry clock (the newest telemetry time seen from it) and the
+alert book. Per batch it hands the statuses to the store (and the state
+topic) and alert transitions to the sinks. A replica without new telemetry
+keeps its status: it is evaluated at the last time its leader answered, which
+its cluster clock passed already, so nothing about it can change
+(tests/isrwatch/test_status.py proves it), and it costs nothing per batch.
+
+The alerts the replicas call for are kept per replica and per partition and
+updated only for the batch's replicas and their partitions, so a batch costs
+in proportion to its rows and the alerts firing, not to the replicas tracked.
+
+``check_stale`` runs from a timer on the wall clock: a cluster whose
+telemetry clock has not moved for ``stale_after_seconds`` raises
+``IsrwatchTelemetryStale``; its replicas keep their frozen ages.
 """
 
 from __future__ import annotations
@@ -21,9 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from isrwatch.alerts import Alert, AlertBook, AlertName, Transition, partition_alerts, replica_alerts, stale_alert
+from isrwatch.alerts import Alert, AlertBook, AlertName, Transition, partition_alert, replica_alerts, stale_alert
 from isrwatch.rule import RuleConfig
-from isrwatch.status import ReplicaAggregate, ReplicaStatus, Thresholds, evaluate, status_key
+from isrwatch.status import ReplicaStatus, State, Thresholds, evaluate, status_key
 from streaming.checkpoint import DriverCheckpoint
 from streaming.state import row_to_aggregate
 
@@ -32,6 +38,9 @@ __all__ = ["Monitor", "BatchReport", "REPLICA_SCOPE", "STALE_SCOPE"]
 log = logging.getLogger(__name__)
 
 ReplicaKey = tuple[str, str, int, int]  # cluster, topic, partition, broker_id
+PartitionKey = tuple[str, str, int]  # cluster, topic, partition
+# One evaluated replica: its status, its newest telemetry time, its observations ever.
+Evaluated = tuple[ReplicaStatus, int, int]
 
 STALE_SCOPE = {AlertName.TELEMETRY_STALE.value}
 REPLICA_SCOPE = {n.value for n in AlertName} - STALE_SCOPE
@@ -89,12 +98,15 @@ class Monitor:
         self.checkpoint = checkpoint
         self._wall = wall_clock
         self._lock = threading.RLock()
-        self.aggregates: dict[ReplicaKey, ReplicaAggregate] = {}
-        self._counts: dict[ReplicaKey, int] = {}
-        self._by_cluster: dict[str, set[ReplicaKey]] = {}
+        self.statuses: dict[ReplicaKey, ReplicaStatus] = {}
+        self._last_t: dict[ReplicaKey, int] = {}  # newest telemetry time of each replica
+        self._counts: dict[ReplicaKey, int] = {}  # observations aggregated, ever
+        self._members: dict[PartitionKey, set[int]] = {}  # followers with a status
         self.cluster_now: dict[str, int] = {}
         self._advanced_wall_ms: dict[str, int] = {}  # wall time the cluster clock last moved
-        self.statuses: dict[ReplicaKey, ReplicaStatus] = {}
+        # The alerts the current statuses call for, per cluster: replicas not ok, partitions at risk.
+        self._replica_alerts: dict[str, dict[ReplicaKey, list[Alert]]] = {}
+        self._partition_alerts: dict[str, dict[PartitionKey, Alert]] = {}
         if checkpoint is not None:
             self.book, self.handled_batch = checkpoint.load_book()
         else:
@@ -102,70 +114,76 @@ class Monitor:
 
     # -- state ------------------------------------------------------------
 
-    def restore(self, rows: Iterable[Mapping[str, Any]]) -> int:
-        """Load aggregates read back from Spark's state store after a restart;
-        evaluates them into the store without announcing anything."""
+    def restore(self, items: Iterable[Evaluated]) -> int:
+        """Load statuses evaluated from Spark's state store after a restart,
+        into the store, without announcing anything."""
         with self._lock:
-            n = self._merge(rows)
-            clusters = set(self._by_cluster)
-            statuses = self._evaluate(clusters)
+            statuses = self._merge(items)[0]
             self.store.update(statuses)
-            for c in clusters:
-                self.store.set_telemetry_time(c, self.cluster_now[c])
-        return n
+            for c, now in self.cluster_now.items():
+                self.store.set_telemetry_time(c, now)
+        return len(statuses)
 
-    def _merge(self, rows: Iterable[Mapping[str, Any]]) -> int:
+    def _merge(self, items: Iterable[Evaluated]) -> tuple[list[ReplicaStatus], int]:
+        """Take in evaluated replicas; returns them and the observations new to the driver."""
+        statuses = []
         n = 0
         wall = int(self._wall() * 1000)
-        for row in rows:
-            agg = row_to_aggregate(row)
-            key = (agg.cluster, agg.topic, agg.partition, agg.broker_id)
-            count = int(row.get("observations") or 0)
+        touched: set[PartitionKey] = set()
+        for s, last_t, count in items:
+            key = (s.cluster, s.topic, s.partition, s.broker_id)
             n += max(0, count - self._counts.get(key, 0))
             self._counts[key] = count
-            self.aggregates[key] = agg
-            self._by_cluster.setdefault(agg.cluster, set()).add(key)
-            if agg.last_t_ms > self.cluster_now.get(agg.cluster, -1):
-                self.cluster_now[agg.cluster] = agg.last_t_ms
-                self._advanced_wall_ms[agg.cluster] = wall
-            self._advanced_wall_ms.setdefault(agg.cluster, wall)
-        return n
-
-    def _evaluate(self, clusters: Iterable[str]) -> list[ReplicaStatus]:
-        out = []
-        for c in clusters:
-            now = self.cluster_now[c]
-            for key in self._by_cluster.get(c, ()):
-                s = evaluate(self.aggregates[key], now, self.cfg, self.thresholds)
-                self.statuses[key] = s
-                out.append(s)
-        return out
-
-    def _evaluate_keys(self, keys: Iterable[ReplicaKey]) -> list[ReplicaStatus]:
-        out = []
-        for key in keys:
-            s = evaluate(self.aggregates[key], self.cluster_now[key[0]], self.cfg, self.thresholds)
+            self._last_t[key] = last_t
             self.statuses[key] = s
-            out.append(s)
-        return out
+            statuses.append(s)
+            pkey = (s.cluster, s.topic, s.partition)
+            self._members.setdefault(pkey, set()).add(s.broker_id)
+            touched.add(pkey)
+            alerts = self._replica_alerts.setdefault(s.cluster, {})
+            if s.state is State.OK:
+                alerts.pop(key, None)
+            else:
+                alerts[key] = replica_alerts(s)
+            if last_t > self.cluster_now.get(s.cluster, -1):
+                self.cluster_now[s.cluster] = last_t
+                self._advanced_wall_ms[s.cluster] = wall
+            self._advanced_wall_ms.setdefault(s.cluster, wall)
+        for pkey in touched:
+            self._update_partition_alert(pkey)
+        return statuses, n
+
+    def _update_partition_alert(self, pkey: PartitionKey) -> None:
+        cluster, topic, partition = pkey
+        group = [self.statuses[(cluster, topic, partition, b)] for b in self._members.get(pkey, ())]
+        alert = partition_alert(group, self.default_min_isr) if group else None
+        alerts = self._partition_alerts.setdefault(cluster, {})
+        if alert is None:
+            alerts.pop(pkey, None)
+        else:
+            alerts[pkey] = alert
 
     # -- per batch --------------------------------------------------------
 
     def apply_batch(self, batch_id: int, rows: Sequence[Mapping[str, Any]]) -> BatchReport:
-        """Merge one batch of updated aggregates, evaluate, alert."""
-        report = BatchReport(batch_id, rows=len(rows))
+        """One batch of the aggregation's rows, evaluated here with
+        ``isrwatch.status.evaluate`` (the reference; the job has Spark evaluate
+        them and calls ``apply_statuses``)."""
+        items = []
+        for row in rows:
+            agg = row_to_aggregate(row)
+            status = evaluate(agg, agg.last_t_ms, self.cfg, self.thresholds)
+            items.append((status, agg.last_t_ms, int(row.get("observations") or 0)))
+        return self.apply_statuses(batch_id, items)
+
+    def apply_statuses(self, batch_id: int, items: Iterable[Evaluated]) -> BatchReport:
+        """Take in one batch of evaluated replicas (``streaming.evaluate``), alert."""
+        report = BatchReport(batch_id)
         with self._lock:
-            report.observations = self._merge(rows)
-            clusters = {r["cluster"] for r in rows}
-            updated = {(r["cluster"], r["topic"], int(r["partition"]), int(r["broker_id"])) for r in rows}
-            # Only the replicas in this batch: a replica without new rows is
-            # evaluated at the last time its leader answered (``evaluate``
-            # freezes ages there), which its cluster clock passed already, so
-            # its status cannot change. Re-evaluating it would cost ~15 us per
-            # replica per batch for nothing (docs/benchmarks.md).
-            statuses = self._evaluate_keys(updated)
-            report.replicas = len(updated)
+            statuses, report.observations = self._merge(items)
+            report.rows = report.replicas = len(statuses)
             report.statuses = len(self.statuses)
+            clusters = {s.cluster for s in statuses}
             report.clusters = {c: self.cluster_now[c] for c in clusters}
             self.store.update(statuses)
             for c in clusters:
@@ -178,18 +196,7 @@ class Monitor:
                     "batch_replayed batch_id=%s handled=%s (transitions already sent)", batch_id, self.handled_batch
                 )
                 return report
-            transitions = []
-            for c in sorted(clusters):
-                mine = [self.statuses[k] for k in self._by_cluster[c]]
-                desired = [a for s in mine for a in replica_alerts(s)]
-                desired += partition_alerts(mine, self.default_min_isr)
-                others = [a for a in self.book.active.values() if _cluster_of(a) != c]
-                transitions.append(
-                    (
-                        self.book.update([*desired, *others], self.cluster_now[c], scope=REPLICA_SCOPE),
-                        self.cluster_now[c],
-                    )
-                )
+            transitions = [(self._transition(c), self.cluster_now[c]) for c in sorted(clusters)]
             self.handled_batch = batch_id
             if self.checkpoint is not None:
                 self.checkpoint.save_book(self.book, batch_id)
@@ -198,6 +205,13 @@ class Monitor:
             report.resolved += len(t.resolved)
             self._send(t, now)
         return report
+
+    def _transition(self, cluster: str) -> Transition:
+        """Move the book to what ``cluster``'s statuses call for; other clusters' alerts stay."""
+        desired = [a for alerts in self._replica_alerts.get(cluster, {}).values() for a in alerts]
+        desired += self._partition_alerts.get(cluster, {}).values()
+        others = [a for a in self.book.active.values() if _cluster_of(a) != cluster]
+        return self.book.update([*desired, *others], self.cluster_now[cluster], scope=REPLICA_SCOPE)
 
     def check_stale(self) -> Transition:
         """The wall-clock timer's job: raise or resolve ``IsrwatchTelemetryStale``."""
@@ -227,21 +241,25 @@ class Monitor:
 
     def forget(self, older_than_ms: int) -> list[str]:
         """Drop replicas whose telemetry stopped while their cluster's went on
-        (a deleted topic, a reassigned replica). Returns the removed keys."""
+        (a deleted topic, a reassigned replica). Returns the removed keys; their
+        alerts resolve with their cluster's next batch."""
         with self._lock:
-            gone = [
-                k
-                for k, a in self.aggregates.items()
-                if self.cluster_now.get(k[0], a.last_t_ms) - a.last_t_ms > older_than_ms
-            ]
+            gone = [k for k, t in self._last_t.items() if self.cluster_now.get(k[0], t) - t > older_than_ms]
             keys = []
             for k in gone:
-                del self.aggregates[k]
+                del self._last_t[k]
                 self._counts.pop(k, None)
-                self._by_cluster.get(k[0], set()).discard(k)
+                self._replica_alerts.get(k[0], {}).pop(k, None)
+                pkey = k[:3]
+                members = self._members.get(pkey, set())
+                members.discard(k[3])
+                if not members:
+                    self._members.pop(pkey, None)
                 s = self.statuses.pop(k, None)
                 if s is not None:
                     keys.append(status_key(s))
+            for pkey in {k[:3] for k in gone}:
+                self._update_partition_alert(pkey)
         if keys:
             self.store.remove(keys)
             if self.state_topic is not None:

@@ -9,8 +9,8 @@
 
 Both are built from a function returning the raw DataFrame (Kafka-source
 columns), so the wiring does not care where telemetry comes from.
-``restore_aggregates`` reads the aggregation's state back from Spark's state
-store (the ``statestore`` batch source) when a job restarts.
+``restore_statuses`` reads the aggregation's state back from Spark's state
+store (the ``statestore`` batch source) when a job restarts, evaluated.
 """
 
 from __future__ import annotations
@@ -22,14 +22,23 @@ from typing import TYPE_CHECKING, Any
 
 import pyspark.sql.functions as F
 
-from isrwatch.rule import Rule
-from streaming import parse, state
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import ReplicaStatus, Thresholds
+from streaming import evaluate, parse, state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["start_aggregates", "start_side", "side_batch", "restore_aggregates", "AGG_DIR", "SIDE_DIR"]
+__all__ = [
+    "start_aggregates",
+    "start_side",
+    "side_batch",
+    "restore_aggregates",
+    "restore_statuses",
+    "AGG_DIR",
+    "SIDE_DIR",
+]
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +106,25 @@ def side_batch(batch: DataFrame, future_tolerance_ms: int | None) -> dict[str, A
 
 def restore_aggregates(spark: SparkSession, checkpoint_dir: str) -> list[dict[str, Any]]:
     """The aggregation's rows as of its last committed batch (empty when none)."""
+    df = _restored(spark, checkpoint_dir)
+    return [] if df is None else df.toArrow().to_pylist()
+
+
+def restore_statuses(
+    spark: SparkSession, checkpoint_dir: str, cfg: RuleConfig, th: Thresholds
+) -> list[tuple[ReplicaStatus, int, int]]:
+    """The aggregation's rows as of its last committed batch, evaluated
+    (``streaming.evaluate``): what ``Monitor.restore`` takes."""
+    df = _restored(spark, checkpoint_dir)
+    return [] if df is None else list(evaluate.statuses_from_arrow(evaluate.status_columns(df, cfg, th).toArrow()))
+
+
+def _restored(spark: SparkSession, checkpoint_dir: str) -> DataFrame | None:
     path = os.path.join(checkpoint_dir, AGG_DIR)
     if not os.path.isdir(os.path.join(path, "commits")) or not any(
         not n.startswith(".") for n in os.listdir(os.path.join(path, "commits"))
     ):
-        return []
+        return None
     # The state reader needs the driver's state store coordinator, which the
     # streaming query manager starts: make sure it exists before any query does.
     _ = spark.streams.active
@@ -120,4 +143,4 @@ def restore_aggregates(spark: SparkSession, checkpoint_dir: str) -> list[dict[st
         value["known_leader_leo"].alias("known_leader_leo"),
         value["observations"].alias("observations"),
     )
-    return rows.toArrow().to_pylist()
+    return rows

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from exporter.store import StatusStore
 from isrwatch.rule import RuleConfig
 from isrwatch.status import Thresholds
@@ -111,3 +114,58 @@ def test_states_and_forgotten_replicas_reach_the_state_topic(tmp_path) -> None:
     m.cluster_now["c"] = 100_000 + 20 * 60_000  # the cluster went on without this replica
     assert m.forget(15 * 60_000) == ["c/t/0/2"]
     assert producer.records[-1] == ("isr.replica-state", b"c/t/0/2", None)  # a tombstone
+
+
+def _any_row(cluster: str, partition: int, broker: int, t_ms: int, behind_ms: int, isr: list[int], answered: bool):
+    row = _row(t_ms, t_ms - behind_ms, 1)
+    row.update(cluster=cluster, partition=partition, broker_id=broker)
+    row["latest"] = {**row["latest"], "isr": isr, "replicas": [1, 2, 3], "min_isr": 2, "leo": 10 if answered else None}
+    return row
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["a", "b"]),
+                st.integers(0, 2),
+                st.sampled_from([2, 3]),
+                st.integers(0, 15_000),
+                st.sampled_from([[1, 2, 3], [1, 2], [1, 3], [1]]),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=8,
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_alerts_kept_per_replica_equal_alerts_from_every_status(batches) -> None:
+    """The monitor updates alerts only for the batch's replicas and partitions;
+    after every batch the book must hold what all statuses call for."""
+    from isrwatch.alerts import partition_alerts, replica_alerts
+
+    m = Monitor(
+        RuleConfig(lag_time_max_ms=10_000),
+        Thresholds(),
+        default_min_isr=1,
+        stale_after_s=15,
+        store=StatusStore(),
+        sinks=[],
+        wall_clock=Clock(),
+    )
+    t = 100_000
+    for batch_id, batch in enumerate(batches):
+        t += 1000
+        rows = {}
+        for cluster, partition, broker, behind, isr, answered in batch:
+            rows[(cluster, partition, broker)] = _any_row(cluster, partition, broker, t, behind, isr, answered)
+        m.apply_batch(batch_id, list(rows.values()))
+        everything = list(m.statuses.values())
+        expected = [a for s in everything for a in replica_alerts(s)] + partition_alerts(everything, 1)
+        assert set(m.book.active) == {a.key for a in expected}
+        by_key = {a.key: a for a in expected}
+        for key, alert in m.book.active.items():  # held alerts carry the current text
+            assert (alert.summary, alert.description) == (by_key[key].summary, by_key[key].description)

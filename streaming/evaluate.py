@@ -1,0 +1,133 @@
+"""``isrwatch.status.evaluate`` as Spark expressions, and back to Python.
+
+The aggregation's output rows are evaluated where they are, in the JVM: one
+projection adds the ``ReplicaStatus`` columns, so the driver receives
+statuses, not aggregates to evaluate one by one in Python (about 35 µs a
+replica: the cost that capped the job, docs/benchmarks.md).
+
+A replica is evaluated at the last time its leader answered
+(``isrwatch.status.evaluate`` takes ``min(cluster clock, leader seen)``, and
+the cluster clock is never behind a replica's own newest telemetry), so the
+status is a function of the replica's own row: no clock needs to travel to
+the executors.
+
+``isrwatch.status.evaluate`` stays the reference: tests/streaming/test_evaluate.py
+checks these expressions against it on generated aggregates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyspark.sql.functions as F
+from pyspark.sql import Column
+
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import ReplicaStatus, State, Thresholds
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+__all__ = ["STATUS_COLUMNS", "EXTRA_COLUMNS", "status_columns", "statuses_from_arrow"]
+
+# ReplicaStatus's fields, in its constructor's order.
+STATUS_COLUMNS = tuple(ReplicaStatus.__dataclass_fields__)
+# Carried beside each status for the driver: the replica's newest telemetry
+# time (its cluster clock, and forgetting replicas whose telemetry stopped)
+# and how many observations it has had, ever (the batch's observation count).
+EXTRA_COLUMNS = ("last_t_ms", "observations")
+
+_STATES = {s.value: s for s in State}
+
+
+def _state(ratio: Column, out_of_isr: Column, th: Thresholds) -> Column:
+    return (
+        F.when((ratio >= 1.0) | out_of_isr, F.lit(State.OUT_OF_SYNC.value))
+        .when(ratio >= th.critical_ratio, F.lit(State.CRITICAL.value))
+        .when(ratio >= th.nearing_ratio, F.lit(State.NEARING.value))
+        .otherwise(F.lit(State.OK.value))
+    )
+
+
+def status_columns(aggs: DataFrame, cfg: RuleConfig, th: Thresholds) -> DataFrame:
+    """``aggs`` (``streaming.state.replica_aggregates``' columns) ->
+    ``STATUS_COLUMNS`` + ``EXTRA_COLUMNS``, one row per replica."""
+    latest = F.col("latest")
+    reported = latest["lag_time_max_ms"]
+    # `agg.lag_time_max_ms or cfg.lag_time_max_ms`: missing or 0 -> the configured one.
+    max_lag = F.when(reported.isNull() | (reported == 0), F.lit(cfg.lag_time_max_ms)).otherwise(reported)
+    # isrwatch.rule.check_period_ms: half of maxLag under the refined rule.
+    refined = cfg.rule is Rule.KIP16_REFINED
+    period = F.greatest(F.lit(1), F.floor(max_lag / 2).cast("long")) if refined else max_lag
+    first = F.col("first_t_ms")
+    now = F.coalesce(F.col("last_leader_answer_ms"), first)
+    leo = F.coalesce(F.col("known_leo"), latest["leo"])
+    leader_leo = F.coalesce(F.col("known_leader_leo"), latest["leader_leo"])
+    offset_lag = F.when(leader_leo.isNotNull(), F.greatest(F.lit(0), leader_leo - F.coalesce(leo, F.lit(0)))).otherwise(
+        F.lit(0)
+    )
+    lcu = F.coalesce(F.col("last_caught_up_ms"), first)
+    if cfg.rule is Rule.LEGACY_MESSAGES:
+        fetched = F.coalesce(F.col("last_progress_ms"), first)
+        age = F.greatest(F.lit(0), now - F.greatest(fetched, lcu))
+        ratio = F.greatest(age / max_lag, offset_lag / F.lit(cfg.lag_max_messages))
+        lcu = now - (ratio * max_lag).cast("long")
+    else:
+        if cfg.rule is Rule.KIP16_REFINED and cfg.idle_is_caught_up:
+            idle = leo.isNotNull() & leader_leo.isNotNull() & (leo >= leader_leo)
+            lcu = F.when(idle, F.greatest(lcu, now)).otherwise(lcu)
+        ratio = F.greatest(F.lit(0), now - lcu) / max_lag
+
+    isr = F.coalesce(latest["isr"], F.array().cast("array<int>"))
+    in_isr = F.array_contains(isr, F.col("broker_id"))
+    isr_size = F.size(isr)
+    answered = F.coalesce(F.col("last_answer_ms"), first)
+    stalled = (
+        latest["leo"].isNull()
+        & latest["leader_leo"].isNotNull()
+        & (now - answered >= th.stall_after_ms)
+        & (offset_lag > 0)
+    )
+    lag_state = _state(ratio, (isr_size > 0) & ~in_isr, th)
+    start = lcu + max_lag
+    columns = {
+        "cluster": F.col("cluster"),
+        "topic": F.col("topic"),
+        "partition": F.col("partition").cast("int"),
+        "broker_id": F.col("broker_id").cast("int"),
+        "leader_id": F.coalesce(latest["leader_id"], F.lit(-1)).cast("int"),
+        "eval_ms": now.cast("long"),
+        "state": F.when(stalled, F.lit(State.STALLED.value)).otherwise(lag_state),
+        "time_since_caught_up_s": F.greatest(F.lit(0), now - lcu) / 1000.0,
+        "lag_ratio": F.when(ratio <= 0, F.lit(0.0)).otherwise(ratio).cast("double"),
+        "time_to_shrink_s": F.greatest(F.lit(0), start - now) / 1000.0,
+        "offset_lag": offset_lag.cast("long"),
+        "in_isr": in_isr,
+        "isr_size": isr_size.cast("int"),
+        "min_isr": latest["min_isr"].cast("int"),
+        "lag_time_max_ms": max_lag.cast("long"),
+        "shrink_window_start_ms": start.cast("long"),
+        "shrink_window_end_ms": (start + period).cast("long"),
+        "lag_state": lag_state,
+        "last_t_ms": F.col("last_t_ms").cast("long"),
+        "observations": F.col("observations").cast("long"),
+    }
+    assert tuple(columns) == STATUS_COLUMNS + EXTRA_COLUMNS, "keep status_columns in ReplicaStatus's order"
+    return aggs.select(*[c.alias(name) for name, c in columns.items()])
+
+
+def statuses_from_arrow(table: pa.Table) -> Iterator[tuple[ReplicaStatus, int, int]]:
+    """(status, last_t_ms, observations) per row of ``status_columns``' output.
+
+    Column by column to Python lists, then one constructor call per row: about
+    3 µs a replica, against ~10 µs through ``Table.to_pylist()``'s dicts.
+    """
+    cols: list[list[Any]] = [table.column(name).to_pylist() for name in STATUS_COLUMNS + EXTRA_COLUMNS]
+    state_at, lag_state_at = STATUS_COLUMNS.index("state"), STATUS_COLUMNS.index("lag_state")
+    cols[state_at] = [_STATES[v] for v in cols[state_at]]
+    cols[lag_state_at] = [_STATES[v] for v in cols[lag_state_at]]
+    n = len(STATUS_COLUMNS)
+    for values in zip(*cols, strict=True):
+        yield ReplicaStatus(*values[:n]), values[n], values[n + 1]

@@ -1,0 +1,108 @@
+"""streaming.evaluate (Spark expressions) against isrwatch.status.evaluate (the reference)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import ReplicaAggregate, State, Thresholds, evaluate
+from streaming.evaluate import status_columns, statuses_from_arrow
+
+AGG_SCHEMA = (
+    "cluster string, topic string, partition int, broker_id int, first_t_ms bigint, last_t_ms bigint, "
+    "last_caught_up_ms bigint, last_answer_ms bigint, last_leader_answer_ms bigint, last_progress_ms bigint, "
+    "latest struct<leader_id:int, leo:bigint, leader_leo:bigint, hw:bigint, isr:array<int>, "
+    "replicas:array<int>, lag_time_max_ms:bigint, min_isr:int>, "
+    "known_leo bigint, known_leader_leo bigint, observations bigint"
+)
+
+CONFIGS = [
+    RuleConfig(Rule.KIP16_REFINED, 10_000),
+    RuleConfig(Rule.KIP16_REFINED, 7_001, idle_is_caught_up=False),
+    RuleConfig(Rule.KIP16, 10_000),
+    RuleConfig(Rule.LEGACY_MESSAGES, 10_000, lag_max_messages=40),
+]
+THRESHOLDS = Thresholds(nearing_ratio=0.5, critical_ratio=0.8, stall_after_ms=3000)
+
+
+def random_aggregate(rng: random.Random, i: int) -> ReplicaAggregate:
+    """A row the aggregation can produce: times ordered as the max/min aggregates order them.
+
+    Times are mostly on a 500 ms grid so differences land exactly on the
+    thresholds (stall after 3 s, ratios 0.5 / 0.8 / 1.0 of 10 s).
+    """
+    step = rng.choice([500, 500, 1])
+    first = rng.randint(0, 200) * step
+    last = first + rng.choice([0, rng.randint(0, 120) * step])
+
+    def t_or_none(lo: int, hi: int) -> int | None:
+        return None if rng.random() < 0.2 else lo + rng.randint(0, (hi - lo) // step) * step
+
+    leader_leo = None if rng.random() < 0.15 else rng.randint(0, 500)
+    leo = None if rng.random() < 0.2 else rng.randint(0, 600)
+    isr = rng.choice([(), (1,), (1, 2), (1, 2, 3), (1, 3)])
+    return ReplicaAggregate(
+        cluster=rng.choice(["a", "b"]),
+        topic="t",
+        partition=i,
+        broker_id=rng.choice([2, 3]),
+        first_t_ms=first,
+        last_t_ms=last,
+        last_caught_up_ms=t_or_none(max(0, first - 5_000), last),
+        last_answer_ms=t_or_none(first, last),
+        last_leader_answer_ms=t_or_none(first, last),
+        last_progress_ms=t_or_none(first, last),
+        leader_id=rng.choice([1, 2]),
+        leo=leo,
+        leader_leo=leader_leo,
+        hw=None if leo is None else min(leo, leader_leo or 0),
+        isr=isr,
+        replicas=(1, 2, 3),
+        lag_time_max_ms=rng.choice([None, 0, 10_000, 3_000, 30_000]),
+        min_isr=rng.choice([None, 1, 2]),
+        known_leo=rng.choice([None, leo, rng.randint(0, 600)]),
+        known_leader_leo=rng.choice([None, leader_leo, rng.randint(0, 600)]),
+    )
+
+
+def _row(a: ReplicaAggregate) -> dict:
+    d = asdict(a)
+    latest = {
+        k: d.pop(k) for k in ("leader_id", "leo", "leader_leo", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
+    }
+    latest["isr"], latest["replicas"] = list(latest["isr"]), list(latest["replicas"])
+    return {**d, "latest": latest, "observations": 7}
+
+
+def _check(spark, aggs: list[ReplicaAggregate], cfg: RuleConfig) -> None:
+    df = spark.createDataFrame([_row(a) for a in aggs], AGG_SCHEMA)
+    got = list(statuses_from_arrow(status_columns(df, cfg, THRESHOLDS).toArrow()))
+    assert len(got) == len(aggs)
+    by_key = {(s.cluster, s.partition): (s, last_t, n) for s, last_t, n in got}
+    for a in aggs:
+        status, last_t, n = by_key[(a.cluster, a.partition)]
+        # Any cluster clock at or past the replica's newest telemetry gives the same status.
+        expected = evaluate(a, a.last_t_ms + 12_345, cfg, THRESHOLDS)
+        assert status == expected, (a, cfg)
+        assert (last_t, n) == (a.last_t_ms, 7)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.rule.value}-{c.lag_time_max_ms}-{c.idle_is_caught_up}")
+def test_spark_status_equals_python_evaluate_on_random_aggregates(spark, cfg) -> None:
+    rng = random.Random(hash(cfg) & 0xFFFF)
+    aggs = [random_aggregate(rng, i) for i in range(3000)]
+    _check(spark, aggs, cfg)
+    states = {evaluate(a, a.last_t_ms, cfg, THRESHOLDS).state for a in aggs}
+    assert states == set(State), "the sample must reach every state"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(1, 40), which=st.sampled_from(CONFIGS))
+def test_spark_status_equals_python_evaluate_property(spark, seed, size, which) -> None:
+    rng = random.Random(seed)
+    _check(spark, [random_aggregate(rng, i) for i in range(size)], which)
