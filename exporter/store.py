@@ -44,13 +44,24 @@ class PartitionView:
 
     @classmethod
     def of(cls, replicas: dict[int, ReplicaStatus]) -> PartitionView:
-        newest = max(replicas.values(), key=lambda s: s.eval_ms)
-        leaving = sum(1 for s in replicas.values() if s.in_isr and s.state in LEAVING)
+        # One pass (this runs for every partition of every batch): the newest
+        # status (the first of equally new ones), followers leaving, any not ok.
+        newest: ReplicaStatus | None = None
+        leaving = 0
+        not_ok = False
+        for s in replicas.values():
+            if newest is None or s.eval_ms > newest.eval_ms:
+                newest = s
+            if s.state is not State.OK:
+                not_ok = True
+                if s.in_isr and s.state in LEAVING:
+                    leaving += 1
+        assert newest is not None, "a partition view needs at least one replica"
         predicted = max(0, newest.isr_size - leaving)
         # A follower not ok, or an ISR smaller than the replicas (the followers
         # reported other than the current leader, plus the leader; an unknown ISR is 0).
         followers = sum(1 for b in replicas if b != newest.leader_id)
-        degraded = newest.isr_size < followers + 1 or any(s.state is not State.OK for s in replicas.values())
+        degraded = not_ok or newest.isr_size < followers + 1
         if degraded:
             risk = 0
         elif newest.min_isr:  # its own min ISR: headroom = predicted - min ISR <= 0, or never

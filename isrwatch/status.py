@@ -10,7 +10,9 @@ Pure Python, no I/O.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from isrwatch.rule import Rule, RuleConfig, check_period_ms
 
@@ -20,6 +22,7 @@ __all__ = [
     "ReplicaAggregate",
     "ReplicaStatus",
     "evaluate",
+    "status_from_values",
     "status_key",
     "status_to_json",
     "status_from_json",
@@ -109,6 +112,18 @@ class ReplicaStatus:
     def __post_init__(self) -> None:
         if self.lag_state is None:
             object.__setattr__(self, "lag_state", self.state)
+
+
+_STATUS_FIELDS = tuple(ReplicaStatus.__dataclass_fields__)
+
+
+def status_from_values(values: Sequence[Any]) -> ReplicaStatus:
+    """A ``ReplicaStatus`` from its field values in declaration order (``lag_state``
+    included), without the dataclass constructor: the streaming driver builds
+    one per replica per batch, and the frozen constructor costs several times more."""
+    status = object.__new__(ReplicaStatus)
+    status.__dict__.update(zip(_STATUS_FIELDS, values, strict=True))
+    return status
 
 
 def evaluate(agg: ReplicaAggregate, cluster_now_ms: int, cfg: RuleConfig, th: Thresholds) -> ReplicaStatus:

@@ -282,8 +282,9 @@ def run(
         def on_aggregates(batch: DataFrame, batch_id: int) -> None:
             t0 = time.monotonic()
             # Spark evaluates the batch's replicas; the driver gets statuses (streaming.evaluate).
-            evaluated = evaluate.statuses_from_arrow(evaluate.status_columns(batch, cfg, th).toArrow())
-            report = monitor.apply_statuses(batch_id, evaluated)
+            table = evaluate.status_columns(batch, cfg, th).toArrow()  # runs the batch in Spark
+            spark_s = time.monotonic() - t0
+            report = monitor.apply_statuses(batch_id, evaluate.statuses_from_arrow(table))
             with side_lock:
                 dead = dict(pending)
                 pending.clear()
@@ -302,6 +303,7 @@ def run(
                     alerts_resolved=report.resolved,
                     deadletters=sum(dead.values()),
                     batch_ms=round(elapsed * 1000),
+                    spark_ms=round(spark_s * 1000),
                     telemetry_lag_s=float(lag_s),
                 ),
             )
