@@ -8,12 +8,13 @@ For a fleet of N replicas and a batch of B observations (whole rounds of
   ``plain_from_json``: one ``from_json`` and ``explode``, nothing else;
 * ``aggregate``: ``streaming.state.replica_aggregates`` of the parsed rows
   (batch, no state store);
-* ``collect``: the updated rows to the driver (``toArrow().to_pylist()``, as
-  ``streaming.job`` does);
-* ``monitor.*``: ``streaming.monitor.Monitor.apply_batch`` split into its
-  parts (merge, evaluate every replica, store update, alerts), profiled with
-  cProfile; ``state_topic``: ``streaming.outputs.KafkaStates`` writing the
-  batch's statuses to a real Kafka topic.
+* before: the updated aggregates to the driver as dicts (``toArrow().to_pylist()``)
+  and ``Monitor.apply_batch`` evaluating them in Python (the job until
+  issue 5's fix), beside
+* now: ``streaming.evaluate.status_columns`` (Spark evaluates) ``.toArrow()``,
+  ``statuses_from_arrow`` and ``Monitor.apply_statuses`` (as ``streaming.job``
+  does), profiled with cProfile; ``state_topic``: ``streaming.outputs.KafkaStates``
+  writing the batch's statuses to a real Kafka topic.
 
 ``python -m bench.stages --replicas 100000 --rounds 2``
 """
@@ -51,7 +52,7 @@ def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int 
     from isrwatch.rule import Rule, RuleConfig
     from isrwatch.status import Thresholds
     from isrwatch.telemetry import SPARK_SCHEMA_DDL
-    from streaming import parse, state
+    from streaming import evaluate, parse, state
     from streaming.monitor import Monitor
 
     fleet = Fleet(replicas)
@@ -93,24 +94,30 @@ def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int 
     out["aggregate_s"], _ = _timed(lambda: aggs.write.format("noop").mode("overwrite").save())
     cached = aggs.cache()
     cached.count()
+    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000, 4000)
+    th = Thresholds(0.5, 0.8, 3000)
+    # Before: the aggregates to the driver as dicts, evaluated there in Python.
     out["to_arrow_s"], table = _timed(cached.toArrow)
     out["to_pylist_s"], rows = _timed(table.to_pylist)
+    before = Monitor(cfg, th, default_min_isr=1, stale_after_s=15, store=StatusStore(), sinks=[])
+    out["monitor_python_evaluation_s"], _ = _timed(lambda: before.apply_batch(0, rows))
+    # Now (streaming.job): Spark evaluates, the driver takes statuses in.
+    statuses_df = evaluate.status_columns(cached, cfg, th)
+    out["evaluate_in_spark_to_arrow_s"], table = _timed(statuses_df.toArrow)
+    out["statuses_from_arrow_s"], evaluated = _timed(lambda: list(evaluate.statuses_from_arrow(table)))
     cached.unpersist()
     rows_df.unpersist()
     raw.unpersist()
     shutil.rmtree(raw_dir, ignore_errors=True)
 
-    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000, 4000)
-    monitor = Monitor(
-        cfg, Thresholds(0.5, 0.8, 3000), default_min_isr=1, stale_after_s=15, store=StatusStore(), sinks=[]
-    )
+    monitor = Monitor(cfg, th, default_min_isr=1, stale_after_s=15, store=StatusStore(), sinks=[])
     prof = cProfile.Profile()
     prof.enable()
-    out["monitor_s"], _ = _timed(lambda: monitor.apply_batch(0, rows))
+    out["monitor_s"], _ = _timed(lambda: monitor.apply_statuses(0, evaluated))
     prof.disable()
     stats = pstats.Stats(prof, stream=(buf := io.StringIO()))
     stats.sort_stats("cumulative").print_stats(top)
-    out["monitor_second_batch_s"], _ = _timed(lambda: monitor.apply_batch(1, rows))
+    out["monitor_second_batch_s"], _ = _timed(lambda: monitor.apply_statuses(1, evaluated))
     if kafka is not None:
         out.update(_without_side(spark, kafka, records, obs_n))
         from streaming.outputs import KafkaStates
@@ -136,7 +143,7 @@ def _without_side(spark: Any, kafka: Any, records: list[bytes], obs_n: int) -> d
     from exporter.store import StatusStore
     from isrwatch.rule import Rule, RuleConfig
     from isrwatch.status import Thresholds
-    from streaming import query
+    from streaming import evaluate, query
     from streaming.monitor import Monitor
     from streaming.outputs import KafkaStates, make_producer
     from streaming.source import kafka_stream
@@ -163,7 +170,8 @@ def _without_side(spark: Any, kafka: Any, records: list[bytes], obs_n: int) -> d
     cond = threading.Condition()
 
     def handle(batch: Any, batch_id: int) -> None:
-        report = monitor.apply_batch(batch_id, batch.toArrow().to_pylist())
+        table = evaluate.status_columns(batch, monitor.cfg, monitor.thresholds).toArrow()
+        report = monitor.apply_statuses(batch_id, evaluate.statuses_from_arrow(table))
         with cond:
             ends.append((time.perf_counter(), report.observations))
             cond.notify_all()
