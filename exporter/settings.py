@@ -6,7 +6,15 @@ from dataclasses import dataclass
 
 from isrwatch.settings import option, positive
 
-__all__ = ["ExporterSettings", "REPLICA_SERIES", "PARTITION_SERIES", "PARTITION_SERIES_HELP"]
+__all__ = [
+    "ExporterSettings",
+    "REPLICA_SERIES",
+    "REPLICA_SERIES_HELP",
+    "REPLICA_SERIES_TOP_HELP",
+    "PARTITION_SERIES",
+    "PARTITION_SERIES_HELP",
+    "not_negative",
+]
 
 # Same values as exporter.collector.REPLICA_SERIES and PARTITION_SERIES (kept here so --help stays cheap).
 REPLICA_SERIES = ("all", "not-ok")
@@ -17,7 +25,11 @@ PARTITION_SERIES_HELP = (
 )
 
 
-def _not_negative(v: int) -> str | None:
+REPLICA_SERIES_HELP = "which replicas get per-replica series: all, or not-ok (partition/cluster gauges stay complete)"
+REPLICA_SERIES_TOP_HELP = "export per-replica series for at most N replicas, highest lag ratio first (0: no cap)"
+
+
+def not_negative(v: int) -> str | None:
     return None if v >= 0 else f"{v} must be 0 (no cap) or more"
 
 
@@ -42,17 +54,8 @@ class ExporterSettings:
     min_insync_replicas: int = option(
         1, "min.insync.replicas for the headroom gauge where the status does not say", check=positive
     )
-    replica_series: str = option(
-        "all",
-        "which replicas get per-replica series: all, or not-ok (partition/cluster gauges stay complete)",
-        choices=REPLICA_SERIES,
-    )
-    replica_series_top: int = option(
-        0,
-        "export per-replica series for at most N replicas, highest lag ratio first (0: no cap)",
-        check=_not_negative,
-        metavar="N",
-    )
+    replica_series: str = option("all", REPLICA_SERIES_HELP, choices=REPLICA_SERIES)
+    replica_series_top: int = option(0, REPLICA_SERIES_TOP_HELP, check=not_negative, metavar="N")
     partition_series: str = option("all", PARTITION_SERIES_HELP, choices=PARTITION_SERIES)
 
     def validate(self) -> str | None:

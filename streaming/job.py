@@ -30,7 +30,7 @@ from streaming.settings import RunSettings
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["main", "run", "JobHandles", "FUTURE_TOLERANCE_MS", "DEFAULT_SCENARIO"]
+__all__ = ["main", "run", "serve_metrics", "JobHandles", "FUTURE_TOLERANCE_MS", "DEFAULT_SCENARIO"]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,27 @@ class _Feeder(threading.Thread):
             log.exception("simulator_failed")
 
 
+def serve_metrics(store: Any, settings: RunSettings) -> Any:
+    """The in-process /metrics of the embedded default, with the exporter's
+    cardinality controls; a port that cannot be bound is a ConfigError."""
+    from exporter.server import serve
+
+    try:
+        return serve(
+            store,
+            settings.metrics_host,
+            settings.metrics_port,
+            default_min_isr=settings.min_insync_replicas,
+            replica_series=settings.replica_series,
+            replica_series_top=settings.replica_series_top,
+            partition_series=settings.partition_series,
+        )
+    except OSError as e:
+        raise ConfigError(
+            f"--metrics-port: cannot serve on {settings.metrics_host}:{settings.metrics_port}: {e.strerror}"
+        ) from None
+
+
 def run(
     settings: RunSettings,
     *,
@@ -195,20 +216,7 @@ def run(
         store.declare_deadletter_reasons(REASONS)  # the counter by reason starts at 0
         handles.store = store
         if not kafka_mode and settings.metrics_port != 0:
-            from exporter.server import serve
-
-            try:
-                server = serve(
-                    store,
-                    settings.metrics_host,
-                    settings.metrics_port,
-                    default_min_isr=settings.min_insync_replicas,
-                    partition_series=settings.partition_series,
-                )
-            except OSError as e:
-                raise ConfigError(
-                    f"--metrics-port: cannot serve on {settings.metrics_host}:{settings.metrics_port}: {e.strerror}"
-                ) from None
+            server = serve_metrics(store, settings)
             cleanup.append(server)
             handles.metrics_port = server.port
         if kafka_mode:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.settings import PARTITION_SERIES, PARTITION_SERIES_HELP
+from exporter.settings import (
+    PARTITION_SERIES,
+    PARTITION_SERIES_HELP,
+    REPLICA_SERIES,
+    REPLICA_SERIES_HELP,
+    REPLICA_SERIES_TOP_HELP,
+    not_negative,
+)
 from isrwatch.rule import Rule
 from isrwatch.settings import Secret, option, positive
 from simulator.settings import SCENARIOS
@@ -82,6 +89,8 @@ class RunSettings:
 
     metrics_host: str = option("127.0.0.1", "address of the in-process /metrics (embedded default)")
     metrics_port: int = option(9743, "port of the in-process /metrics (0: off)")
+    replica_series: str = option("all", REPLICA_SERIES_HELP, choices=REPLICA_SERIES)
+    replica_series_top: int = option(0, REPLICA_SERIES_TOP_HELP, check=not_negative, metavar="N")
     partition_series: str = option("all", PARTITION_SERIES_HELP, choices=PARTITION_SERIES)
 
     alertmanager_url: list[str] = option([], "Alertmanager base URL (repeatable, for an HA pair)", metavar="URL")
