@@ -15,7 +15,14 @@ __all__ = ["start_cluster", "new_topic", "produce", "consume_all", "BROKER_SETTI
 log = logging.getLogger(__name__)
 
 # Records of 500 observations are about 130 kB; room for bigger ones.
-BROKER_SETTINGS = {"message.max.bytes": 4_000_000, "replica.fetch.max.bytes": 4_000_000, "num.io.threads": 2}
+# A long ZooKeeper session: a 0.9 broker whose session expires under load can lose
+# its partitions leaders for good (new topics then never get one).
+BROKER_SETTINGS = {
+    "message.max.bytes": 4_000_000,
+    "replica.fetch.max.bytes": 4_000_000,
+    "num.io.threads": 2,
+    "zookeeper.session.timeout.ms": 60_000,
+}
 
 
 def start_cluster(brokers: int = 1) -> LocalKafka:
