@@ -17,11 +17,11 @@ checks these expressions against it on generated aggregates.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyspark.sql.functions as F
-from pyspark.sql import Column
+from pyspark.sql import Column, Window
 
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import ReplicaStatus, State, Thresholds, status_from_values
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-__all__ = ["STATUS_COLUMNS", "EXTRA_COLUMNS", "status_columns", "statuses_from_arrow"]
+__all__ = ["STATUS_COLUMNS", "EXTRA_COLUMNS", "status_columns", "for_the_driver", "statuses_from_arrow"]
 
 # ReplicaStatus's fields, in its constructor's order.
 STATUS_COLUMNS = tuple(ReplicaStatus.__dataclass_fields__)
@@ -116,6 +116,32 @@ def status_columns(aggs: DataFrame, cfg: RuleConfig, th: Thresholds) -> DataFram
     }
     assert tuple(columns) == STATUS_COLUMNS + EXTRA_COLUMNS, "keep status_columns in ReplicaStatus's order"
     return aggs.select(*[c.alias(name) for name, c in columns.items()])
+
+
+def for_the_driver(statuses: DataFrame, not_ok_keys: Collection[str], batch_id: int, refresh_batches: int) -> DataFrame:
+    """The rows of ``status_columns``' output the driver needs when replicas that
+    stay ok are refreshed only every ``refresh_batches`` batches (``--ok-refresh-batches``):
+
+    * every replica not ok now (its alerts, its gauges);
+    * every replica the driver holds as not ok (``not_ok_keys``, status keys):
+      its return to ok resolves alerts;
+    * the replicas due for a refresh: a hash of the replica picks one batch in
+      ``refresh_batches``, so each ok replica is refreshed about that often;
+    * the newest row of each cluster, which carries the cluster's telemetry clock.
+
+    ``refresh_batches`` 1 keeps every row.
+    """
+    if refresh_batches <= 1:
+        return statuses
+    key = F.concat_ws(
+        "/", F.col("cluster"), F.col("topic"), F.col("partition").cast("string"), F.col("broker_id").cast("string")
+    )
+    due = F.pmod(F.xxhash64(key), F.lit(refresh_batches)) == F.lit(batch_id % refresh_batches)
+    rank = F.row_number().over(Window.partitionBy("cluster").orderBy(F.col("last_t_ms").desc()))
+    keep = (F.col("state") != State.OK.value) | due | (F.col("_rank") == 1)
+    if not_ok_keys:
+        keep = keep | key.isin(sorted(not_ok_keys))
+    return statuses.withColumn("_rank", rank).where(keep).drop("_rank")
 
 
 def statuses_from_arrow(table: pa.Table) -> Iterator[tuple[ReplicaStatus, int, int]]:

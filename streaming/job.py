@@ -290,7 +290,10 @@ def run(
         def on_aggregates(batch: DataFrame, batch_id: int) -> None:
             t0 = time.monotonic()
             # Spark evaluates the batch's replicas; the driver gets statuses (streaming.evaluate).
-            table = evaluate.status_columns(batch, cfg, th).toArrow()  # runs the batch in Spark
+            statuses = evaluate.for_the_driver(
+                evaluate.status_columns(batch, cfg, th), monitor.not_ok_keys(), batch_id, settings.ok_refresh_batches
+            )
+            table = statuses.toArrow()  # runs the batch in Spark
             spark_s = time.monotonic() - t0
             report = monitor.apply_statuses(batch_id, evaluate.statuses_from_arrow(table))
             with side_lock:

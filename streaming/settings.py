@@ -23,6 +23,10 @@ def _ratio(v: float) -> str | None:
     return None if 0 < v < 1 else f"{v} must be between 0 and 1"
 
 
+def _refresh_batches(v: int) -> str | None:
+    return None if 1 <= v <= 600 else f"{v} must be from 1 to 600"
+
+
 @dataclass(frozen=True)
 class RunSettings:
     simulate: str | None = option(
@@ -70,6 +74,13 @@ class RunSettings:
     )
 
     trigger_seconds: float = option(1.0, "micro-batch trigger interval", check=positive)
+    ok_refresh_batches: int = option(
+        1,
+        "refresh a replica that is and was ok (its gauges, its state-topic record) only every N batches; "
+        "replicas not ok, and changes of state, still every batch (1: every replica every batch)",
+        check=_refresh_batches,
+        metavar="N",
+    )
     duration: float | None = option(
         None, "stop after this many seconds (default: run until stopped)", check=positive, metavar="SECONDS"
     )

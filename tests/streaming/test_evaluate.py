@@ -106,3 +106,39 @@ def test_spark_status_equals_python_evaluate_on_random_aggregates(spark, cfg) ->
 def test_spark_status_equals_python_evaluate_property(spark, seed, size, which) -> None:
     rng = random.Random(seed)
     _check(spark, [random_aggregate(rng, i) for i in range(size)], which)
+
+
+def _statuses(spark, rows: list[tuple[str, int, str, int]]):
+    """(cluster, partition, state, last_t_ms) -> a frame shaped like status_columns' output."""
+    from isrwatch.status import ReplicaStatus
+    from streaming.evaluate import EXTRA_COLUMNS, STATUS_COLUMNS
+
+    out = []
+    for cluster, partition, state, last_t in rows:
+        s = ReplicaStatus(cluster, "t", partition, 2, 1, last_t, State(state), 0.0, 0.0, 10.0, 0, True, 3, 2,
+                          10_000, last_t + 10_000, last_t + 15_000)  # fmt: skip
+        d = asdict(s)
+        d["state"], d["lag_state"] = s.state.value, s.lag_state.value
+        out.append({**d, "last_t_ms": last_t, "observations": 1})
+    schema = spark.createDataFrame(out[:1]).schema
+    return spark.createDataFrame(out, schema).select(*STATUS_COLUMNS, *EXTRA_COLUMNS)
+
+
+def test_only_rows_the_driver_needs_pass_when_ok_replicas_refresh_slowly(spark) -> None:
+    from streaming.evaluate import for_the_driver
+
+    rows = [("a", p, "ok", 1000 + p) for p in range(200)]
+    rows += [("a", 500, "nearing", 900), ("b", 0, "ok", 50)]
+    df = _statuses(spark, rows)
+    assert for_the_driver(df, set(), 7, 1).count() == len(rows)  # 1: everything, every batch
+    not_ok = {"a/t/3/2"}  # the driver holds this one as not ok: its return to ok must pass
+    seen: dict[int, set[tuple[str, int]]] = {}
+    for batch_id in range(10):
+        kept = {(r["cluster"], r["partition"]) for r in for_the_driver(df, not_ok, batch_id, 10).collect()}
+        assert {("a", 500), ("a", 3), ("a", 199), ("b", 0)} <= kept  # not ok, held not ok, each cluster's newest
+        seen[batch_id] = kept
+    everyone = {(c, p) for c, p, _, _ in rows}
+    assert set().union(*seen.values()) == everyone  # every ok replica refreshed once in 10 batches
+    ok_refreshes = [len(k - {("a", 500), ("a", 3), ("a", 199), ("b", 0)}) for k in seen.values()]
+    assert sum(ok_refreshes) == len(everyone) - 4  # ...and only once
+    assert max(ok_refreshes) < 60  # spread over the batches, not all at once

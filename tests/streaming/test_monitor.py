@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from exporter.store import StatusStore
 from isrwatch.rule import RuleConfig
-from isrwatch.status import Thresholds
+from isrwatch.status import State, Thresholds, status_key
 from streaming.checkpoint import DriverCheckpoint
 from streaming.monitor import Monitor
 
@@ -166,6 +166,7 @@ def test_alerts_kept_per_replica_equal_alerts_from_every_status(batches) -> None
         everything = list(m.statuses.values())
         expected = [a for s in everything for a in replica_alerts(s)] + partition_alerts(everything, 1)
         assert set(m.book.active) == {a.key for a in expected}
+        assert m.not_ok_keys() == {status_key(s) for s in everything if s.state is not State.OK}
         by_key = {a.key: a for a in expected}
         for key, alert in m.book.active.items():  # held alerts carry the current text
             assert (alert.summary, alert.description) == (by_key[key].summary, by_key[key].description)
