@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from isrwatch.alerts import AlertName
+
 __all__ = [
     "Pipeline",
     "ProduceLoad",
@@ -42,6 +44,8 @@ __all__ = [
     "LAG_MS",
     "ZK_SESSION_MS",
     "Shrinks",
+    "first_event",
+    "nearing_row",
 ]
 
 RESULTS_ENV = "ISRWATCH_VALIDATION_OUT"
@@ -409,3 +413,45 @@ class Shrinks:
             if c.partition == partition and broker_id in c.isr_before and broker_id not in c.isr_after
         ]
         return min(times) if times else None
+
+
+def first_event(pipe: Pipeline, name: AlertName, status: str, topic: str, broker: int) -> dict[int, AlertEvent]:
+    """partition -> the first ``name``/``status`` event of ``broker``'s replica."""
+    out: dict[int, AlertEvent] = {}
+    for e in pipe.alerts(name.value, status):
+        t, p, b = e.replica
+        if t == topic and b == broker and p not in out:
+            out[p] = e
+    return out
+
+
+def nearing_row(
+    scenario: str,
+    topic: str,
+    partition: int,
+    broker_id: int,
+    fault_at: float,
+    e: AlertEvent | None,
+    shrink: float | None,
+) -> dict[str, Any]:
+    """One row of the validation table (tools/validation_table.py): a follower's first
+    ``KafkaReplicaNearingIsrShrink`` against the leader's logged shrink. The predicted
+    crossing of lag/2 is the start of the predicted window minus lag/2."""
+    window = e.window if e else None
+    crossing = window[0] - LAG_MS / 2000 if window else None
+    return {
+        "scenario": scenario,
+        "topic": topic,
+        "partition": partition,
+        "broker_id": broker_id,
+        "alert": AlertName.NEARING.value,
+        "fault_at": fault_at,
+        "predicted_crossing_at": crossing,
+        "predicted_window": window,
+        "alert_starts_at": e.starts_at if e else None,
+        "alert_arrived": e.arrived if e else None,
+        "offset_lag_at_alert": e.offset_lag if e else None,
+        "shrink_at": shrink,
+        "lead_s": (shrink - crossing) if crossing and shrink else None,
+        "arrival_lead_s": (shrink - e.arrived) if e and shrink else None,
+    }

@@ -26,10 +26,11 @@ from tests.e2e.pipeline import (
     COLLECT_INTERVAL_S,
     LAG_MS,
     ZK_SESSION_MS,
-    AlertEvent,
     Pipeline,
     ProduceLoad,
     Shrinks,
+    first_event,
+    nearing_row,
     until,
     write_result,
 )
@@ -40,16 +41,6 @@ PAUSED = 3
 ASSIGNMENT = [[1, 2, 3], [2, 1, 3]]
 FOLLOWED = [0, 1]
 FOLLOWER_REPLICAS = 4
-
-
-def first_event(pipe: Pipeline, name: AlertName, status: str, topic: str, broker: int) -> dict[int, AlertEvent]:
-    """partition -> the first ``name``/``status`` event of ``broker``'s replica."""
-    out: dict[int, AlertEvent] = {}
-    for e in pipe.alerts(name.value, status):
-        t, p, b = e.replica
-        if t == topic and b == broker and p not in out:
-            out[p] = e
-    return out
 
 
 def test_paused_follower_is_predicted_before_the_real_shrink_and_resolves_after_rejoining(
@@ -102,30 +93,11 @@ def test_paused_follower_is_predicted_before_the_real_shrink_and_resolves_after_
     rows = []
     for p in FOLLOWED:
         shrink = shrinks.first(p, PAUSED)
-        e = nearing.get(p)
-        window = e.window if e else None
-        crossing = window[0] - LAG_MS / 2000 if window else None
-        rows.append(
-            {
-                "scenario": "paused",
-                "topic": topic,
-                "partition": p,
-                "broker_id": PAUSED,
-                "alert": AlertName.NEARING.value,
-                "fault_at": paused_at,
-                "predicted_crossing_at": crossing,
-                "predicted_window": window,
-                "alert_starts_at": e.starts_at if e else None,
-                "alert_arrived": e.arrived if e else None,
-                "offset_lag_at_alert": e.offset_lag if e else None,
-                "stalled_arrived": stalled[p].arrived if p in stalled else None,
-                "shrink_at": shrink,
-                "lead_s": (shrink - crossing) if crossing and shrink else None,
-                "arrival_lead_s": (shrink - e.arrived) if e and shrink else None,
-                "rejoin_at": rejoin_at.get(p),
-                "resolved_arrived": resolved[p].arrived if p in resolved else None,
-            }
-        )
+        row = nearing_row("paused", topic, p, PAUSED, paused_at, nearing.get(p), shrink)
+        row["stalled_arrived"] = stalled[p].arrived if p in stalled else None
+        row["rejoin_at"] = rejoin_at.get(p)
+        row["resolved_arrived"] = resolved[p].arrived if p in resolved else None
+        rows.append(row)
     write_result(
         "paused_follower",
         {

@@ -23,10 +23,11 @@ from tests.e2e.pipeline import (
     Pipeline,
     ProduceLoad,
     Shrinks,
+    first_event,
+    nearing_row,
     until,
     write_result,
 )
-from tests.e2e.test_paused_follower import first_event
 
 FETCH_MAX_BYTES = 2048
 FETCH_WAIT_MS = 100
@@ -80,26 +81,7 @@ def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(kafka_
     for b in FOLLOWERS:
         shrink = shrinks.first(0, b)
         e = first_event(pipe, AlertName.NEARING, "firing", topic, b).get(0)
-        window = e.window if e else None
-        crossing = window[0] - LAG_MS / 2000 if window else None
-        rows.append(
-            {
-                "scenario": "slow",
-                "topic": topic,
-                "partition": 0,
-                "broker_id": b,
-                "alert": AlertName.NEARING.value,
-                "fault_at": heavy_at,
-                "predicted_crossing_at": crossing,
-                "predicted_window": window,
-                "alert_starts_at": e.starts_at if e else None,
-                "alert_arrived": e.arrived if e else None,
-                "offset_lag_at_alert": e.offset_lag if e else None,
-                "shrink_at": shrink,
-                "lead_s": (shrink - crossing) if crossing and shrink else None,
-                "arrival_lead_s": (shrink - e.arrived) if e and shrink else None,
-            }
-        )
+        rows.append(nearing_row("slow", topic, 0, b, heavy_at, e, shrink))
     write_result(
         "slow_follower",
         {

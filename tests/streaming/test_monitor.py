@@ -39,7 +39,8 @@ def _row(t_ms: int, caught_up_ms: int, n: int) -> dict:
     }  # fmt: skip
 
 
-def _monitor(tmp_path, clock, sink) -> Monitor:
+def _monitor(tmp_path, clock, sink, **extra) -> Monitor:
+    """A monitor on a 10 s lag time; checkpointed under ``tmp_path`` unless it is None."""
     return Monitor(
         RuleConfig(lag_time_max_ms=10_000),
         Thresholds(),
@@ -47,8 +48,9 @@ def _monitor(tmp_path, clock, sink) -> Monitor:
         stale_after_s=15,
         store=StatusStore(),
         sinks=[sink],
-        checkpoint=DriverCheckpoint(tmp_path),
+        checkpoint=DriverCheckpoint(tmp_path) if tmp_path is not None else None,
         wall_clock=clock,
+        **extra,
     )
 
 
@@ -98,16 +100,7 @@ def test_states_and_forgotten_replicas_reach_the_state_topic(tmp_path) -> None:
     from streaming.outputs import KafkaStates
 
     producer = Producer()
-    m = Monitor(
-        RuleConfig(lag_time_max_ms=10_000),
-        Thresholds(),
-        default_min_isr=1,
-        stale_after_s=15,
-        store=StatusStore(),
-        sinks=[Collect()],
-        state_topic=KafkaStates(producer, "isr.replica-state"),
-        wall_clock=Clock(),
-    )
+    m = _monitor(None, Clock(), Collect(), state_topic=KafkaStates(producer, "isr.replica-state"))
     m.apply_batch(0, [_row(100_000, 99_000, 5)])
     assert [(t, k) for t, k, v in producer.records] == [("isr.replica-state", b"c/t/0/2")]
     assert producer.records[0][2] is not None
@@ -147,15 +140,7 @@ def test_alerts_kept_per_replica_equal_alerts_from_every_status(batches) -> None
     after every batch the book must hold what all statuses call for."""
     from isrwatch.alerts import partition_alerts, replica_alerts
 
-    m = Monitor(
-        RuleConfig(lag_time_max_ms=10_000),
-        Thresholds(),
-        default_min_isr=1,
-        stale_after_s=15,
-        store=StatusStore(),
-        sinks=[],
-        wall_clock=Clock(),
-    )
+    m = _monitor(None, Clock(), Collect())
     t = 100_000
     for batch_id, batch in enumerate(batches):
         t += 1000
