@@ -22,6 +22,7 @@ __all__ = [
     "ReplicaAggregate",
     "ReplicaStatus",
     "evaluate",
+    "STATUS_FIELDS",
     "status_from_values",
     "status_key",
     "status_to_json",
@@ -114,7 +115,8 @@ class ReplicaStatus:
             object.__setattr__(self, "lag_state", self.state)
 
 
-_STATUS_FIELDS = tuple(ReplicaStatus.__dataclass_fields__)
+# ReplicaStatus's field names, in its constructor's order.
+STATUS_FIELDS: tuple[str, ...] = tuple(ReplicaStatus.__dataclass_fields__)
 
 
 def status_from_values(values: Sequence[Any]) -> ReplicaStatus:
@@ -122,7 +124,7 @@ def status_from_values(values: Sequence[Any]) -> ReplicaStatus:
     included), without the dataclass constructor: the streaming driver builds
     one per replica per batch, and the frozen constructor costs several times more."""
     status = object.__new__(ReplicaStatus)
-    status.__dict__.update(zip(_STATUS_FIELDS, values, strict=True))
+    status.__dict__.update(zip(STATUS_FIELDS, values, strict=True))
     return status
 
 

@@ -24,7 +24,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import Column, Window
 
 from isrwatch.rule import Rule, RuleConfig
-from isrwatch.status import ReplicaStatus, State, Thresholds, status_from_values
+from isrwatch.status import STATUS_FIELDS, ReplicaStatus, State, Thresholds, status_from_values
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,8 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["STATUS_COLUMNS", "EXTRA_COLUMNS", "status_columns", "for_the_driver", "statuses_from_arrow"]
 
-# ReplicaStatus's fields, in its constructor's order.
-STATUS_COLUMNS = tuple(ReplicaStatus.__dataclass_fields__)
+STATUS_COLUMNS = STATUS_FIELDS
 # Carried beside each status for the driver: the replica's newest telemetry
 # time (its cluster clock, and forgetting replicas whose telemetry stopped)
 # and how many observations it has had, ever (the batch's observation count).

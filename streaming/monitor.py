@@ -102,7 +102,6 @@ class Monitor:
         self._last_t: dict[ReplicaKey, int] = {}  # newest telemetry time of each replica
         self._counts: dict[ReplicaKey, int] = {}  # observations aggregated, ever
         self._members: dict[PartitionKey, set[int]] = {}  # followers with a status
-        self._not_ok: set[str] = set()  # status keys of replicas whose status is not ok
         self.cluster_now: dict[str, int] = {}
         self._advanced_wall_ms: dict[str, int] = {}  # wall time the cluster clock last moved
         # The alerts the current statuses call for, per cluster: replicas not ok, partitions at risk.
@@ -144,11 +143,8 @@ class Monitor:
             alerts = self._replica_alerts.setdefault(s.cluster, {})
             if s.state is State.OK:
                 alerts.pop(key, None)
-                if self._not_ok:
-                    self._not_ok.discard(status_key(s))
             else:
                 alerts[key] = replica_alerts(s)
-                self._not_ok.add(status_key(s))
             if last_t > self.cluster_now.get(s.cluster, -1):
                 self.cluster_now[s.cluster] = last_t
                 self._advanced_wall_ms[s.cluster] = wall
@@ -168,9 +164,10 @@ class Monitor:
             alerts[pkey] = alert
 
     def not_ok_keys(self) -> frozenset[str]:
-        """Status keys of the replicas whose newest status is not ok."""
+        """Status keys of the replicas whose newest status is not ok (exactly those
+        with replica alerts)."""
         with self._lock:
-            return frozenset(self._not_ok)
+            return frozenset(f"{c}/{t}/{p}/{b}" for alerts in self._replica_alerts.values() for c, t, p, b in alerts)
 
     # -- per batch --------------------------------------------------------
 
@@ -259,7 +256,6 @@ class Monitor:
                 del self._last_t[k]
                 self._counts.pop(k, None)
                 self._replica_alerts.get(k[0], {}).pop(k, None)
-                self._not_ok.discard(f"{k[0]}/{k[1]}/{k[2]}/{k[3]}")
                 pkey = k[:3]
                 members = self._members.get(pkey, set())
                 members.discard(k[3])
