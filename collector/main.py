@@ -31,16 +31,30 @@ class Collector:
         round_timeout = settings.round_timeout or max(settings.interval, 0.5)
         self.probe = ClusterProbe(kafka_python_config(settings.bootstrap_servers, props), round_timeout)
         self.tracker = ReplicaTracker(settings.lag_time_max_ms, settings.min_insync_replicas)
+        separate = bool(settings.telemetry_bootstrap_servers)
+        telemetry_props = {**props, **kafka_config_pairs(settings.telemetry_kafka_config)} if separate else props
         self.publisher = TelemetryPublisher(
-            librdkafka_config(settings.telemetry_bootstrap_servers or settings.bootstrap_servers, props),
+            librdkafka_config(settings.telemetry_bootstrap_servers or settings.bootstrap_servers, telemetry_props),
             settings.telemetry_topic,
             settings.cluster,
+            same_cluster=not separate,
         )
         self.rounds = 0
         self._unreachable: set[int] = set()
 
     def start(self) -> Snapshot:
         snap = self.probe.connect(self.settings.startup_timeout)
+        self.publisher.refresh_partitions(timeout_s=5.0, force=True)
+        count = len(self.publisher.chooser.partitions)
+        if count == 1:
+            log.warning(
+                kv(
+                    event="telemetry_topic_single_partition",
+                    topic=self.settings.telemetry_topic,
+                    hint="when its leader stalls no telemetry gets through; give the topic one partition per "
+                    "broker or more (docs/deploy.md)",
+                )
+            )
         log.info(
             kv(
                 event="collector_connected",
@@ -59,6 +73,7 @@ class Collector:
         records = batch_records(
             self.settings.cluster, result.observations, result.isr_changes, self.settings.max_observations_per_record
         )
+        self.publisher.unreachable = set(snap.unreachable)
         self.publisher.publish(records)
         self.rounds += 1
         if snap.unreachable != self._unreachable:
@@ -79,7 +94,9 @@ class Collector:
                     records=len(records),
                     round_s=snap.round_s,
                     delivered=self.publisher.delivered,
-                    failed=self.publisher.failed,
+                    resent=self.publisher.resent,
+                    pending=self.publisher.pending,
+                    lost=self.publisher.failed,
                 )
             )
         return len(result.observations)

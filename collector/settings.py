@@ -20,6 +20,12 @@ class CollectSettings:
     telemetry_bootstrap_servers: str | None = option(
         None, "publish telemetry to this cluster instead of the watched one", metavar="HOSTS"
     )
+    telemetry_kafka_config: list[str] = option(
+        [],
+        "librdkafka property KEY=VALUE for the telemetry cluster's producer, over --kafka-config "
+        "(with --telemetry-bootstrap-servers; repeatable)",
+        metavar="KEY=VALUE",
+    )
     telemetry_topic: str = option("isr.telemetry", "telemetry topic")
     interval: float = option(1.0, "seconds between polling rounds (sub-second allowed)", check=positive)
     cluster: str = option("default", "cluster name written into the telemetry")
@@ -49,4 +55,6 @@ class CollectSettings:
     def validate(self) -> str | None:
         if not self.bootstrap_servers:
             return "--bootstrap-servers is required (for example --bootstrap-servers kafka1:9092,kafka2:9092)"
+        if self.telemetry_kafka_config and not self.telemetry_bootstrap_servers:
+            return "--telemetry-kafka-config needs --telemetry-bootstrap-servers (the telemetry cluster it configures)"
         return None

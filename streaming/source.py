@@ -38,10 +38,10 @@ def spool_stream(spark: SparkSession, path: str, max_records_per_trigger: int) -
 
 
 def kafka_stream(spark: SparkSession, settings: RunSettings) -> Callable[[], DataFrame]:
-    from streaming import source_kafka  # written alongside by the Kafka helper
+    from streaming import source_kafka
 
     source_kafka.register(spark)
-    fmt = getattr(source_kafka, "FORMAT", "isrwatch-kafka")
+    fmt = source_kafka.FORMAT
     extra = kafka_config_pairs(settings.kafka_config)
 
     def raw() -> DataFrame:
@@ -51,6 +51,7 @@ def kafka_stream(spark: SparkSession, settings: RunSettings) -> Callable[[], Dat
             .option("subscribe", settings.telemetry_topic)
             .option("startingOffsets", settings.starting_offsets)
             .option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
+            .option("partitionAnswerMs", str(settings.partition_answer_ms))
         )
         for k, v in extra.items():
             reader = reader.option(f"kafka.{k}", v)

@@ -6,6 +6,10 @@ source, so ``format("kafka")`` can replace it where the connector jar exists:
 * ``kafka.bootstrap.servers`` (required), ``subscribe`` (comma-separated topics),
 * ``startingOffsets``: ``earliest`` or ``latest`` (default) for a new checkpoint,
 * ``maxOffsetsPerTrigger``: most records per micro-batch, over all partitions,
+* ``partitionAnswerMs`` (isrwatch's own): how long planning a micro-batch waits
+  for each partition's leader; a partition whose leader has not answered keeps
+  its last known end offset, so a hung broker never holds a batch
+  (``streaming.watermarks``),
 * every other ``kafka.<property>`` goes to the consumer as ``<property>``
   (librdkafka names: ``kafka.security.protocol``, ``kafka.sasl.mechanism``, ...).
 
@@ -36,6 +40,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from isrwatch.logs import kv
 from streaming.source_spool import RAW_SCHEMA
+from streaming.watermarks import Watermarks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,9 +57,15 @@ Offsets = dict[str, dict[str, int]]
 
 # Records per Arrow batch handed to Spark.
 _ARROW_ROWS = 4096
-# Seconds one read() waits for a record before it calls the broker gone.
-_READ_TIMEOUT_S = 60.0
+# Seconds one read() waits for a record before it calls the broker gone. A range is
+# planned only from offsets its leader has just reported, so this waits out a leader
+# that hangs in the moment between planning and reading (the batch then waits for it)
+# rather than failing the query, which would stop the monitor.
+_READ_TIMEOUT_S = 300.0
+_READ_WARN_S = 15.0
 _SOCKET_TIMEOUT_MS = "10000"
+# How long planning a micro-batch waits for each partition's leader (option partitionAnswerMs).
+_ANSWER_MS = 1000
 
 # Range consumers kept between reads in a (reused) Python worker, by configuration:
 # a consumer that already knows the partition's leader is not held up by another
@@ -142,45 +153,42 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.max_offsets = int(cap) if cap else None
         if self.max_offsets is not None and self.max_offsets < 1:
             raise ValueError(f"option maxOffsetsPerTrigger={cap}: must be at least 1")
-        self._consumer: Any = None
+        answer = lower.get("partitionanswerms", str(_ANSWER_MS))
+        try:
+            self.answer_s = int(answer) / 1000
+        except ValueError:
+            raise ValueError(f"option partitionAnswerMs={answer!r}: a whole number of milliseconds") from None
+        if self.answer_s <= 0:
+            raise ValueError(f"option partitionAnswerMs={answer}: must be at least 1")
+        self._marks: Watermarks | None = None
         # End of the last range Spark planned or committed, per partition.
         self._planned: Offsets = {}
+        # Where partitions first seen after the start begin.
+        self._first: Offsets = {}
+        self._started = False
 
-    # The driver-side consumer is not shipped to the tasks.
+    # The driver's watermark questions (threads, a consumer) are not shipped to the tasks.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_consumer"] = None
+        state["_marks"] = None
         return state
 
     def _meta_consumer(self) -> Any:
-        if self._consumer is None:
-            from confluent_kafka import Consumer
+        from confluent_kafka import Consumer
 
-            self._consumer = Consumer({**self.config, "logger": log})
-        return self._consumer
+        return Consumer({**self.config, "logger": log})
 
     def _watermarks(self) -> tuple[Offsets, Offsets]:
-        """(low, high) watermarks of every partition of the subscribed topics."""
-        from confluent_kafka import TopicPartition
-
-        c = self._meta_consumer()
-        low: Offsets = {}
-        high: Offsets = {}
-        md = c.list_topics(timeout=30)
-        for topic in self.topics:
-            tmd = md.topics.get(topic)
-            if tmd is None or tmd.error is not None:
-                continue  # not created yet: no partitions to read
-            for p in sorted(tmd.partitions):
-                lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
-                low.setdefault(topic, {})[str(p)] = int(lo)
-                high.setdefault(topic, {})[str(p)] = int(hi)
-        return low, high
+        """(low, high) watermarks of the partitions whose leaders answer (streaming.watermarks)."""
+        if self._marks is None:
+            self._marks = Watermarks(self._meta_consumer, self.topics, self.answer_s)
+        return self._marks.poll()
 
     def initialOffset(self) -> Offsets:
         low, high = self._watermarks()
         start = low if self.starting == "earliest" else high
         self._planned = {t: dict(ps) for t, ps in start.items()}
+        self._started = True
         return start
 
     def latestOffset(self) -> Offsets:
@@ -190,9 +198,15 @@ class KafkaStreamReader(DataSourceStreamReader):
         base: Offsets = {t: dict(ps) for t, ps in self._planned.items()}
         for t, parts in high.items():
             for p in parts:
-                base.setdefault(t, {}).setdefault(p, low[t][p])  # a new partition starts at its beginning
+                if p in base.get(t, {}):
+                    continue
+                # First answer of a partition: one created since the job started is read from
+                # its beginning; one that only answered late starts where startingOffsets says.
+                first = high[t][p] if self._started and self.starting == "latest" else low[t][p]
+                base.setdefault(t, {})[p] = first
+                self._first.setdefault(t, {})[p] = first
         end = cap_offsets(base, high, self.max_offsets)
-        # never behind what was planned already
+        # never behind what was planned already (a partition whose leader is late keeps its offsets)
         for t, parts in base.items():
             for p, off in parts.items():
                 end.setdefault(t, {})[p] = max(end.get(t, {}).get(p, off), off)
@@ -202,7 +216,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         ranges = []
         for t, parts in end.items():
             for p, hi in parts.items():
-                lo = int(start.get(t, {}).get(p, 0))  # a partition new in this batch: from its beginning
+                # a partition new in this batch: from where its first answer put it
+                lo = int(start.get(t, {}).get(p, self._first.get(t, {}).get(p, 0)))
                 if hi > lo:
                     ranges.append(KafkaRange(t, int(p), int(lo), int(hi)))
                 cur = self._planned.setdefault(t, {}).get(p)
@@ -220,9 +235,9 @@ class KafkaStreamReader(DataSourceStreamReader):
                 self._planned[t][p] = off if cur is None else max(cur, off)
 
     def stop(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        if self._marks is not None:
+            self._marks.close()
+            self._marks = None
 
 
 def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch]:
@@ -267,10 +282,23 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
         nxt = r.start
         last_progress = time.monotonic()
+        warned = 0.0
         while nxt < r.end:
             msgs = consumer.consume(num_messages=min(10_000, r.end - nxt), timeout=1.0)
-            if not msgs and time.monotonic() - last_progress > _READ_TIMEOUT_S:
+            waited = time.monotonic() - last_progress
+            if not msgs and waited > _READ_TIMEOUT_S:
                 raise RuntimeError(f"{r.topic}[{r.partition}]: no records past offset {nxt} (want up to {r.end})")
+            if not msgs and waited > warned + _READ_WARN_S:
+                warned = waited
+                log.warning(
+                    kv(
+                        event="range_read_waiting",
+                        topic=r.topic,
+                        partition=r.partition,
+                        offset=nxt,
+                        waited_s=round(waited),
+                    )
+                )
             for m in msgs:
                 err = m.error()
                 if err is not None:
@@ -283,7 +311,7 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
                 if off >= r.end:
                     nxt = r.end
                     break
-                last_progress = time.monotonic()
+                last_progress, warned = time.monotonic(), 0.0
                 ts_type, ts = m.timestamp()
                 keys.append(m.key())
                 values.append(m.value())

@@ -1,0 +1,138 @@
+"""The telemetry topic's end offsets, asked for without ever waiting on one broker.
+
+A micro-batch is planned from each partition's watermarks (its leader answers a
+ListOffsets request). Asked one after another with librdkafka's timeouts, one
+hung leader (SIGSTOP, a long GC) held every batch for tens of seconds, even
+when it led only empty partitions. ``Watermarks.poll`` asks every partition at
+once, each in its own thread, and waits at most ``answer_s``: a partition whose
+leader has not answered by then keeps its last known offsets (so nothing new is
+planned from it) and is asked again once its previous question returns. The
+topic's partition list is refreshed the same way, falling back to the last one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from isrwatch.logs import kv
+
+__all__ = ["Watermarks", "Offsets"]
+
+log = logging.getLogger(__name__)
+
+Offsets = dict[str, dict[str, int]]
+
+# How long one question may take before librdkafka gives up on it (it then runs
+# in the background: the planner never waits this long).
+_QUESTION_TIMEOUT_S = 10.0
+_METADATA_EVERY_S = 10.0
+
+
+class Watermarks:
+    """(low, high) watermarks of the subscribed topics' partitions, from whoever answers within ``answer_s``."""
+
+    def __init__(self, consumer_factory: Callable[[], Any], topics: list[str], answer_s: float = 1.0) -> None:
+        self._factory = consumer_factory
+        self._consumer: Any = None
+        self.topics = topics
+        self.answer_s = answer_s
+        self._pool: ThreadPoolExecutor | None = None
+        self._asking: dict[tuple[str, int], Future[tuple[int, int]]] = {}
+        self._known: dict[tuple[str, int], tuple[int, int]] = {}
+        self._partitions: dict[str, list[int]] = {}
+        self._metadata: Future[Any] | None = None
+        self._metadata_at = 0.0
+        self._late: frozenset[tuple[str, int]] = frozenset()
+
+    def _client(self) -> Any:
+        if self._consumer is None:
+            self._consumer = self._factory()
+        return self._consumer
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="isrwatch-watermarks")
+        return self._pool
+
+    def _refresh_partitions(self, deadline: float) -> None:
+        now = time.monotonic()
+        if self._metadata is None and (not self._partitions or now - self._metadata_at >= _METADATA_EVERY_S):
+            self._metadata = self._executor().submit(self._client().list_topics, timeout=_QUESTION_TIMEOUT_S)
+            self._metadata_at = now
+        if self._metadata is None:
+            return
+        wait([self._metadata], timeout=max(0.0, deadline - time.monotonic()))
+        if not self._metadata.done():
+            return  # ask again once it returns; plan with the partitions known
+        future, self._metadata = self._metadata, None
+        try:
+            md = future.result()
+        except Exception as e:  # noqa: BLE001 - KafkaException: keep the last list
+            log.warning(kv(event="telemetry_metadata_failed", error=str(e).splitlines()[0] if str(e) else type(e)))
+            return
+        for topic in self.topics:
+            tmd = md.topics.get(topic)
+            if tmd is not None and tmd.error is None and tmd.partitions:
+                self._partitions[topic] = sorted(tmd.partitions)
+
+    def _ask(self, topic: str, partition: int) -> tuple[int, int]:
+        from confluent_kafka import TopicPartition
+
+        lo, hi = self._client().get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=_QUESTION_TIMEOUT_S, cached=False
+        )
+        return int(lo), int(hi)
+
+    def poll(self) -> tuple[Offsets, Offsets]:
+        """(low, high) of every partition that has ever answered; the newest answers within ``answer_s``."""
+        deadline = time.monotonic() + self.answer_s
+        self._refresh_partitions(deadline)
+        pool = self._executor()
+        for topic, parts in self._partitions.items():
+            for p in parts:
+                if (topic, p) not in self._asking:
+                    self._asking[(topic, p)] = pool.submit(self._ask, topic, p)
+        wait(list(self._asking.values()), timeout=max(0.0, deadline - time.monotonic()))
+        for key, future in list(self._asking.items()):
+            if not future.done():
+                continue
+            del self._asking[key]
+            try:
+                self._known[key] = future.result()
+            except Exception as e:  # noqa: BLE001 - no answer this time: keep the last one
+                log.debug(kv(event="watermark_failed", topic=key[0], partition=key[1], error=str(e)))
+        late = frozenset(self._asking)
+        if late != self._late:
+            log.warning(
+                kv(
+                    event="telemetry_partitions_late",
+                    partitions=",".join(f"{t}[{p}]" for t, p in sorted(late)) or "none",
+                    hint="planned from their last known end offsets until their leaders answer",
+                )
+            )
+            self._late = late
+        low: Offsets = {}
+        high: Offsets = {}
+        for (topic, p), (lo, hi) in sorted(self._known.items()):
+            low.setdefault(topic, {})[str(p)] = lo
+            high.setdefault(topic, {})[str(p)] = hi
+        return low, high
+
+    @property
+    def late(self) -> frozenset[tuple[str, int]]:
+        """Partitions whose leader did not answer the last poll in time."""
+        return self._late
+
+    def close(self) -> None:
+        # Questions still running hold the consumer: let them end (at most
+        # _QUESTION_TIMEOUT_S, only when a leader hangs) before closing it.
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
