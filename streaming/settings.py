@@ -49,6 +49,13 @@ class RunSettings:
     alerts_topic: str = option("isr.alerts", "alert transitions topic (output)")
     deadletter_topic: str = option("isr.deadletter", "rejected telemetry topic (output)")
     max_records_per_trigger: int = option(100_000, "most telemetry records read per micro-batch", check=positive)
+    partition_answer_ms: int = option(
+        1000,
+        "how long planning a micro-batch waits for each telemetry partition's leader; one that has not "
+        "answered is read once it does, so a hung broker never holds the job",
+        check=positive,
+        metavar="MS",
+    )
     starting_offsets: str = option(
         "latest", "where a new checkpoint starts on the telemetry topic", choices=("earliest", "latest")
     )
