@@ -24,7 +24,9 @@ from typing import IO, TYPE_CHECKING, Any
 from isrwatch.exceptions import ConfigError, IsrwatchError
 from isrwatch.logs import kv
 from isrwatch.rule import Rule, RuleConfig
+from isrwatch.settings import kafka_config_pairs
 from isrwatch.status import Thresholds
+from streaming.origin import default_checkpoint_dir
 from streaming.settings import RunSettings
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ FUTURE_TOLERANCE_MS = 300_000
 # Replicas whose telemetry stopped this long (on their cluster's clock) are forgotten.
 FORGET_AFTER_MS = 15 * 60_000
 DEFAULT_SCENARIO = "stuck-follower"
+# Seconds the job waits for the telemetry cluster at start-up.
+STARTUP_TIMEOUT_S = 15.0
 
 
 @dataclass
@@ -135,6 +139,27 @@ class _Feeder(threading.Thread):
             log.exception("simulator_failed")
 
 
+def _check_checkpoint(settings: RunSettings, checkpoint_dir: str, spool_dir: str | None) -> None:
+    """The checkpoint belongs to this telemetry, and its offsets still exist (streaming.origin)."""
+    from streaming.origin import Origin, check_offsets, check_origin, checkpoint_offsets, kafka_origin
+
+    if not settings.bootstrap_servers:
+        origin = Origin("spool", spool_dir=os.path.abspath(spool_dir)) if spool_dir else Origin("simulator")
+        check_origin(checkpoint_dir, origin)
+        return
+    from streaming import query
+    from streaming.source_kafka import describe_topic
+
+    options = {"kafka.bootstrap.servers": settings.bootstrap_servers, "subscribe": settings.telemetry_topic}
+    options.update({f"kafka.{k}": v for k, v in kafka_config_pairs(settings.kafka_config).items()})
+    cluster_id, low, high = describe_topic(options, settings.telemetry_topic, STARTUP_TIMEOUT_S)
+    check_origin(checkpoint_dir, kafka_origin(settings.bootstrap_servers, settings.telemetry_topic, cluster_id))
+    for query_dir in (query.AGG_DIR, query.SIDE_DIR):
+        offsets = checkpoint_offsets(checkpoint_dir, query_dir)
+        if offsets:
+            check_offsets(offsets, low, high, checkpoint_dir)
+
+
 def serve_metrics(store: Any, settings: RunSettings) -> Any:
     """The in-process /metrics of the embedded default, with the exporter's
     cardinality controls; a port that cannot be bound is a ConfigError."""
@@ -185,7 +210,9 @@ def run(
     kafka_mode = bool(settings.bootstrap_servers)
     embedded = not kafka_mode and not settings.spool_dir
     checkpoint_dir = settings.checkpoint_dir or (
-        "isrwatch-checkpoint" if kafka_mode else tempfile.mkdtemp(prefix="isrwatch-checkpoint-")
+        default_checkpoint_dir(settings.bootstrap_servers or "", settings.telemetry_topic)
+        if kafka_mode
+        else tempfile.mkdtemp(prefix="isrwatch-checkpoint-")
     )
     checkpoint_dir = os.path.abspath(checkpoint_dir)
     try:
@@ -195,6 +222,7 @@ def run(
     spool = settings.spool_dir or (os.path.join(checkpoint_dir, "spool") if embedded else None)
     if settings.spool_dir and not os.path.isdir(settings.spool_dir):
         raise ConfigError(f"--spool-dir: {settings.spool_dir} is not a directory")
+    _check_checkpoint(settings, checkpoint_dir, spool if not embedded else None)
     future_tolerance = None if (not kafka_mode and settings.speed > 1) else FUTURE_TOLERANCE_MS
     handles.checkpoint_dir, handles.spool_dir = checkpoint_dir, spool
 

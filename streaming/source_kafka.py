@@ -47,7 +47,16 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["FORMAT", "KafkaDataSource", "KafkaStreamReader", "KafkaRange", "register", "cap_offsets", "consumer_config"]
+__all__ = [
+    "FORMAT",
+    "KafkaDataSource",
+    "KafkaStreamReader",
+    "KafkaRange",
+    "register",
+    "cap_offsets",
+    "consumer_config",
+    "describe_topic",
+]
 
 log = logging.getLogger(__name__)
 
@@ -346,3 +355,46 @@ class KafkaDataSource(DataSource):
 def register(spark: SparkSession) -> None:
     """Make ``format("isrwatch-kafka")`` available in this session."""
     spark.dataSource.register(KafkaDataSource)
+
+
+def describe_topic(options: dict[str, str], topic: str, timeout_s: float) -> tuple[str | None, Offsets, Offsets]:
+    """(cluster id, low, high watermarks) of ``topic`` at start-up, for ``streaming.origin``.
+
+    UnreachableError when no broker answers within ``timeout_s``; partitions
+    whose leader does not answer in time are left out.
+    """
+    from confluent_kafka import Consumer, KafkaException
+
+    from isrwatch.exceptions import UnreachableError
+
+    config = consumer_config(options)
+    consumer = Consumer({**config, "logger": log})
+    try:
+        md = consumer.list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        consumer.close()
+        raise UnreachableError(
+            f"cannot reach Kafka at {config['bootstrap.servers']}: {e.args[0].str() if e.args else e}"
+        ) from None
+    cluster_id = md.cluster_id or None
+    tmd = md.topics.get(topic)
+    consumer.close()
+    if tmd is None or tmd.error is not None:
+        log.warning(
+            kv(event="telemetry_topic_missing", topic=topic, hint="the job reads it once the collector creates it")
+        )
+        return cluster_id, {}, {}
+    if len(tmd.partitions) == 1:
+        log.warning(
+            kv(
+                event="telemetry_topic_single_partition",
+                topic=topic,
+                hint="when its leader stalls the job sees no telemetry; give it one partition per broker or more",
+            )
+        )
+    marks = Watermarks(lambda: Consumer({**config, "logger": log}), [topic], answer_s=min(timeout_s, 5.0))
+    try:
+        low, high = marks.poll()
+    finally:
+        marks.close()
+    return cluster_id, low, high

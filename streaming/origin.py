@@ -1,0 +1,154 @@
+"""What a checkpoint belongs to, and whether its offsets still exist.
+
+A checkpoint holds source offsets, per-replica state and the alert book of one
+telemetry stream. Restored against another cluster or topic it is wrong in
+every part (offsets out of range, replicas of another fleet, alerts no one
+will resolve), so the job records where its telemetry comes from in
+``<checkpoint>/isrwatch/origin.json`` at the first start and refuses, with one
+clear message, a start against anything else.
+
+Kafka telemetry is identified by its topic and its cluster: the cluster id
+where the brokers report one (0.10.1+), otherwise the bootstrap servers (two
+lists naming a common broker are the same cluster). ``check_offsets`` then
+compares the checkpoint's last offsets with the topic: offsets past a
+partition's end (the topic was deleted and created again) stop the job;
+offsets before its start (retention deleted telemetry the job never read) are
+logged with the count and reading resumes at the start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from isrwatch.exceptions import ConfigError
+from isrwatch.logs import kv
+
+__all__ = ["Origin", "check_origin", "default_checkpoint_dir", "checkpoint_offsets", "check_offsets"]
+
+log = logging.getLogger(__name__)
+
+ORIGIN_FILE = "origin.json"
+
+
+@dataclass(frozen=True)
+class Origin:
+    source: str  # kafka | spool | simulator
+    topic: str | None = None
+    bootstrap_servers: tuple[str, ...] = ()
+    cluster_id: str | None = None
+    spool_dir: str | None = None
+
+    def describe(self) -> str:
+        if self.source == "kafka":
+            where = f"cluster id {self.cluster_id}" if self.cluster_id else ",".join(self.bootstrap_servers)
+            return f"topic {self.topic} on {where}"
+        if self.source == "spool":
+            return f"spool {self.spool_dir}"
+        return "the embedded simulator"
+
+    def same_as(self, other: Origin) -> bool:
+        if self.source != other.source:
+            return False
+        if self.source == "spool":
+            return self.spool_dir == other.spool_dir
+        if self.source != "kafka":
+            return True
+        if self.topic != other.topic:
+            return False
+        if self.cluster_id and other.cluster_id:
+            return self.cluster_id == other.cluster_id
+        return bool(set(self.bootstrap_servers) & set(other.bootstrap_servers))
+
+
+def _servers(bootstrap: str) -> tuple[str, ...]:
+    return tuple(sorted({s.strip().lower() for s in bootstrap.split(",") if s.strip()}))
+
+
+def kafka_origin(bootstrap: str, topic: str, cluster_id: str | None) -> Origin:
+    return Origin("kafka", topic=topic, bootstrap_servers=_servers(bootstrap), cluster_id=cluster_id)
+
+
+def default_checkpoint_dir(bootstrap: str, topic: str) -> str:
+    """``$XDG_STATE_HOME/isrwatch/checkpoints/<first broker>_<topic>`` (``~/.local/state`` by default):
+    absolute, one per telemetry stream, whatever the shell's directory."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{_servers(bootstrap)[0] if bootstrap.strip() else 'kafka'}_{topic}")
+    return os.path.join(os.path.abspath(base), "isrwatch", "checkpoints", name)
+
+
+def check_origin(checkpoint_dir: str, origin: Origin) -> None:
+    """Record ``origin`` in a new checkpoint; a ConfigError when the checkpoint belongs to another."""
+    path = Path(checkpoint_dir) / "isrwatch" / ORIGIN_FILE
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        made_for = Origin(**{**recorded, "bootstrap_servers": tuple(recorded.get("bootstrap_servers") or ())})
+    except FileNotFoundError:
+        made_for = None
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(f"--checkpoint-dir {checkpoint_dir}: {path} is unreadable ({e}); move it away") from None
+    if made_for is not None and not made_for.same_as(origin):
+        raise ConfigError(
+            f"--checkpoint-dir {checkpoint_dir} was made for {made_for.describe()}, not {origin.describe()}: "
+            f"use another --checkpoint-dir, or delete {checkpoint_dir} to start fresh"
+        )
+    if made_for is None or (origin.cluster_id and not made_for.cluster_id):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{ORIGIN_FILE}.tmp")
+        tmp.write_text(json.dumps(asdict(origin), indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def checkpoint_offsets(checkpoint_dir: str, query_dir: str) -> dict[str, dict[str, int]] | None:
+    """The source offsets of the newest batch in a query's offset log, or None."""
+    offsets = Path(checkpoint_dir) / query_dir / "offsets"
+    if not offsets.is_dir():
+        return None
+    batches = sorted((int(n) for n in os.listdir(offsets) if n.isdigit()), reverse=True)
+    for batch in batches:
+        lines = (offsets / str(batch)).read_text(encoding="utf-8", errors="replace").splitlines()
+        # v1, the batch's metadata, then one line of offsets per source
+        for line in lines[2:3]:
+            try:
+                data: Any = json.loads(line)
+            except ValueError:
+                break
+            if isinstance(data, dict):
+                return {t: {str(p): int(o) for p, o in ps.items()} for t, ps in data.items() if isinstance(ps, dict)}
+    return None
+
+
+def check_offsets(
+    checkpointed: dict[str, dict[str, int]],
+    low: dict[str, dict[str, int]],
+    high: dict[str, dict[str, int]],
+    checkpoint_dir: str,
+) -> None:
+    """Stop when the checkpoint is past a partition's end; log what retention deleted unread."""
+    for topic, parts in checkpointed.items():
+        for p, off in parts.items():
+            hi = high.get(topic, {}).get(p)
+            lo = low.get(topic, {}).get(p)
+            if hi is not None and off > hi:
+                raise ConfigError(
+                    f"--checkpoint-dir {checkpoint_dir} is at offset {off} of {topic}[{p}], which ends at {hi}: "
+                    "the topic was deleted and created again (or truncated); use another --checkpoint-dir, "
+                    f"or delete {checkpoint_dir} to start fresh"
+                )
+            if lo is not None and off < lo:
+                log.warning(
+                    kv(
+                        event="telemetry_deleted_unread",
+                        topic=topic,
+                        partition=p,
+                        checkpoint_offset=off,
+                        first_offset=lo,
+                        records=lo - off,
+                        hint="retention removed them before the job read them; reading resumes at the first offset",
+                    )
+                )
