@@ -75,24 +75,28 @@ _READ_WARN_S = 15.0
 _SOCKET_TIMEOUT_MS = "10000"
 # How long planning a micro-batch waits for each partition's leader (option partitionAnswerMs).
 _ANSWER_MS = 1000
+_FIRST_ANSWER_S = 10.0
 
-# Range consumers kept between reads in a (reused) Python worker, by configuration:
-# a consumer that already knows the partition's leader is not held up by another
-# broker that hangs. Unassigned between reads, so it prefetches nothing.
-_RANGE_CONSUMERS: dict[tuple[tuple[str, str], ...], Any] = {}
+# Range consumers kept between reads in a (reused) Python worker, by configuration
+# and partition: a consumer that already knows the partition's leader is not held up
+# by another broker that hangs, and requests on one librdkafka handle wait behind
+# each other, so a consumer left waiting on a hung leader must never serve another
+# partition. Unassigned between reads, so it prefetches nothing.
+_RangeKey = tuple[tuple[tuple[str, str], ...], str, int]
+_RANGE_CONSUMERS: dict[_RangeKey, Any] = {}
 
 
-def _range_consumer(config: dict[str, Any]) -> tuple[tuple[tuple[str, str], ...], Any]:
+def _range_consumer(config: dict[str, Any], topic: str, partition: int) -> tuple[_RangeKey, Any]:
     from confluent_kafka import Consumer
 
-    key = tuple(sorted((str(k), str(v)) for k, v in config.items()))
+    key = (tuple(sorted((str(k), str(v)) for k, v in config.items())), topic, partition)
     consumer = _RANGE_CONSUMERS.pop(key, None)  # one reader at a time per consumer
     if consumer is None:
         consumer = Consumer({**config, "enable.partition.eof": False, "auto.offset.reset": "earliest", "logger": log})
     return key, consumer
 
 
-def _release(key: tuple[tuple[str, str], ...], consumer: Any, healthy: bool) -> None:
+def _release(key: _RangeKey, consumer: Any, healthy: bool) -> None:
     if healthy and key not in _RANGE_CONSUMERS:
         try:
             consumer.unassign()
@@ -187,14 +191,15 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         return Consumer({**self.config, "logger": log})
 
-    def _watermarks(self) -> tuple[Offsets, Offsets]:
+    def _watermarks(self, wait_s: float | None = None) -> tuple[Offsets, Offsets]:
         """(low, high) watermarks of the partitions whose leaders answer (streaming.watermarks)."""
         if self._marks is None:
             self._marks = Watermarks(self._meta_consumer, self.topics, self.answer_s)
-        return self._marks.poll()
+        return self._marks.poll(wait_s)
 
     def initialOffset(self) -> Offsets:
-        low, high = self._watermarks()
+        # the first questions also connect: give them longer than a batch's planning
+        low, high = self._watermarks(max(self.answer_s, _FIRST_ANSWER_S))
         start = low if self.starting == "earliest" else high
         self._planned = {t: dict(ps) for t, ps in start.items()}
         self._started = True
@@ -285,7 +290,7 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
             schema=schema,
         )
 
-    key, consumer = _range_consumer(config)
+    key, consumer = _range_consumer(config, r.topic, r.partition)
     healthy = False
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])

@@ -1,0 +1,60 @@
+"""Planning a batch never waits on a hung leader (streaming.watermarks), on the real cluster."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from streaming.source_kafka import consumer_config
+from streaming.watermarks import Watermarks
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_paused_leader_makes_only_its_own_partitions_late(kafka_cluster, unique_name):
+    topic = unique_name("telemetry")
+    kafka_cluster.create_topic(topic, partitions=6, replication_factor=1)
+    leaders = {
+        p.id: p.leader
+        for p in AdminClient(kafka_cluster.client_config())
+        .list_topics(topic, timeout=30)
+        .topics[topic]
+        .partitions.values()
+    }
+    victim = leaders[0]
+    options = {"kafka.bootstrap.servers": kafka_cluster.bootstrap_servers}
+    options.update({f"kafka.{k}": v for k, v in kafka_cluster.client_config().items() if k != "bootstrap.servers"})
+    config = consumer_config(options)
+    marks = Watermarks(lambda: Consumer(dict(config)), [topic], answer_s=1.0)
+    producer = Producer(kafka_cluster.client_config(acks="1"))
+    try:
+        _, high = marks.poll()
+        assert sorted(high[topic]) == [str(p) for p in range(6)]
+        kafka_cluster.pause(victim)
+        try:
+            took, lates, ends = [], [], []
+            for i in range(6):
+                for p, leader in leaders.items():
+                    if leader != victim:
+                        producer.produce(topic, b"x", partition=p)
+                producer.flush(10)
+                t0 = time.monotonic()
+                _, high = marks.poll()
+                took.append(time.monotonic() - t0)
+                lates.append(set(marks.late))
+                ends.append(dict(high[topic]))
+                time.sleep(0.3 if i else 1.5)
+        finally:
+            kafka_cluster.resume(victim)
+        theirs = {(topic, p) for p, leader in leaders.items() if leader == victim}
+        # the paused leader's partitions are late; the others answer every time, with their new ends
+        assert all(late == theirs for late in lates[1:]), lates
+        assert max(took) < 2.0, f"a poll waited on the paused leader: {took}"
+        for p, leader in leaders.items():
+            if leader != victim:
+                assert ends[-1][str(p)] == 6, f"partition {p}: {[e[str(p)] for e in ends]}"
+    finally:
+        marks.close()
