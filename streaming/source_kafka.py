@@ -219,6 +219,13 @@ class KafkaStreamReader(DataSourceStreamReader):
                 first = high[t][p] if self._started and self.starting == "latest" else low[t][p]
                 base.setdefault(t, {})[p] = first
                 self._first.setdefault(t, {})[p] = first
+        # A partition whose leader did not answer this time is not read from, even up to
+        # an end it reported before: reading needs that leader too, and would hold the batch.
+        assert self._marks is not None
+        for late_topic, late_partition in self._marks.late:
+            key = str(late_partition)
+            if key in high.get(late_topic, {}) and key in base.get(late_topic, {}):
+                high[late_topic][key] = base[late_topic][key]
         end = cap_offsets(base, high, self.max_offsets)
         # never behind what was planned already (a partition whose leader is late keeps its offsets)
         for t, parts in base.items():
