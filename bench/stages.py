@@ -176,7 +176,9 @@ def _without_side(spark: Any, kafka: Any, records: list[bytes], obs_n: int) -> d
             ends.append((time.perf_counter(), report.observations))
             cond.notify_all()
 
-    q = query.start_aggregates(kafka_stream(spark, settings)(), Rule.KIP16_REFINED, None, ckpt, 0.001, handle)
+    q = query.start_aggregates(
+        kafka_stream(spark, settings, ckpt)("aggregates"), Rule.KIP16_REFINED, None, ckpt, 0.001, handle
+    )
     try:
         with cond:
             while sum(n for _, n in ends) < obs_n and q.isActive:

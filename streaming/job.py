@@ -284,7 +284,7 @@ def run(
             )
 
         if kafka_mode:
-            raw = kafka_stream(spark, settings)
+            raw = kafka_stream(spark, settings, checkpoint_dir)
         else:
             assert spool is not None
             os.makedirs(spool, exist_ok=True)
@@ -347,10 +347,10 @@ def run(
                 ),
             )
 
-        queries.append(query.start_side(raw(), checkpoint_dir, settings.trigger_seconds, on_side))
+        queries.append(query.start_side(raw("side"), checkpoint_dir, settings.trigger_seconds, on_side))
         queries.append(
             query.start_aggregates(
-                raw(), cfg.rule, future_tolerance, checkpoint_dir, settings.trigger_seconds, on_aggregates
+                raw("aggregates"), cfg.rule, future_tolerance, checkpoint_dir, settings.trigger_seconds, on_aggregates
             )
         )
         log.info(

@@ -11,6 +11,7 @@ stream (the Kafka source's columns), whatever the source.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
 __all__ = ["spool_stream", "kafka_stream"]
 
 
-def spool_stream(spark: SparkSession, path: str, max_records_per_trigger: int) -> Callable[[], DataFrame]:
-    def raw() -> DataFrame:
+def spool_stream(spark: SparkSession, path: str, max_records_per_trigger: int) -> Callable[[str], DataFrame]:
+    def raw(query: str) -> DataFrame:
         return (
             spark.readStream.format(SPOOL_FORMAT)
             .option("path", path)
@@ -37,14 +38,16 @@ def spool_stream(spark: SparkSession, path: str, max_records_per_trigger: int) -
     return raw
 
 
-def kafka_stream(spark: SparkSession, settings: RunSettings) -> Callable[[], DataFrame]:
+def kafka_stream(spark: SparkSession, settings: RunSettings, checkpoint_dir: str) -> Callable[[str], DataFrame]:
+    """The telemetry topic, one reader per query; a query's reader keeps its deferred
+    ranges (``streaming.deferred``) in ``<checkpoint_dir>/source-<query>``."""
     from streaming import source_kafka
 
     source_kafka.register(spark)
     fmt = source_kafka.FORMAT
     extra = kafka_config_pairs(settings.kafka_config)
 
-    def raw() -> DataFrame:
+    def raw(query: str) -> DataFrame:
         reader = (
             spark.readStream.format(fmt)
             .option("kafka.bootstrap.servers", settings.bootstrap_servers or "")
@@ -52,6 +55,7 @@ def kafka_stream(spark: SparkSession, settings: RunSettings) -> Callable[[], Dat
             .option("startingOffsets", settings.starting_offsets)
             .option("maxRecordsPerTrigger", str(settings.max_records_per_trigger))
             .option("partitionAnswerMs", str(settings.partition_answer_ms))
+            .option("stateDir", os.path.join(checkpoint_dir, f"source-{query}"))
         )
         for k, v in extra.items():
             reader = reader.option(f"kafka.{k}", v)

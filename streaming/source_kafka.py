@@ -6,6 +6,9 @@ source, so ``format("kafka")`` can replace it where the connector jar exists:
 * ``kafka.bootstrap.servers`` (required), ``subscribe`` (comma-separated topics),
 * ``startingOffsets``: ``earliest`` or ``latest`` (default) for a new checkpoint,
 * ``maxOffsetsPerTrigger``: most records per micro-batch, over all partitions,
+* ``stateDir`` (isrwatch's own): where a read task that cannot reach its leader
+  records how far it got, so the rest is read in a later batch instead of
+  holding this one (``streaming.deferred``); without it such a read waits,
 * ``partitionAnswerMs`` (isrwatch's own): how long planning a micro-batch waits
   for each partition's leader; a partition whose leader has not answered keeps
   its last known end offset, so a hung broker never holds a batch
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from isrwatch.logs import kv
+from streaming.deferred import SHORT_READ_S, Deferred
 from streaming.source_spool import RAW_SCHEMA
 from streaming.watermarks import Watermarks
 
@@ -142,12 +146,14 @@ def cap_offsets(start: Offsets, latest: Offsets, limit: int | None) -> Offsets:
 class KafkaRange(InputPartition):
     """Offsets [start, end) of one topic partition: one Spark task."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+    def __init__(self, topic: str, partition: int, start: int, end: int, state_dir: str | None = None) -> None:
         super().__init__((topic, partition, start, end))
         self.topic = topic
         self.partition = partition
         self.start = start
         self.end = end
+        # where a read that cannot reach its leader records how far it got (streaming.deferred)
+        self.state_dir = state_dir
 
 
 class KafkaStreamReader(DataSourceStreamReader):
@@ -174,6 +180,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self.answer_s <= 0:
             raise ValueError(f"option partitionAnswerMs={answer}: must be at least 1")
         self._marks: Watermarks | None = None
+        self.state_dir = lower.get("statedir") or None
+        self._commits = 0
         # End of the last range Spark planned or committed, per partition.
         self._planned: Offsets = {}
         # Where partitions first seen after the start begin.
@@ -234,22 +242,35 @@ class KafkaStreamReader(DataSourceStreamReader):
         return end
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
-        ranges = []
         for t, parts in end.items():
             for p, hi in parts.items():
-                # a partition new in this batch: from where its first answer put it
-                lo = int(start.get(t, {}).get(p, self._first.get(t, {}).get(p, 0)))
-                if hi > lo:
-                    ranges.append(KafkaRange(t, int(p), int(lo), int(hi)))
                 cur = self._planned.setdefault(t, {}).get(p)
                 self._planned[t][p] = hi if cur is None else max(cur, hi)
-        return ranges
+        if self.state_dir is None:
+            ranges = []
+            for t, parts in end.items():
+                for p, hi in parts.items():
+                    # a partition new in this batch: from where its first answer put it
+                    lo = int(start.get(t, {}).get(p, self._first.get(t, {}).get(p, 0)))
+                    if hi > lo:
+                        ranges.append(KafkaRange(t, int(p), lo, int(hi)))
+            return ranges
+        late = set(self._marks.late) if self._marks is not None else set()
+        planned, owed = Deferred(self.state_dir).plan(start, end, late, self._first)
+        if owed:
+            log.warning(
+                kv(event="telemetry_ranges_owed", partitions=",".join(f"{k}@{o}" for k, o in sorted(owed.items())))
+            )
+        return [KafkaRange(t, p, lo, hi, self.state_dir) for t, p, lo, hi in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
         yield from read_range(self.config, partition)
 
     def commit(self, end: Offsets) -> None:
+        self._commits += 1
+        if self.state_dir is not None and self._commits % 500 == 0:
+            Deferred(self.state_dir).tidy()
         for t, parts in end.items():
             for p, off in parts.items():
                 cur = self._planned.setdefault(t, {}).get(p)
@@ -304,9 +325,17 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
         nxt = r.start
         last_progress = time.monotonic()
         warned = 0.0
+        deferred = Deferred(r.state_dir) if r.state_dir else None
+        short = False
         while nxt < r.end:
             msgs = consumer.consume(num_messages=min(10_000, r.end - nxt), timeout=1.0)
             waited = time.monotonic() - last_progress
+            if not msgs and deferred is not None and waited > SHORT_READ_S:
+                # the leader hangs: hand Spark what was read, the rest goes to a later batch
+                deferred.stopped_short((r.topic, r.partition, r.start, r.end), nxt)
+                log.warning(kv(event="range_deferred", topic=r.topic, partition=r.partition, read_upto=nxt, end=r.end))
+                short = True
+                break
             if not msgs and waited > _READ_TIMEOUT_S:
                 raise RuntimeError(f"{r.topic}[{r.partition}]: no records past offset {nxt} (want up to {r.end})")
             if not msgs and waited > warned + _READ_WARN_S:
@@ -344,7 +373,9 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
                     keys, values, offsets, stamps = [], [], [], []
         if offsets:
             yield batch()
-        healthy = True
+        if deferred is not None and not short:
+            deferred.read_whole((r.topic, r.partition, r.start, r.end))
+        healthy = not short
     finally:
         _release(key, consumer, healthy)
     log.debug(kv(event="range_read", topic=r.topic, partition=r.partition, start=r.start, end=r.end))

@@ -35,16 +35,16 @@ def test_batches_are_capped_and_restart_continues(spark, tmp_path) -> None:
     w.append([f'{{"i":{i}}}'.encode() for i in range(7)])
     w.append([b'{"i":7}', b'{"i":8}'])
     raw = spool_stream(spark, str(spool), max_records_per_trigger=4)
-    assert raw().schema.simpleString() == (
+    assert raw("test").schema.simpleString() == (
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp>"
     )
-    first = _run_once(spark, raw(), str(tmp_path / "ck"))
+    first = _run_once(spark, raw("test"), str(tmp_path / "ck"))
     assert [len(rows) for _, rows in first] == [4, 4, 1]
     offsets = [o for _, rows in first for o, *_ in rows]
     assert offsets == list(range(9))
     assert first[0][1][0][1] == b'{"i":0}'
 
     w.append([b'{"i":9}', b'{"i":10}'])
-    again = _run_once(spark, raw(), str(tmp_path / "ck"))
+    again = _run_once(spark, raw("test"), str(tmp_path / "ck"))
     assert [o for _, rows in again for o, *_ in rows] == [9, 10]
     assert again[0][0] == first[-1][0] + 1

@@ -1,0 +1,137 @@
+"""Ranges a read task could not finish, read again in a later micro-batch.
+
+A range is planned from offsets its leader has just reported, but the leader can
+hang between planning and reading (measured: the first batch after a SIGSTOP
+waited 30+ s on two ranges). Waiting holds the whole job; dropping the rest of
+the range loses telemetry. Instead a task that gets nothing from its leader for
+``SHORT_READ_S`` stops, hands Spark what it read, and writes how far it got; the
+driver starts that partition's next range there, once the leader answers again.
+
+Everything lives in files under the source's state directory (beside Spark's
+checkpoint, so on a Spark cluster it is on the shared checkpoint storage):
+
+* ``plans/<digest of start offsets>.json``: the ranges planned for the batch that
+  starts at those offsets, and ``resume`` (partition -> first offset not yet
+  read, where that is before the batch's start). Written before the tasks run
+  and reused when Spark re-plans the same batch after a crash, so a replayed
+  batch reads exactly the same ranges.
+* ``short/<topic>-<partition>-<start>-<end>.json``: ``{"upto": n}``, written by
+  a task that stopped short of ``end``; removed when a replay reads it whole.
+
+The next plan finds the previous one by its end offsets (the next batch's start).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Deferred", "SHORT_READ_S", "offsets_digest"]
+
+# A read task that gets no record for this long stops short and defers the rest.
+SHORT_READ_S = 3.0
+_KEEP_PLANS_S = 3600.0
+
+Offsets = dict[str, dict[str, int]]
+Range = tuple[str, int, int, int]  # topic, partition, start, end
+
+
+def offsets_digest(offsets: Offsets) -> str:
+    canonical = json.dumps({t: {p: int(o) for p, o in sorted(ps.items())} for t, ps in sorted(offsets.items())})
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def _write(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+class Deferred:
+    def __init__(self, state_dir: str) -> None:
+        self.dir = Path(state_dir)
+
+    # -- tasks ----------------------------------------------------------------
+
+    def _short_path(self, r: Range) -> Path:
+        topic, partition, start, end = r
+        return self.dir / "short" / f"{topic}-{partition}-{start}-{end}.json"
+
+    def stopped_short(self, r: Range, upto: int) -> None:
+        """A task read ``r`` only up to ``upto`` (exclusive)."""
+        _write(self._short_path(r), {"upto": int(upto)})
+
+    def read_whole(self, r: Range) -> None:
+        """A task read all of ``r`` (a replay may succeed where the first try stopped short)."""
+        self._short_path(r).unlink(missing_ok=True)
+
+    # -- the driver -----------------------------------------------------------
+
+    def plan(
+        self, start: Offsets, end: Offsets, late: set[tuple[str, int]], first: Offsets | None = None
+    ) -> tuple[list[Range], dict[str, int]]:
+        """The ranges of the batch (start, end] and the partitions still owed from earlier
+        ones (``"topic/partition" -> offset``). The same answer every time for the same start.
+        ``first``: where a partition missing from ``start`` (new in this batch) begins (else 0)."""
+        digest = offsets_digest(start)
+        saved = _read(self.dir / "plans" / f"{digest}.json")
+        if isinstance(saved, dict) and saved.get("end") == end:
+            return [tuple(r) for r in saved["ranges"]], dict(saved["resume"])  # type: ignore[misc]
+        resume = self._owed(start)
+        ranges: list[Range] = []
+        for topic, parts in end.items():
+            for p, hi in parts.items():
+                key = f"{topic}/{p}"
+                begin = start.get(topic, {}).get(p, (first or {}).get(topic, {}).get(p, 0))
+                lo = resume.get(key, int(begin))
+                if hi <= lo:
+                    continue
+                if key in resume and (topic, int(p)) in late:
+                    continue  # owed, but its leader still does not answer: keep owing
+                ranges.append((topic, int(p), lo, int(hi)))
+        _write(self.dir / "plans" / f"{digest}.json", {"start": start, "end": end, "ranges": ranges, "resume": resume})
+        _write(self.dir / "plans" / "by-end" / f"{offsets_digest(end)}.json", {"start_digest": digest})
+        return ranges, resume
+
+    def _owed(self, start: Offsets) -> dict[str, int]:
+        """What the batch that ended at ``start`` left unread, and what it still owed itself."""
+        link = _read(self.dir / "plans" / "by-end" / f"{offsets_digest(start)}.json")
+        prev = _read(self.dir / "plans" / f"{link['start_digest']}.json") if isinstance(link, dict) else None
+        if not isinstance(prev, dict):
+            return {}
+        owed: dict[str, int] = {}
+        planned = {f"{t}/{p}" for t, p, _, _ in prev["ranges"]}
+        for key, lo in prev["resume"].items():
+            if key not in planned:
+                owed[key] = int(lo)
+        for r in prev["ranges"]:
+            short = _read(self._short_path(tuple(r)))  # type: ignore[arg-type]
+            if isinstance(short, dict) and int(short["upto"]) < r[3]:
+                owed[f"{r[0]}/{r[1]}"] = int(short["upto"])
+        return owed
+
+    def tidy(self, keep_s: float = _KEEP_PLANS_S) -> None:
+        """Forget plans and short reads older than ``keep_s`` (committed long ago)."""
+        cutoff = time.time() - keep_s
+        for sub in ("plans", "plans/by-end", "short"):
+            folder = self.dir / sub
+            if not folder.is_dir():
+                continue
+            for f in folder.iterdir():
+                try:
+                    if f.is_file() and f.stat().st_mtime < cutoff:
+                        f.unlink()
+                except OSError:
+                    pass
