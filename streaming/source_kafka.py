@@ -182,6 +182,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._marks: Watermarks | None = None
         self.state_dir = lower.get("statedir") or None
         self._commits = 0
+        self._owed: set[str] = set()
         # End of the last range Spark planned or committed, per partition.
         self._planned: Offsets = {}
         # Where partitions first seen after the start begin.
@@ -257,10 +258,10 @@ class KafkaStreamReader(DataSourceStreamReader):
             return ranges
         late = set(self._marks.late) if self._marks is not None else set()
         planned, owed = Deferred(self.state_dir).plan(start, end, late, self._first)
-        if owed:
-            log.warning(
-                kv(event="telemetry_ranges_owed", partitions=",".join(f"{k}@{o}" for k, o in sorted(owed.items())))
-            )
+        if set(owed) != self._owed:
+            self._owed = set(owed)
+            owing = ",".join(f"{k}@{o}" for k, o in sorted(owed.items())) or "none"
+            log.warning(kv(event="telemetry_ranges_owed", partitions=owing))
         return [KafkaRange(t, p, lo, hi, self.state_dir) for t, p, lo, hi in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
