@@ -59,6 +59,9 @@ def build_session(master: str = "local[2]", shuffle_partitions: int = 2, app_nam
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.adaptive.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
+            # A Python worker that connects back late on a busy machine (measured: load 15 on
+            # 2 cores) failed the query with the 15 s default: an always-on job waits longer.
+            .config("spark.python.authenticate.socketTimeout", "120s")
             .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}")
             .getOrCreate()
