@@ -128,6 +128,7 @@ def job_settings(kafka: Any, topic: str, checkpoint: str, cap_records: int, trig
 
     # A backlog drained in long batches is not a telemetry gap: no IsrwatchTelemetryStale noise.
     extra.setdefault("stale_after_seconds", 3600.0)
+    extra.setdefault("metrics_port", 0)  # the job's own /metrics is not what is measured here
     return RunSettings(
         bootstrap_servers=kafka.bootstrap_servers,
         kafka_config=[f"{k}={v}" for k, v in COMPAT_CONFIG.items()],

@@ -38,6 +38,8 @@ __all__ = [
     "CHANGE_LABELS",
     "REPLICA_GAUGES",
     "STATE_FAMILY",
+    "UPDATED_FAMILY",
+    "updated_at",
     "PARTITION_GAUGES",
     "CHANGES_FAMILY",
     "STATES",
@@ -85,6 +87,11 @@ REPLICA_GAUGES: tuple[tuple[str, str, Callable[[ReplicaStatus], float]], ...] = 
     ),
 )
 STATE_FAMILY = ("isrwatch_replica_state", "1 for the replica's current state, 0 for the others")
+UPDATED_FAMILY = (
+    "isrwatch_replica_last_update_timestamp_seconds",
+    "When this process last received the replica's state (Unix time): the job each batch that evaluates it, "
+    "the exporter from the state topic; an old value means the series above are frozen, not healthy",
+)
 
 # name, help, value from (partition view, min ISR in force)
 PARTITION_GAUGES: tuple[tuple[str, str, Callable[[PartitionView, int], float]], ...] = (
@@ -189,6 +196,12 @@ class MetricsView:
         return PartitionSelection(kept, dict(sorted(counts.items())), every)
 
 
+def updated_at(snap: StoreSnapshot, s: ReplicaStatus) -> float | None:
+    """When the store last received ``s``'s replica (Unix seconds), or None."""
+    view = snap.partitions.get((s.cluster, s.topic, s.partition))
+    return view.updated.get(s.broker_id) if view is not None else None
+
+
 def replica_label_values(s: ReplicaStatus) -> list[str]:
     return [s.cluster, s.topic, str(s.partition), str(s.broker_id), str(s.leader_id)]
 
@@ -218,14 +231,19 @@ class StoreCollector(Collector):
     def _replica_families(self, snap: StoreSnapshot) -> Iterator[Metric]:
         gauges = [(GaugeMetricFamily(n, h, labels=REPLICA_LABELS), f) for n, h, f in REPLICA_GAUGES]
         state = GaugeMetricFamily(*STATE_FAMILY, labels=[*REPLICA_LABELS, "state"])
+        updated = GaugeMetricFamily(*UPDATED_FAMILY, labels=REPLICA_LABELS)
         for s in self.view.replicas(snap):
             labels = replica_label_values(s)
             for family, value in gauges:
                 family.add_metric(labels, value(s))
             for name in STATES:
                 state.add_metric([*labels, name], 1.0 if s.state.value == name else 0.0)
+            at = updated_at(snap, s)
+            if at is not None:
+                updated.add_metric(labels, at)
         yield from (g for g, _ in gauges)
         yield state
+        yield updated
 
     def _partition_families(self, snap: StoreSnapshot, selection: PartitionSelection) -> Iterator[Metric]:
         gauges = [(GaugeMetricFamily(n, h, labels=PARTITION_LABELS), f) for n, h, f in PARTITION_GAUGES]
@@ -285,5 +303,19 @@ def job_families(snap: StoreSnapshot) -> list[tuple[str, str, str, list[str], li
             "Telemetry records rejected to the dead-letter topic",
             ["reason"],
             [([r], n) for r, n in sorted(snap.deadletters.items())],
+        ),
+        (
+            "gauge",
+            "isrwatch_output_records_pending",
+            "Records for isrwatch's own topics not yet acknowledged (queued or held while a leader hangs)",
+            ["topic"],
+            [([t], pending) for t, (pending, _) in sorted(snap.outputs.items())],
+        ),
+        (
+            "counter",
+            "isrwatch_output_records_lost",
+            "Records for isrwatch's own topics given up (held past the bound, or not delivered in time)",
+            ["topic"],
+            [([t], lost) for t, (_, lost) in sorted(snap.outputs.items())],
         ),
     ]

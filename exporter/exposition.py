@@ -24,8 +24,10 @@ from exporter.collector import (
     STATES,
     TELEMETRY_FAMILY,
     UP_FAMILY,
+    UPDATED_FAMILY,
     MetricsView,
     job_families,
+    updated_at,
 )
 from exporter.store import StoreSnapshot
 
@@ -84,6 +86,12 @@ def render(snap: StoreSnapshot, view: MetricsView) -> str:
     for s, b in zip(replicas, bodies, strict=True):
         current = s.state.value
         out.extend(f'{name}{{{b},state="{st}"}} {"1.0" if st == current else "0.0"}\n' for st in STATES)
+    name, help_text = UPDATED_FAMILY
+    _header(out, name, help_text, "gauge")
+    for s, b in zip(replicas, bodies, strict=True):
+        at = updated_at(snap, s)
+        if at is not None:
+            out.append(f"{name}{{{b}}} {_value(at)}\n")
 
     selection = view.partitions(snap)
     parts = [

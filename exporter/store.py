@@ -41,9 +41,11 @@ class PartitionView:
     # exporter assumes is at least this (0: whatever it assumes). Precomputed
     # so a scrape tests 500k partitions with one comparison each.
     risk_min_isr: int
+    # broker_id -> wall-clock time (Unix seconds) its status was last written here
+    updated: MappingProxyType[int, float] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
-    def of(cls, replicas: dict[int, ReplicaStatus]) -> PartitionView:
+    def of(cls, replicas: dict[int, ReplicaStatus], updated: dict[int, float] | None = None) -> PartitionView:
         # One pass (this runs for every partition of every batch): the newest
         # status (the first of equally new ones), followers leaving, any not ok.
         newest: ReplicaStatus | None = None
@@ -68,7 +70,7 @@ class PartitionView:
             risk = 0 if predicted <= newest.min_isr else NEVER
         else:  # the assumed min ISR decides: at risk from min ISR = predicted
             risk = predicted
-        return cls(MappingProxyType(replicas), newest, leaving, risk)
+        return cls(MappingProxyType(replicas), newest, leaving, risk, MappingProxyType(updated or {}))
 
     @property
     def isr_size(self) -> int:
@@ -92,6 +94,7 @@ class StoreSnapshot:
     cluster_isr_changes: dict[tuple[str, str], int] = field(default_factory=dict)  # (cluster, change) -> count
     cluster_partitions: dict[str, int] = field(default_factory=dict)  # cluster -> partitions in ``partitions``
     recently_changed: frozenset[PartitionKey] = frozenset()  # an ISR change within the store's recent_change_s
+    outputs: dict[str, tuple[int, int]] = field(default_factory=dict)  # output topic -> (pending, lost)
 
     def statuses(self) -> Iterable[ReplicaStatus]:
         for view in self.partitions.values():
@@ -126,6 +129,7 @@ class StatusStore:
     derive_isr_changes: bool = False
     recent_change_s: float = 600.0
     clock: Callable[[], float] = time.monotonic  # for expiry: when a status was last received
+    wall_clock: Callable[[], float] = time.time  # isrwatch_replica_last_update_timestamp_seconds
     _received: dict[tuple[PartitionKey, int], float] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _partitions: dict[PartitionKey, PartitionView] = field(default_factory=dict, repr=False)
@@ -139,6 +143,7 @@ class StatusStore:
     _observations: int = 0
     _last_batch_s: float | None = None
     _deadletters: dict[str, int] = field(default_factory=dict, repr=False)
+    _outputs: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
 
     def update(self, statuses: Iterable[ReplicaStatus]) -> None:
         """Replace each given replica's status (newer or not: last write wins)."""
@@ -146,10 +151,12 @@ class StatusStore:
         for s in statuses:
             grouped.setdefault(_partition_key(s), []).append(s)
         now = self.clock()
+        wall = self.wall_clock()
         with self._lock:
             for pkey, group in grouped.items():
                 old = self._partitions.get(pkey)
                 replicas = dict(old.replicas) if old else {}
+                updated = dict(old.updated) if old else {}
                 if old is None:
                     self._cluster_partitions[pkey[0]] = self._cluster_partitions.get(pkey[0], 0) + 1
                 for s in group:
@@ -157,11 +164,12 @@ class StatusStore:
                     if self.derive_isr_changes and before is not None and before.in_isr != s.in_isr:
                         self._count_change(pkey, "expand" if s.in_isr else "shrink", 1)
                     replicas[s.broker_id] = s
+                    updated[s.broker_id] = wall
                     self._received[(pkey, s.broker_id)] = now
                     cluster = s.cluster
                     if s.eval_ms > self._telemetry_ms.get(cluster, -1):
                         self._telemetry_ms[cluster] = s.eval_ms
-                self._partitions[pkey] = PartitionView.of(replicas)
+                self._partitions[pkey] = PartitionView.of(replicas, updated)
 
     def remove(self, keys: Iterable[str]) -> None:
         """Forget replicas by ``status_key`` (a tombstone on the state topic)."""
@@ -174,7 +182,8 @@ class StatusStore:
                 self._received.pop((pkey, broker), None)
                 replicas = {b: s for b, s in old.replicas.items() if b != broker}
                 if replicas:
-                    self._partitions[pkey] = PartitionView.of(replicas)
+                    updated = {b: t for b, t in old.updated.items() if b != broker}
+                    self._partitions[pkey] = PartitionView.of(replicas, updated)
                 else:
                     del self._partitions[pkey]
                     self._cluster_partitions[pkey[0]] -= 1
@@ -231,6 +240,11 @@ class StatusStore:
             for reason, n in deadletters_by_reason.items():
                 self._deadletters[reason] = self._deadletters.get(reason, 0) + n
 
+    def set_outputs(self, outputs: dict[str, tuple[int, int]]) -> None:
+        """The job's output topics: topic -> (records pending, records lost so far)."""
+        with self._lock:
+            self._outputs = dict(outputs)
+
     def declare_deadletter_reasons(self, reasons: Iterable[str]) -> None:
         """Serve the dead-letter counter at 0 for every reason the feeding side
         knows, so a dashboard by reason has series before the first rejection
@@ -261,4 +275,5 @@ class StatusStore:
                 cluster_isr_changes=dict(self._cluster_isr_changes),
                 recently_changed=frozenset(self._changed_at),
                 cluster_partitions=dict(self._cluster_partitions),
+                outputs=dict(self._outputs),
             )

@@ -1,8 +1,10 @@
 """The whole isrwatch pipeline against a real local Kafka 0.9 cluster, for the e2e tests.
 
-* ``Pipeline``: the isrwatch topics (on broker 1 only, so pausing another broker
-  never blocks isrwatch itself), ``isrwatch collect`` and ``isrwatch run
-  --bootstrap-servers`` as child processes. The job's stdout (alert JSON lines,
+* ``Pipeline``: the isrwatch topics, laid out as docs/deploy.md tells a user
+  to (``TOPIC_PARTITIONS`` partitions, one replica each, placed by Kafka's own
+  assignment: every broker leads some, so every broker fault reaches isrwatch's
+  own data), on the watched cluster or on a separate telemetry cluster;
+  ``isrwatch collect`` and ``isrwatch run --bootstrap-servers`` as child processes. The job's stdout (alert JSON lines,
   no Alertmanager URL) is read by a thread that stamps each line with the wall
   time it arrived; its stderr (logs) goes to a file.
 * ``ProduceLoad``: a producer thread (confluent-kafka, acks=1) at a given rate.
@@ -46,6 +48,8 @@ __all__ = [
     "Shrinks",
     "first_event",
     "nearing_row",
+    "read_topic",
+    "TOPIC_PARTITIONS",
 ]
 
 RESULTS_ENV = "ISRWATCH_VALIDATION_OUT"
@@ -58,6 +62,10 @@ COLLECT_INTERVAL_S = 0.5
 LAG_MS = 20_000
 ZK_SESSION_MS = 120_000
 CLUSTER = "e2e"
+# isrwatch's topics: several partitions, one replica each (docs/deploy.md: a replicated
+# telemetry partition's high watermark waits for every follower in its ISR, so a hung
+# follower would hide the telemetry of its own fault until the broker drops it).
+TOPIC_PARTITIONS = 6
 # Spark's start and first micro-batch take up to a minute on a loaded 2-core machine.
 JOB_START_S = 240.0
 _WINDOW = re.compile(r"window (\S+) \.\. (\S+)\)")
@@ -184,8 +192,12 @@ class _Child:
 class Pipeline:
     """Collector and job on one LocalKafka cluster, each as a real ``isrwatch`` process."""
 
-    def __init__(self, cluster: Any, workdir: Path, *, job_args: Iterable[str] = ()) -> None:
+    def __init__(
+        self, cluster: Any, workdir: Path, *, job_args: Iterable[str] = (), telemetry_cluster: Any = None
+    ) -> None:
         self.cluster = cluster
+        # where isrwatch's own topics live: the watched cluster, or a separate one
+        self.telemetry_cluster = telemetry_cluster or cluster
         self.workdir = workdir
         self.lag_time_max_ms = cluster.lag_time_max_ms
         suffix = os.urandom(3).hex()
@@ -194,6 +206,9 @@ class Pipeline:
         self.alerts_topic = f"isr.alerts-{suffix}"
         self.deadletter_topic = f"isr.deadletter-{suffix}"
         self.checkpoint_dir = workdir / "checkpoint"
+        from localkafka import free_port
+
+        self.metrics_port = free_port()  # the job's own /metrics
         self.job_args = list(job_args)
         self.events: list[AlertEvent] = []
         self._lock = threading.Lock()
@@ -205,24 +220,30 @@ class Pipeline:
     # -- life cycle ---------------------------------------------------------
 
     def create_topics(self) -> None:
-        for t in (self.telemetry_topic, self.state_topic, self.alerts_topic, self.deadletter_topic):
-            self.cluster.create_topic(t, assignment=[[1]])
+        for t in self.topics():
+            self.telemetry_cluster.create_topic(t, partitions=TOPIC_PARTITIONS, replication_factor=1)
 
-    def _base(self, command: str) -> list[str]:
+    def topics(self) -> tuple[str, ...]:
+        return (self.telemetry_topic, self.state_topic, self.alerts_topic, self.deadletter_topic)
+
+    def _base(self, command: str, cluster: Any) -> list[str]:
         return [
             sys.executable,
             "-m",
             "isrwatch",
             command,
             "--bootstrap-servers",
-            self.cluster.bootstrap_servers,
-            *self.cluster.kafka_config_flags(),
+            cluster.bootstrap_servers,
+            *cluster.kafka_config_flags(),
             "--telemetry-topic",
             self.telemetry_topic,
         ]
 
     def start_collector(self) -> None:
-        argv = self._base("collect") + [
+        argv = self._base("collect", self.cluster)
+        if self.telemetry_cluster is not self.cluster:
+            argv += ["--telemetry-bootstrap-servers", self.telemetry_cluster.bootstrap_servers]
+        argv += [
             "--cluster",
             CLUSTER,
             "--interval",
@@ -233,7 +254,7 @@ class Pipeline:
         self.collector = _Child("collector", argv, self.workdir, None)
 
     def start_job(self) -> None:
-        argv = self._base("run") + [
+        argv = self._base("run", self.telemetry_cluster) + [
             "--state-topic",
             self.state_topic,
             "--alerts-topic",
@@ -248,6 +269,8 @@ class Pipeline:
             str(self.lag_time_max_ms),
             "--trigger-seconds",
             "1",
+            "--metrics-port",
+            str(self.metrics_port),
             *self.job_args,
         ]
         if self.job is not None:
@@ -381,6 +404,30 @@ class ProduceLoad(threading.Thread):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def read_topic(cluster: Any, topic: str, timeout_s: float = 120.0) -> list[bytes | None]:
+    """Every record value of every partition of ``topic`` up to its end offsets now (fails if one is short)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(cluster.client_config(**{"group.id": f"read-{topic}", "enable.auto.commit": False}))
+    out: list[bytes | None] = []
+    try:
+        md = c.list_topics(topic, timeout=30).topics[topic]
+        deadline = time.monotonic() + timeout_s
+        for p in sorted(md.partitions):
+            _, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            c.assign([TopicPartition(topic, p, 0)])
+            seen = 0
+            while seen < high and time.monotonic() < deadline:
+                m = c.poll(1.0)
+                if m is not None and m.error() is None:
+                    out.append(m.value())
+                    seen += 1
+            assert seen == high, f"read {seen} of {high} records of {topic}[{p}]"
+    finally:
+        c.close()
+    return out
 
 
 def results_dir() -> Path:

@@ -23,44 +23,31 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from isrwatch.alerts import AlertName
-from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, ProduceLoad, until, write_result
+from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, ProduceLoad, read_topic, until, write_result
 
 PAUSED = 3
 
 
 def telemetry_counts(cluster, topic: str) -> tuple[int, Counter]:
-    """(end offset, observations per (topic, partition, broker_id)) of the one-partition telemetry topic."""
-    c = Consumer(cluster.client_config(**{"group.id": f"count-{topic}", "enable.auto.commit": False}))
-    try:
-        _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
-        c.assign([TopicPartition(topic, 0, 0)])
-        counts: Counter = Counter()
-        seen = 0
-        deadline = time.monotonic() + 120
-        while seen < high and time.monotonic() < deadline:
-            m = c.poll(1.0)
-            if m is None or m.error() is not None:
-                continue
-            seen += 1
-            for o in json.loads(m.value() or b"{}")["observations"]:
-                counts[(o["topic"], o["partition"], o["broker_id"])] += 1
-        assert seen == high, f"read {seen} of {high} telemetry records"
-        return high, counts
-    finally:
-        c.close()
+    """(records, observations per (topic, partition, broker_id)) of the telemetry topic, every partition."""
+    values = read_topic(cluster, topic)
+    counts: Counter = Counter()
+    for v in values:
+        for o in json.loads(v or b"{}")["observations"]:
+            counts[(o["topic"], o["partition"], o["broker_id"])] += 1
+    return len(values), counts
 
 
-def committed_offset(checkpoint: Path, topic: str) -> int:
-    """The telemetry offset of the aggregation query's last committed batch (-1 before any)."""
+def committed_records(checkpoint: Path, topic: str) -> int:
+    """Telemetry records up to the aggregation query's last committed batch, over every partition (-1 before any)."""
     agg = checkpoint / "aggregates"
     commits = [int(n) for n in os.listdir(agg / "commits") if n.isdigit()] if (agg / "commits").is_dir() else []
     if not commits:
         return -1
     lines = (agg / "offsets" / str(max(commits))).read_text().splitlines()
-    return int(json.loads(lines[-1])[topic]["0"])
+    return sum(int(o) for o in json.loads(lines[-1]).get(topic, {}).values())
 
 
 @pytest.fixture
@@ -117,7 +104,7 @@ def test_killed_job_restarted_on_its_checkpoint_loses_no_telemetry_and_repeats_n
         high, expected = telemetry_counts(cluster, pipe.telemetry_topic)
         until(
             "the job to commit the end of the telemetry topic",
-            lambda: committed_offset(pipe.checkpoint_dir, pipe.telemetry_topic) >= high,
+            lambda: committed_records(pipe.checkpoint_dir, pipe.telemetry_topic) >= high,
             240,
             pipe,
         )

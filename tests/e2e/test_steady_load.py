@@ -15,9 +15,18 @@ from __future__ import annotations
 import json
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
-from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, ProduceLoad, until, write_result
+from tests.e2e.pipeline import (
+    COLLECT_INTERVAL_S,
+    LAG_MS,
+    ZK_SESSION_MS,
+    Pipeline,
+    ProduceLoad,
+    read_topic,
+    until,
+    write_result,
+)
 
 STEADY_S = 120
 RATE = 200
@@ -31,19 +40,7 @@ BAD_RECORDS = {
 
 
 def read_all(cluster, topic: str) -> list[dict]:
-    c = Consumer(cluster.client_config(**{"group.id": f"read-{topic}", "enable.auto.commit": False}))
-    try:
-        _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
-        c.assign([TopicPartition(topic, 0, 0)])
-        out: list[dict] = []
-        deadline = time.monotonic() + 60
-        while len(out) < high and time.monotonic() < deadline:
-            m = c.poll(1.0)
-            if m is not None and m.error() is None:
-                out.append(json.loads(m.value() or b"null"))
-        return out
-    finally:
-        c.close()
+    return [json.loads(v or b"null") for v in read_topic(cluster, topic)]
 
 
 def test_steady_load_raises_nothing_and_bad_telemetry_goes_to_the_dead_letter_topic(kafka_cluster_factory, tmp_path):

@@ -1,0 +1,205 @@
+"""Issue 9: the monitor keeps seeing while any broker of the watched cluster stalls.
+
+Real 3-broker Kafka 0.9 (ZooKeeper session longer than a pause, so the leaders'
+own checks remove the paused follower), real collector and job, produce load.
+isrwatch's topics are laid out as docs/deploy.md tells a user
+(``pipeline.TOPIC_PARTITIONS`` partitions, one replica, Kafka's own
+assignment), so every broker leads some of isrwatch's own partitions; the
+watched topic has three partitions of three replicas placed by Kafka, so each
+broker leads one and follows two. The controller is paused like the
+others, last (see ``_pause_round`` on Kafka 0.9's KAFKA-2729).
+
+Two deployments: the telemetry on the watched cluster, and on a separate
+one-broker telemetry cluster. Each broker is paused in turn until the leaders
+have dropped it from the ISR, then resumed. For every pause:
+
+* each real shrink of the paused follower is printed as
+  ``KafkaReplicaNearingIsrShrink`` before the leader logs it, ahead by at least
+  lag/2 - one collector interval - 1 s;
+* the job keeps completing micro-batches during the pause (no gap longer than
+  ``MAX_BATCH_GAP_S``);
+* while the broker is paused, no replica alert names a follower of a partition
+  it leads (those followers cannot fetch: not their fault);
+* every replica alert of the whole run is of the paused broker, or of a replica
+  the brokers themselves logged out of the ISR (a paused leader, resumed,
+  shrinks its ISR to itself: docs/kafka.md).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from isrwatch.alerts import AlertName
+from tests.e2e.pipeline import (
+    COLLECT_INTERVAL_S,
+    LAG_MS,
+    ZK_SESSION_MS,
+    Pipeline,
+    ProduceLoad,
+    Shrinks,
+    first_event,
+    nearing_row,
+    until,
+    write_result,
+)
+
+DATA_PARTITIONS = 3
+# Longest stretch without a completed micro-batch while a broker is paused: the
+# trigger is 1 s and planning waits --partition-answer-ms (1 s) for a hung leader.
+MAX_BATCH_GAP_S = 10.0
+
+
+def _layout(cluster: Any, topic: str) -> dict[int, tuple[int, tuple[int, ...]]]:
+    """partition -> (leader, replicas) of ``topic`` as metadata shows it."""
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient(cluster.client_config()).list_topics(topic, timeout=30).topics[topic]
+    return {p.id: (p.leader, tuple(p.replicas)) for p in md.partitions.values()}
+
+
+def _pause_round(
+    cluster: Any, pipe: Pipeline, topic: str, broker: int, layout: dict[int, tuple[int, tuple[int, ...]]]
+) -> dict[str, Any]:
+    followed = sorted(p for p, (leader, replicas) in layout.items() if broker in replicas and leader != broker)
+    led = sorted(p for p, (leader, _) in layout.items() if leader == broker)
+    events_before = len(pipe.alerts())
+    paused_at = time.time()
+    cluster.pause(broker)
+    batch_times: list[float] = []
+    try:
+        seen = len(pipe.batches())
+
+        def all_shrunk() -> bool:
+            nonlocal seen
+            now = len(pipe.batches())
+            if now > seen:
+                batch_times.append(time.time())
+                seen = now
+            shrinks = Shrinks.read(cluster, topic, paused_at)
+            return all(shrinks.first(p, broker) is not None for p in followed)
+
+        until(f"the leaders to drop broker {broker} from the ISR", all_shrunk, 4 * LAG_MS / 1000, pipe)
+    finally:
+        cluster.resume(broker)
+    resumed_at = time.time()
+    during = pipe.alerts()[events_before:]
+    shrinks = Shrinks.read(cluster, topic, paused_at)
+
+    def back() -> bool:
+        return all(
+            any(
+                c.topic == topic and c.partition == p and broker in c.isr_after for c in cluster.isr_expands(resumed_at)
+            )
+            for p in followed
+        )
+
+    stuck_isr = False
+    if broker == cluster.controller_id():
+        # Kafka 0.9 after its controller hung: a leader may keep a stale ZooKeeper version of
+        # the ISR and refuse every expansion from then on ("Cached zkVersion ... not equal to
+        # that in zookeeper, skip updating ISR", KAFKA-2729): the broker's bug, not the
+        # monitor's. The controller is paused last, and its follower's rejoin is then only
+        # waited for when the brokers did not log that.
+        deadline = time.monotonic() + 120
+        while not back() and time.monotonic() < deadline:
+            pipe.check_alive(f"broker {broker} back in the ISR")
+            time.sleep(0.5)
+        stuck_isr = not back() and _kafka_2729(cluster)
+    if not stuck_isr:
+        until(f"broker {broker} back in the ISR", back, 120, pipe)
+
+        def resolved() -> bool:
+            firing = {e.identity for e in pipe.alerts(status="firing")[events_before:] if e.replica[0] == topic}
+            return firing <= {e.identity for e in pipe.alerts(status="resolved")}
+
+        until(f"the alerts of broker {broker}'s pause to resolve", resolved, 180, pipe)
+
+    nearing = first_event(pipe, AlertName.NEARING, "firing", topic, broker)
+    stalled = first_event(pipe, AlertName.STALLED, "firing", topic, broker)
+    edges = [paused_at, *batch_times, resumed_at]
+    rows = []
+    for p in followed:
+        row = nearing_row(
+            f"broker {broker} paused", topic, p, broker, paused_at, nearing.get(p), shrinks.first(p, broker)
+        )
+        row["stalled_arrived"] = stalled[p].arrived if p in stalled else None
+        rows.append(row)
+    return {
+        "broker": broker,
+        "controller": broker == cluster.controller_id(),
+        "isr_stuck_kafka_2729": stuck_isr,
+        "followed": followed,
+        "led": led,
+        "paused_s": resumed_at - paused_at,
+        "batches_during_pause": len(batch_times),
+        "longest_batch_gap_s": max(b - a for a, b in zip(edges, edges[1:], strict=False)),
+        "misplaced_during_pause": [
+            [e.name, *e.replica]
+            for e in during
+            if e.replica[0] == topic and e.replica[1] in led and e.replica[2] != broker
+        ],
+        "rows": rows,
+    }
+
+
+def _kafka_2729(cluster: Any) -> bool:
+    return any("Cached zkVersion" in cluster.broker_log(b).read_text(errors="replace") for b in cluster.broker_ids)
+
+
+@pytest.mark.parametrize("deployment", ["watched-cluster", "separate-telemetry-cluster"])
+def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, kafka_cluster_factory, tmp_path):
+    cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
+    telemetry = None
+    if deployment == "separate-telemetry-cluster":
+        telemetry = kafka_cluster_factory(brokers=1, zookeeper_session_timeout_ms=ZK_SESSION_MS)
+    topic = "orders"
+    cluster.create_topic(topic, partitions=DATA_PARTITIONS, replication_factor=3)
+    layout = _layout(cluster, topic)
+    assert sorted(leader for leader, _ in layout.values()) == [1, 2, 3], f"Kafka placed {layout}"
+    started = time.time()
+    rounds = []
+    with (
+        ProduceLoad(cluster, topic, DATA_PARTITIONS, rate=300),
+        Pipeline(cluster, tmp_path, telemetry_cluster=telemetry) as pipe,
+    ):
+        if telemetry is None:
+            own = _layout(cluster, pipe.telemetry_topic)
+            assert {leader for leader, _ in own.values()} == {1, 2, 3}, "every broker leads telemetry partitions"
+        pipe.wait_watching(2 * DATA_PARTITIONS)
+        assert not pipe.alerts(), "no alert before the first fault"
+        controller = cluster.controller_id()
+        for broker in sorted(cluster.broker_ids, key=lambda b: b == controller):  # the controller last
+            rounds.append(_pause_round(cluster, pipe, topic, broker, layout))
+    truth = Shrinks.read(cluster, topic, started)
+    write_result(
+        f"broker_pauses_{deployment}",
+        {
+            "scenario": f"each broker paused in turn under produce load, telemetry on the {deployment}",
+            "lag_time_max_ms": LAG_MS,
+            "collector_interval_s": COLLECT_INTERVAL_S,
+            "rounds": [{k: v for k, v in r.items() if k != "rows"} for r in rounds],
+            "rows": [row for r in rounds for row in r["rows"]],
+            "alerts": [[e.arrived, e.name, e.status, *e.replica] for e in pipe.alerts()],
+        },
+    )
+
+    floor = LAG_MS / 2000 - COLLECT_INTERVAL_S - 1.0
+    for r in rounds:
+        b = r["broker"]
+        assert r["longest_batch_gap_s"] <= MAX_BATCH_GAP_S, f"broker {b} paused: the job stalled: {r}"
+        assert not r["misplaced_during_pause"], f"broker {b} paused: alerts for followers of its partitions: {r}"
+        for row in r["rows"]:
+            where = f"{topic}-{row['partition']} on broker {b}"
+            assert row["alert_arrived"] is not None, f"no Nearing alert for {where}: {r}"
+            assert row["arrival_lead_s"] >= floor, f"{where}: alert lead {row['arrival_lead_s']:.2f}s < {floor}s: {row}"
+            assert row["stalled_arrived"] is not None, f"{where}: the paused broker was not reported stalled"
+    for e in pipe.alerts(status="firing"):
+        t, p, b = e.replica
+        if b < 0:
+            continue  # IsrwatchTelemetryStale and partition alerts name no follower
+        paused_broker = any(r["broker"] == b and p in r["followed"] for r in rounds)
+        logged_out = any(c.partition == p and b in c.isr_before and b not in c.isr_after for c in truth.lines)
+        assert t == topic and (paused_broker or logged_out), f"{e.name} for {t}-{p} broker {b}: no cause"
