@@ -18,6 +18,11 @@ Three variants (``Rule``):
 
 Under the KIP-16 variants a follower is out of sync when
 ``now - lastCaughtUpTimeMs > replica.lag.time.max.ms``.
+
+``caught_up_time`` is the broker's rule, which sees every fetch;
+``observed_caught_up_time`` is what the monitor infers from its samples, where a
+long interval between two observations is a gap in the evidence, not time out
+of sync (docs/rule.md, "Gaps in telemetry").
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ __all__ = [
     "RuleConfig",
     "FollowerState",
     "caught_up_time",
+    "observed_caught_up_time",
     "check_period_ms",
     "removal_window",
     "on_fetch",
@@ -103,7 +109,9 @@ def caught_up_time(
     Returns the latest time at which the observation shows the follower was
     caught up, or None when it shows nothing. Because ``lastCaughtUpTimeMs``
     only moves forward, the state after many observations is the max of
-    these values: the streaming job computes exactly this as a Spark ``max``.
+    these values. This is the broker's rule (the simulator's leaders run it
+    through ``on_fetch``); the streaming job folds ``observed_caught_up_time``,
+    this with gaps in its evidence bridged, as a Spark ``max``.
     """
     if fetch_offset is None or leader_leo is None:
         return None
@@ -117,6 +125,40 @@ def caught_up_time(
     ):
         return prev_t_ms
     return None
+
+
+def observed_caught_up_time(
+    rule: Rule,
+    t_ms: int,
+    fetch_offset: int | None,
+    leader_leo: int | None,
+    prev_t_ms: int | None,
+    prev_leader_leo: int | None,
+    max_gap_ms: int | None,
+) -> int | None:
+    """What one observation of the *monitor* shows about ``lastCaughtUpTimeMs``.
+
+    ``caught_up_time``, except after a gap in the evidence: when the previous
+    observation of the replica is more than ``max_gap_ms`` older
+    (``t_ms - prev_t_ms > max_gap_ms``), the interval is not read as time out of
+    sync. A follower whose fetch offset reaches the leader LEO of before the gap
+    fetched at least everything the leader had then: the observation proves it
+    caught up at ``t_ms`` (its evidence starts afresh, as a replica's does at its
+    first observation). A follower below that LEO really is stuck: the broker's
+    rule decides. ``legacy-messages`` is left alone (its time part counts from
+    fetch progress). ``max_gap_ms`` None: off, the broker's rule alone.
+    """
+    if (
+        max_gap_ms is not None
+        and rule is not Rule.LEGACY_MESSAGES
+        and prev_t_ms is not None
+        and t_ms - prev_t_ms > max_gap_ms
+        and fetch_offset is not None
+        and prev_leader_leo is not None
+        and fetch_offset >= prev_leader_leo
+    ):
+        return t_ms
+    return caught_up_time(rule, t_ms, fetch_offset, leader_leo, prev_t_ms, prev_leader_leo)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from isrwatch.rule import (
     caught_up_time,
     check_period_ms,
     is_out_of_sync,
+    observed_caught_up_time,
     on_fetch,
     removal_window,
 )
@@ -176,3 +177,113 @@ def test_state_is_the_max_of_per_observation_caught_up_times(rule: Rule, steps: 
         f = on_fetch(f, cfg, t, off, leader_leo)
         prev_t, prev_l = t, leader_leo
     assert f.last_caught_up_ms == best
+
+
+# -- the monitor's inference across gaps in its evidence (docs/rule.md) --------
+
+GAP_MS = 5_000
+
+
+@pytest.mark.parametrize("rule", [Rule.KIP16, Rule.KIP16_REFINED])
+def test_after_a_gap_a_follower_past_the_pre_gap_leader_leo_is_caught_up_at_the_observation(rule: Rule) -> None:
+    """40 s without telemetry, then a follower 10 messages behind under load but
+    far past where the leader was before the gap: caught up now, not 40 s ago."""
+    t, prev_t = 1_040_000, 1_000_000
+    assert observed_caught_up_time(rule, t, 9_990, 10_000, prev_t, 2_000, GAP_MS) == t
+    # The broker's rule read alone: 40 s since caught up (refined) or nothing (0.9).
+    assert caught_up_time(rule, t, 9_990, 10_000, prev_t, 2_000) == (prev_t if rule is Rule.KIP16_REFINED else None)
+
+
+@pytest.mark.parametrize("rule", [Rule.KIP16, Rule.KIP16_REFINED])
+def test_without_a_gap_the_observation_says_what_the_broker_rule_says(rule: Rule) -> None:
+    t, prev_t = 1_000_500, 1_000_000
+    for f, leader, prev_l in [(9_990, 10_000, 9_900), (9_800, 10_000, 9_900), (10_000, 10_000, 9_900)]:
+        expected = caught_up_time(rule, t, f, leader, prev_t, prev_l)
+        assert observed_caught_up_time(rule, t, f, leader, prev_t, prev_l, GAP_MS) == expected
+    # A gap is longer than max_gap_ms: exactly max_gap_ms apart is not one.
+    at_bound = observed_caught_up_time(rule, prev_t + GAP_MS, 9_990, 10_000, prev_t, 9_900, GAP_MS)
+    assert at_bound == caught_up_time(rule, prev_t + GAP_MS, 9_990, 10_000, prev_t, 9_900)
+
+
+@pytest.mark.parametrize("rule", [Rule.KIP16, Rule.KIP16_REFINED])
+def test_a_follower_stuck_below_the_pre_gap_leader_leo_gains_nothing_from_the_gap(rule: Rule) -> None:
+    t, prev_t = 1_040_000, 1_000_000
+    assert observed_caught_up_time(rule, t, 1_500, 10_000, prev_t, 2_000, GAP_MS) is None
+    # ...nor does a follower whose broker did not answer.
+    assert observed_caught_up_time(rule, t, None, 10_000, prev_t, 2_000, GAP_MS) is None
+
+
+@pytest.mark.parametrize("rule", list(Rule))
+def test_an_idle_follower_is_caught_up_at_the_observation_gap_or_not(rule: Rule) -> None:
+    for prev_t in (None, 1_039_500, 1_000_000):
+        assert observed_caught_up_time(rule, 1_040_000, 500, 500, prev_t, 500, GAP_MS) == 1_040_000
+
+
+def test_gap_inference_is_off_without_a_bound_and_for_the_legacy_rule() -> None:
+    t, prev_t = 1_040_000, 1_000_000
+    for rule in Rule:
+        assert observed_caught_up_time(rule, t, 9_990, 10_000, prev_t, 2_000, None) == caught_up_time(
+            rule, t, 9_990, 10_000, prev_t, 2_000
+        )
+    assert observed_caught_up_time(Rule.LEGACY_MESSAGES, t, 9_990, 10_000, prev_t, 2_000, GAP_MS) is None
+    # The first observation of a replica has no previous one: nothing to bridge.
+    assert observed_caught_up_time(Rule.KIP16_REFINED, t, 9_990, 10_000, None, None, GAP_MS) is None
+
+
+offsets = st.one_of(st.none(), st.integers(0, 1000))
+
+
+@given(
+    st.sampled_from(list(Rule)),
+    st.integers(0, 100_000),
+    offsets,
+    offsets,
+    st.one_of(st.none(), st.integers(0, 100_000)),
+    offsets,
+    st.one_of(st.none(), st.integers(1, 50_000)),
+)
+def test_observed_caught_up_time_is_the_broker_rule_or_the_observation_time_after_a_gap(
+    rule: Rule, t: int, f: int | None, leader: int | None, prev_t: int | None, prev_l: int | None, gap: int | None
+) -> None:
+    prev_t = None if prev_t is None else min(prev_t, t)  # telemetry never has prev_t_ms after t_ms
+    broker = caught_up_time(rule, t, f, leader, prev_t, prev_l)
+    seen = observed_caught_up_time(rule, t, f, leader, prev_t, prev_l, gap)
+    bridged = (
+        gap is not None
+        and rule is not Rule.LEGACY_MESSAGES
+        and prev_t is not None
+        and t - prev_t > gap
+        and f is not None
+        and prev_l is not None
+        and f >= prev_l
+    )
+    assert seen == (t if bridged else broker)
+    assert broker is None or (seen is not None and broker <= seen <= t)
+
+
+@given(
+    st.sampled_from([Rule.KIP16, Rule.KIP16_REFINED]),
+    st.integers(1_000, 20_000),
+    st.lists(st.tuples(st.integers(1, 60_000), st.integers(0, 500), st.integers(0, 100)), min_size=1, max_size=40),
+)
+def test_a_follower_that_keeps_up_is_never_older_than_the_gap_bound_whatever_the_gaps(
+    rule: Rule, gap: int, steps: list[tuple[int, int, int]]
+) -> None:
+    """Observations at any intervals, some far longer than the bound; at each,
+    the follower has at least what the leader had at the previous one (under
+    load it is rarely at the current LEO). Its age, as the monitor folds it, stays
+    within the bound under the refined rule, and 0 at the end of every gap under
+    both KIP-16 rules (0.9's has no previous-LEO branch to carry it between)."""
+    lcu: int | None = None
+    t, leader, prev_t, prev_l = 1_000_000, 0, None, None
+    for dt, produced, behind in steps:
+        t += dt
+        f = max(prev_l or 0, leader + produced - behind)
+        leader += produced
+        seen = observed_caught_up_time(rule, t, f, leader, prev_t, prev_l, gap)
+        lcu = seen if lcu is None or (seen is not None and seen > lcu) else lcu
+        if prev_t is not None and t - prev_t > gap:
+            assert lcu == t, "the end of a gap is where the evidence starts afresh"
+        elif prev_t is not None and rule is Rule.KIP16_REFINED:
+            assert lcu is not None and t - lcu <= t - prev_t <= gap
+        prev_t, prev_l = t, leader

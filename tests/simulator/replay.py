@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from isrwatch.rule import Rule, caught_up_time
+from isrwatch.rule import Rule, observed_caught_up_time
 from isrwatch.telemetry import Observation, decode_record
 from simulator import Scenario, Simulation
 
@@ -33,11 +33,18 @@ def key(o: Observation) -> Key:
 
 @dataclass
 class RuleReplay:
-    """What isrwatch derives from the telemetry: per replica, lastCaughtUpTimeMs over time."""
+    """What isrwatch derives from the telemetry: per replica, lastCaughtUpTimeMs over time.
+
+    ``max_gap_ms``: the job's ``--observation-gap-ms`` (None: the broker's rule
+    alone, ``isrwatch.rule.caught_up_time``). ``max_age_ms``: the age just before
+    each observation; ``max_age_after_ms``: just after it, what a job batch
+    ending at that observation reports."""
 
     rule: Rule = Rule.KIP16_REFINED
+    max_gap_ms: int | None = None
     lcu: dict[Key, int] = field(default_factory=dict)
     max_age_ms: dict[Key, int] = field(default_factory=dict)
+    max_age_after_ms: dict[Key, int] = field(default_factory=dict)
 
     def feed(self, obs: Iterable[Observation], until_ms: int | None = None) -> RuleReplay:
         for o in obs:
@@ -48,7 +55,11 @@ class RuleReplay:
             # Age just before this observation: how long since it was last seen caught up.
             if known is not None:
                 self.max_age_ms[k] = max(self.max_age_ms.get(k, 0), o.t_ms - known)
-            seen = caught_up_time(self.rule, o.t_ms, o.leo, o.leader_leo, o.prev_t_ms, o.prev_leader_leo)
+            seen = observed_caught_up_time(
+                self.rule, o.t_ms, o.leo, o.leader_leo, o.prev_t_ms, o.prev_leader_leo, self.max_gap_ms
+            )
             if seen is not None and (known is None or seen > known):
                 self.lcu[k] = seen
+            if k in self.lcu:
+                self.max_age_after_ms[k] = max(self.max_age_after_ms.get(k, 0), o.t_ms - self.lcu[k])
         return self
