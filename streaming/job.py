@@ -350,7 +350,13 @@ def run(
         queries.append(query.start_side(raw("side"), checkpoint_dir, settings.trigger_seconds, on_side))
         queries.append(
             query.start_aggregates(
-                raw("aggregates"), cfg.rule, future_tolerance, checkpoint_dir, settings.trigger_seconds, on_aggregates
+                raw("aggregates"),
+                cfg.rule,
+                future_tolerance,
+                checkpoint_dir,
+                settings.trigger_seconds,
+                on_aggregates,
+                max_gap_ms=settings.observation_gap_ms or cfg.lag_time_max_ms // 2,
             )
         )
         log.info(

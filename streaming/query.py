@@ -64,10 +64,13 @@ def start_aggregates(
     checkpoint_dir: str,
     trigger_seconds: float,
     handle: Callable[[DataFrame, int], None],
+    max_gap_ms: int | None = None,
 ) -> StreamingQuery:
+    """``max_gap_ms``: observations of a replica further apart than this are a gap
+    in the evidence, not time out of sync (``isrwatch.rule.observed_caught_up_time``)."""
     records = parse.parse_records(raw)
     obs = parse.good_observations(parse.observations(records, future_tolerance_ms))
-    aggs = state.replica_aggregates(obs, rule)
+    aggs = state.replica_aggregates(obs, rule, max_gap_ms=max_gap_ms)
     return (
         aggs.writeStream.queryName("isrwatch_aggregates")
         .outputMode("update")

@@ -79,6 +79,13 @@ class RunSettings:
     stale_after_seconds: float = option(
         15.0, "no telemetry from a cluster this long: IsrwatchTelemetryStale", check=positive
     )
+    observation_gap_ms: int | None = option(
+        None,
+        "observations of a replica further apart than this are a gap in the evidence, not time out of sync "
+        "(default: half of replica.lag.time.max.ms)",
+        check=positive,
+        metavar="MS",
+    )
 
     trigger_seconds: float = option(1.0, "micro-batch trigger interval", check=positive)
     ok_refresh_batches: int = option(

@@ -2,7 +2,8 @@
 
 Each observation carries the follower's previous observation (``prev_*``),
 so ``lastCaughtUpTimeMs`` is a plain max over observations
-(``isrwatch.rule.caught_up_time``); everything else the evaluation needs is a
+(``isrwatch.rule.observed_caught_up_time``: the broker's rule, with gaps in the
+evidence not read as lag); everything else the evaluation needs is a
 min, a max or a ``max_by``. Spark keeps these per replica in its state store
 (RocksDB) with its own aggregation, in the JVM: ``replica_aggregates`` builds
 that query part; ``row_to_aggregate`` turns one output row back into
@@ -31,26 +32,31 @@ KEY_COLUMNS = ["cluster", "topic", "partition", "broker_id"]
 _LATEST = ("leader_id", "leo", "leader_leo", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
 
 
-def caught_up_time_expr(rule: Rule) -> Column:
-    """``isrwatch.rule.caught_up_time`` as a Spark expression over the
-    observation columns (null where the observation proves nothing)."""
-    leo, leader_leo = F.col("leo"), F.col("leader_leo")
-    at_leader = F.when(leo >= leader_leo, F.col("t_ms"))
-    if rule is not Rule.KIP16_REFINED:
-        return at_leader
-    at_prev = F.when(
-        F.col("prev_t_ms").isNotNull() & (leo >= F.col("prev_leader_leo")),
-        F.col("prev_t_ms"),
-    )
-    # greatest() skips nulls; at_leader (t_ms) >= prev_t_ms for valid rows.
-    return F.greatest(at_leader, at_prev)
+def caught_up_time_expr(rule: Rule, max_gap_ms: int | None = None) -> Column:
+    """``isrwatch.rule.observed_caught_up_time`` as a Spark expression over the
+    observation columns (null where the observation proves nothing).
+    ``max_gap_ms`` None: ``isrwatch.rule.caught_up_time``, the broker's rule."""
+    t, leo, leader_leo = F.col("t_ms"), F.col("leo"), F.col("leader_leo")
+    prev_t, prev_leader_leo = F.col("prev_t_ms"), F.col("prev_leader_leo")
+    at_leader = F.when(leo >= leader_leo, t)
+    branches = [at_leader]
+    if rule is Rule.KIP16_REFINED:
+        # caught_up_time proves nothing without the leader's answer (leader_leo null).
+        branches.append(F.when(leader_leo.isNotNull() & prev_t.isNotNull() & (leo >= prev_leader_leo), prev_t))
+    if max_gap_ms is not None and rule is not Rule.LEGACY_MESSAGES:
+        # After a gap, a follower past the pre-gap leader LEO is caught up at t.
+        branches.append(F.when(prev_t.isNotNull() & (t - prev_t > max_gap_ms) & (leo >= prev_leader_leo), t))
+    # greatest() skips nulls; every branch is <= t_ms (prev_t_ms <= t_ms for valid rows),
+    # so the gap branch, where it holds, wins as observed_caught_up_time's early return does.
+    return branches[0] if len(branches) == 1 else F.greatest(*branches)
 
 
-def replica_aggregates(obs: DataFrame, rule: Rule) -> DataFrame:
+def replica_aggregates(obs: DataFrame, rule: Rule, max_gap_ms: int | None = None) -> DataFrame:
     """``groupBy(replica).agg(...)``: the columns of ``ReplicaAggregate`` plus
-    ``observations`` (how many were aggregated, ever)."""
+    ``observations`` (how many were aggregated, ever). ``max_gap_ms``: observations
+    of a replica further apart than this are a gap in the evidence (None: off)."""
     t = F.col("t_ms")
-    caught_up = caught_up_time_expr(rule)
+    caught_up = caught_up_time_expr(rule, max_gap_ms)
     leo = F.col("leo")
     progressed = (leo > F.col("prev_leo")) | (leo >= F.col("leader_leo"))
     latest = F.struct(*[F.col(c) for c in _LATEST])

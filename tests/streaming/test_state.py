@@ -1,4 +1,5 @@
-"""The Spark aggregation computes what the Python rule computes (property test)."""
+"""The Spark aggregation computes what the Python rule computes (property test),
+gaps in the evidence included (``isrwatch.rule.observed_caught_up_time``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from isrwatch.rule import FollowerState, Rule, RuleConfig, caught_up_time, on_fetch
+from isrwatch.rule import FollowerState, Rule, RuleConfig, caught_up_time, observed_caught_up_time, on_fetch
 from isrwatch.telemetry import SPARK_SCHEMA_DDL
 from streaming import state
 
@@ -17,9 +18,11 @@ OBS_SCHEMA = "cluster STRING, " + OBS_DDL.replace(": ", " ")
 
 
 @st.composite
-def fetch_histories(draw):
+def fetch_histories(draw, gaps: bool = False, unanswered: bool = False):
     """Several followers' fetch sequences: times rise, leader LEO never falls,
-    the follower's fetch offset never passes the leader LEO it saw."""
+    the follower's fetch offset never passes the leader LEO it saw. ``gaps``:
+    some intervals far longer than the lag window. ``unanswered``: some
+    observations without the follower's or the leader's LEO (None)."""
     followers = draw(st.integers(1, 3))
     out = []
     for b in range(followers):
@@ -27,10 +30,13 @@ def fetch_histories(draw):
         t, leader, leo = 1_000_000, 100, 100
         fetches = []
         for _ in range(n):
-            t += draw(st.integers(1, 4000))
+            t += draw(st.integers(1, 60_000) if gaps and draw(st.booleans()) else st.integers(1, 4000))
             leader += draw(st.integers(0, 50))
             leo = draw(st.integers(leo, leader))
-            fetches.append((t, leo, leader))
+            seen_leo, seen_leader = leo, leader
+            if unanswered and draw(st.integers(0, 4)) == 0:
+                seen_leo, seen_leader = draw(st.sampled_from([(None, leader), (leo, None), (None, None)]))
+            fetches.append((t, seen_leo, seen_leader))
         out.append((b + 2, fetches))
     return out
 
@@ -91,6 +97,29 @@ def test_spark_aggregate_equals_python_fold(spark, rule, history) -> None:
         assert (agg.leo, agg.leader_leo) == (fetches[-1][1], fetches[-1][2])
         assert agg.known_leo == fetches[-1][1]
         assert got[broker]["observations"] == len(fetches)
+
+
+@pytest.mark.parametrize("max_gap_ms", [5_000, None])
+@pytest.mark.parametrize("rule", list(Rule))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=fetch_histories(gaps=True, unanswered=True))
+def test_spark_caught_up_time_equals_the_observed_rule_across_gaps(spark, rule, max_gap_ms, history) -> None:
+    """Per observation and folded: ``caught_up_time_expr(rule, max_gap_ms)`` is
+    ``observed_caught_up_time``, on observations with gaps and missing answers."""
+    rows = _rows(history)
+    df = spark.createDataFrame(rows, OBS_SCHEMA)
+    expected = [
+        observed_caught_up_time(
+            rule, r["t_ms"], r["leo"], r["leader_leo"], r["prev_t_ms"], r["prev_leader_leo"], max_gap_ms
+        )
+        for r in rows
+    ]
+    per_row = df.select(state.caught_up_time_expr(rule, max_gap_ms).alias("cu")).collect()
+    assert [r["cu"] for r in per_row] == expected
+    got = {r["broker_id"]: r for r in state.replica_aggregates(df, rule, max_gap_ms=max_gap_ms).collect()}
+    for broker, _ in history:
+        mine = [cu for r, cu in zip(rows, expected, strict=True) if r["broker_id"] == broker]
+        assert got[broker]["last_caught_up_ms"] == max((cu for cu in mine if cu is not None), default=None)
 
 
 def test_known_offsets_skip_unanswered_observations(spark) -> None:
