@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from isrwatch.rule import Rule, caught_up_time
+from isrwatch.rule import Rule, observed_caught_up_time
 from streaming import parse
 from streaming.state import KEY_COLUMNS
 
@@ -60,10 +60,13 @@ def _int(v: Any) -> int | None:
 
 
 class NaiveReplicaState(StatefulProcessor):
-    """Per replica: apply ``isrwatch.rule.caught_up_time`` to each observation in
-    time order, against the previous observation the state remembers."""
+    """Per replica: apply ``isrwatch.rule.observed_caught_up_time`` to each
+    observation in time order, against the previous observation the state
+    remembers: what the job computes."""
 
     rule = Rule.KIP16_REFINED
+    # The job's default --observation-gap-ms for bench.throughput's replica.lag.time.max.ms (10 s).
+    max_gap_ms: int | None = 5_000
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getValueState("replica", _STATE)
@@ -79,7 +82,7 @@ class NaiveReplicaState(StatefulProcessor):
                 t, f, lleo = int(t), _int(f), _int(lleo)
                 if last_t is not None and t <= last_t:
                     continue  # a replayed or out-of-order observation proves nothing new
-                cu = caught_up_time(self.rule, t, f, lleo, last_t, prev_leader_leo)
+                cu = observed_caught_up_time(self.rule, t, f, lleo, last_t, prev_leader_leo, self.max_gap_ms)
                 if cu is not None and (lcu is None or cu > lcu):
                     lcu = cu
                 last_t, prev_leader_leo, leo, n = t, lleo, f, n + 1
