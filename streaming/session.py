@@ -59,8 +59,9 @@ def build_session(master: str = "local[2]", shuffle_partitions: int = 2, app_nam
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.adaptive.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
-            # A Python worker that connects back late on a busy machine (measured: load 15 on
-            # 2 cores) failed the query with the 15 s default: an always-on job waits longer.
+            # The Python side's socket timeout with the JVM (15 s by default): on a busy machine
+            # (load 15-26 on 2 cores, measured) an always-on job waits longer rather than fail.
+            # (The JVM's own wait for a new Python worker, 10 s, is not configurable.)
             .config("spark.python.authenticate.socketTimeout", "120s")
             .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}")
