@@ -10,6 +10,8 @@ Alert transitions go through ``streaming.notify`` sinks instead.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
 import os
@@ -21,60 +23,160 @@ from isrwatch.exceptions import IsrwatchError
 from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
 from isrwatch.status import ReplicaStatus, status_key, status_to_json
+from streaming.parse import BASE64
 
-__all__ = ["DeadLetterSink", "DeadLetterFile", "KafkaDeadLetters", "KafkaStates", "make_producer"]
+__all__ = [
+    "DeadLetterSink",
+    "DeadLetterFile",
+    "KafkaDeadLetters",
+    "KafkaStates",
+    "MAX_DEADLETTER_BYTES",
+    "encode_deadletter",
+    "payload_bytes",
+    "make_producer",
+]
 
 log = logging.getLogger(__name__)
 
 
 class DeadLetterSink(Protocol):
+    """``write`` returns how many dead letters it wrote and never raises for a
+    letter or a destination that fails: those are logged and counted in ``failed``."""
+
+    failed: int
+
     def write(self, deadletters: Iterable[Mapping[str, Any]]) -> int: ...
 
     def close(self) -> None: ...
 
 
+def payload_bytes(d: Mapping[str, Any]) -> bytes | None:
+    """The rejected bytes a dead letter carries (its ``payload`` decoded by ``payload_encoding``)."""
+    payload = d.get("payload")
+    if payload is None:
+        return None
+    if d.get("payload_encoding") == BASE64:
+        return base64.b64decode(payload, validate=True)
+    return str(payload).encode("utf-8", "surrogatepass")
+
+
+def encode_deadletter(d: Mapping[str, Any], max_bytes: int | None = None, sort_keys: bool = False) -> bytes:
+    """One dead letter as a JSON object (ASCII bytes). When it would exceed
+    ``max_bytes``, the payload becomes the base64 of the longest prefix of the
+    rejected bytes that fits, with ``payload_truncated`` true, ``payload_bytes``
+    (the whole size) and ``payload_sha256`` (of the whole); ValueError when
+    even that does not fit."""
+    body = dict(d)
+    out = json.dumps(body, default=str, sort_keys=sort_keys).encode("ascii")
+    if max_bytes is None or len(out) <= max_bytes:
+        return out
+    raw = payload_bytes(body) or b""
+    body.update(
+        payload="",
+        payload_encoding=BASE64,
+        payload_truncated=True,
+        payload_bytes=len(raw),
+        payload_sha256=hashlib.sha256(raw).hexdigest(),
+    )
+    room = max_bytes - len(json.dumps(body, default=str, sort_keys=sort_keys))
+    if room < 0:
+        raise ValueError(f"a dead letter without its payload is still over {max_bytes} bytes")
+    body["payload"] = base64.b64encode(raw[: room // 4 * 3]).decode("ascii")
+    return json.dumps(body, default=str, sort_keys=sort_keys).encode("ascii")
+
+
 class DeadLetterFile:
-    """Appends each dead letter as one JSON object per line."""
+    """Appends each dead letter as one JSON object per line (whole payloads)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.failed = 0
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
         self._lock = threading.Lock()
-        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        # Unbuffered: a write that failed (disk full) leaves nothing behind to fail again at close.
+        self._fh = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
 
     def write(self, deadletters: Iterable[Mapping[str, Any]]) -> int:
-        n = 0
+        lines: list[bytes] = []
+        failed, error = 0, ""
+        for d in deadletters:
+            try:
+                lines.append(encode_deadletter(d, sort_keys=True) + b"\n")
+            except Exception as e:  # one letter that cannot be encoded: counted, the rest go on
+                failed, error = failed + 1, f"{type(e).__name__}: {e}"
         with self._lock:
-            for d in deadletters:
-                self._fh.write(json.dumps(dict(d), sort_keys=True, default=str) + "\n")
-                n += 1
-            self._fh.flush()
-        return n
+            try:
+                data = memoryview(b"".join(lines))
+                while data:
+                    n = self._fh.write(data)
+                    if not n:
+                        raise OSError(f"wrote nothing of {len(data)} bytes")
+                    data = data[n:]
+            except OSError as e:  # disk full, file gone: counted, the job goes on
+                failed, error = failed + len(lines), f"{type(e).__name__}: {e.strerror or e}"
+                lines = []
+            self.failed += failed
+        if failed:
+            log.error(
+                kv(event="deadletters_lost", path=self.path, count=failed, failed_total=self.failed, error=error[:200])
+            )
+        return len(lines)
 
     def close(self) -> None:
         with self._lock:
             self._fh.close()
 
 
+# A dead letter on the topic stays under this many bytes (librdkafka's
+# message.max.bytes defaults to 1,000,000, a topic's max.message.bytes to about
+# 1 MB): a bigger one keeps a prefix of the rejected bytes, their size and hash.
+MAX_DEADLETTER_BYTES = 900_000
+
+
 class KafkaDeadLetters:
-    def __init__(self, producer: Any, topic: str) -> None:
+    """Dead letters to the dead-letter topic, keyed by cluster, through the
+    job's ``streaming.producer.OutputProducer`` (which holds what does not fit
+    and counts what is never delivered). A letter the producer refuses (too
+    big for it, a closed producer) is logged and counted in ``failed``."""
+
+    def __init__(self, producer: Any, topic: str, max_bytes: int = MAX_DEADLETTER_BYTES) -> None:
         self.producer = producer
         self.topic = topic
+        self.max_bytes = max_bytes
+        self.failed = 0
 
     def write(self, deadletters: Iterable[Mapping[str, Any]]) -> int:
-        n = 0
+        n = failed = 0
+        error = ""
         for d in deadletters:
-            key = (d.get("cluster") or "").encode()
-            self.producer.produce(self.topic, key=key, value=json.dumps(dict(d), default=str).encode())
+            try:
+                key = str(d.get("cluster") or "").encode("utf-8", "surrogatepass")
+                self.producer.produce(self.topic, key=key, value=encode_deadletter(d, self.max_bytes))
+            except Exception as e:  # too big, producer closed: counted, the rest go on
+                failed, error = failed + 1, f"{type(e).__name__}: {e}"
+                continue
             n += 1
             if n % 10_000 == 0:
                 self.producer.poll(0)
         self.producer.poll(0)
+        if failed:
+            self.failed += failed
+            log.error(
+                kv(
+                    event="deadletters_lost",
+                    topic=self.topic,
+                    count=failed,
+                    failed_total=self.failed,
+                    error=error[:200],
+                )
+            )
         return n
 
     def close(self) -> None:
-        self.producer.flush(10)
+        left = self.producer.flush(10)
+        if left:
+            log.warning(kv(event="deadletter_flush_incomplete", topic=self.topic, left=left))
 
 
 class KafkaStates:

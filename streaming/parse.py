@@ -10,7 +10,10 @@ Python runs per record or per observation.
 Dead letters share one shape (``DEADLETTER_COLUMNS``): the reason (a short
 code, the ``reason`` label of the dead-letter counter), a detail text, the
 cluster when known, the source position and the rejected payload (the whole
-record, or the one observation as JSON).
+record, or the one observation as JSON) with its encoding: the text when the
+bytes are valid UTF-8 (``utf8``), else their base64 (``base64``); null payload
+and encoding for a record with no value. Any byte sequence is a record: bytes
+that are not UTF-8 never reach the JSON parser nor the driver as text.
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REASONS",
+    "RECORD_REASONS",
     "DEADLETTER_COLUMNS",
+    "UTF8",
+    "BASE64",
     "CHANGE_TYPE",
     "parse_records",
     "observations",
@@ -37,7 +43,9 @@ __all__ = [
 
 # reason code -> what it means (docs/streaming.md lists the same).
 REASONS = {
-    "not_json": "the record is not JSON",
+    "empty_value": "the record has no value (null or zero bytes)",
+    "not_utf8": "the record is not valid UTF-8 text",
+    "not_json": "the record is not JSON (or nests deeper than the JSON parser allows)",
     "not_object": "the record is JSON but not an object",
     "unknown_version": "version is missing or not one this job reads",
     "missing_cluster": "cluster is missing or empty",
@@ -50,7 +58,24 @@ REASONS = {
     "bad_isr_change": "an isr_changes entry lacks t_ms, topic, partition, isr_before or isr_after",
 }
 
-DEADLETTER_COLUMNS = ["reason", "detail", "cluster", "source_topic", "source_offset", "payload"]
+# The reasons that reject a whole record (the others reject one observation or ISR change).
+RECORD_REASONS = frozenset(
+    ("empty_value", "not_utf8", "not_json", "not_object", "unknown_version", "missing_cluster", "bad_observations")
+)
+
+DEADLETTER_COLUMNS = [
+    "reason",
+    "detail",
+    "cluster",
+    "source_topic",
+    "source_partition",
+    "source_offset",
+    "payload",
+    "payload_encoding",
+]
+
+# payload_encoding values: the payload is the text itself, or the base64 of the bytes.
+UTF8, BASE64 = "utf8", "base64"
 
 CHANGE_TYPE = "array<struct<t_ms:bigint,topic:string,partition:int,isr_before:array<int>,isr_after:array<int>>>"
 
@@ -58,23 +83,31 @@ _OFFSETS = ("leo", "leader_leo", "hw", "prev_leo", "prev_leader_leo")
 
 
 def parse_records(raw: DataFrame) -> DataFrame:
-    """One row per record: source_topic, source_offset, value (text), rec
-    (the parsed body) and reason/detail (null for a good record)."""
-    value = F.col("value").cast("string")
-    rec = F.from_json(value, SPARK_SCHEMA_DDL)
+    """One row per record: source_topic, source_partition, source_offset,
+    raw (the value's bytes), value_bytes (their number), value (the text; null
+    unless valid UTF-8), rec (the parsed body) and reason/detail (null for a
+    good record)."""
+    # Text only when the bytes are UTF-8: invalid bytes would otherwise reach
+    # the JSON parser (which replaces them) and the driver (which cannot decode them).
     versions = F.array(*[F.lit(v) for v in sorted(SUPPORTED_VERSIONS)])
     parsed = raw.select(
         F.col("topic").alias("source_topic"),
+        F.col("partition").alias("source_partition"),
         F.col("offset").alias("source_offset"),
-        value.alias("value"),
-        rec.alias("rec"),
-    )
+        F.col("value").alias("raw"),
+        # Its own column, so the aggregation's plan does not carry the raw bytes for it.
+        F.coalesce(F.octet_length(F.col("value")), F.lit(0)).alias("value_bytes"),
+        F.try_validate_utf8(F.col("value").cast("string")).alias("value"),
+    ).withColumn("rec", F.from_json(F.col("value"), SPARK_SCHEMA_DDL))  # validated once, parsed once
     r = F.col("rec")
+    size = F.col("value_bytes")
     looks_like_object = F.ltrim(F.col("value")).startswith("{")
     # CASE evaluates lazily: the second JSON parse only runs for records
     # already found wanting.
     reason = (
-        F.when(F.col("value").isNull() | F.try_parse_json(F.col("value")).isNull(), F.lit("not_json"))
+        F.when(size == 0, F.lit("empty_value"))
+        .when(F.col("value").isNull(), F.lit("not_utf8"))
+        .when(F.try_parse_json(F.col("value")).isNull(), F.lit("not_json"))
         .when(~looks_like_object, F.lit("not_object"))
         .when(
             r.isNull() | ~F.coalesce(F.array_contains(versions, r["version"]), F.lit(False)), F.lit("unknown_version")
@@ -82,8 +115,8 @@ def parse_records(raw: DataFrame) -> DataFrame:
         .when(F.coalesce(F.length(r["cluster"]), F.lit(0)) == 0, F.lit("missing_cluster"))
         .when(r["observations"].isNull(), F.lit("bad_observations"))
     )
-    # Only records with a version problem get this far at all; the common
-    # case never evaluates the parses above.
+    # Only records with a version problem get this far at all (text that is
+    # not UTF-8 has no parse); the common case never evaluates the parses above.
     reason = F.when(
         r.isNull()
         | r["version"].isNull()
@@ -99,9 +132,21 @@ def parse_records(raw: DataFrame) -> DataFrame:
             F.concat(F.lit("version="), F.coalesce(r["version"].cast("string"), F.lit("null"))),
         )
         .when(reason == "not_json", F.lit("cannot parse as JSON"))
+        .when(reason == "not_utf8", F.concat(F.lit("bytes="), size.cast("string")))
+        .when(reason == "empty_value", F.when(F.col("raw").isNull(), F.lit("null value")).otherwise(F.lit("0 bytes")))
         .otherwise(F.lit(None).cast("string"))
     )
     return parsed.withColumn("reason", reason).withColumn("detail", detail)
+
+
+def _record_payload() -> tuple[Column, Column]:
+    """(payload, payload_encoding) of a whole record of ``parse_records``: the
+    text when it is UTF-8, else the base64 of its bytes; both null without a value."""
+    text = F.col("value").isNotNull()
+    # One line of standard base64 whatever spark.sql.chunkBase64String.enabled says (MIME lines by default).
+    payload = F.when(text, F.col("value")).otherwise(F.translate(F.base64(F.col("raw")), "\r\n", ""))
+    encoding = F.when(text, F.lit(UTF8)).when(F.col("raw").isNotNull(), F.lit(BASE64))
+    return payload, encoding
 
 
 def _observation_reason(o: Column, now_ms: Column, future_tolerance_ms: int | None) -> Column:
@@ -180,6 +225,7 @@ def _item(
     kind: str,
     reason: Column,
     payload: Column,
+    encoding: Column | None = None,
     detail: Column | None = None,
     topic: Column | None = None,
     partition: Column | None = None,
@@ -194,6 +240,7 @@ def _item(
         reason.alias("reason"),
         (detail if detail is not None else null("string")).alias("detail"),
         payload.alias("payload"),
+        (encoding if encoding is not None else F.when(payload.isNotNull(), F.lit(UTF8))).alias("payload_encoding"),
         (topic if topic is not None else null("string")).alias("topic"),
         (partition if partition is not None else null("int")).alias("partition"),
         (shrink if shrink is not None else null("int")).alias("shrink"),
@@ -205,7 +252,8 @@ def side_items(records: DataFrame, future_tolerance_ms: int | None) -> DataFrame
     """The rare rows of a batch, in one pass with no shuffle: every dead
     letter (a bad record; a bad observation or ISR change inside a good one)
     and every ISR change. Columns: kind (``deadletter`` | ``isr``), reason,
-    detail, cluster, source_topic, source_offset, payload (the rejected JSON),
+    detail, cluster, source_topic, source_partition, source_offset, payload
+    (the rejected record or JSON) and payload_encoding (``utf8`` | ``base64``),
     topic, partition, shrink (followers removed), expand (followers added).
     """
     now_ms = F.unix_millis(F.current_timestamp())
@@ -229,20 +277,25 @@ def side_items(records: DataFrame, future_tolerance_ms: int | None) -> DataFrame
             )
         ),
     )
+    payload, encoding = _record_payload()
     items = F.when(
         F.col("reason").isNotNull(),
-        F.array(_item("deadletter", F.col("reason"), F.col("value"), detail=F.col("detail"))),
+        F.array(_item("deadletter", F.col("reason"), payload, encoding, detail=F.col("detail"))),
     ).otherwise(F.concat(obs_items, change_items))
     cluster = F.when(F.col("reason").isin("not_json", "not_object"), F.lit(None).cast("string")).otherwise(r["cluster"])
-    exploded = records.select("source_topic", "source_offset", cluster.alias("cluster"), F.explode(items).alias("i"))
+    exploded = records.select(
+        "source_topic", "source_partition", "source_offset", cluster.alias("cluster"), F.explode(items).alias("i")
+    )
     return exploded.select(
         "i.kind",
         "i.reason",
         "i.detail",
         "cluster",
         "source_topic",
+        "source_partition",
         "source_offset",
         "i.payload",
+        "i.payload_encoding",
         "i.topic",
         "i.partition",
         "i.shrink",
