@@ -299,7 +299,12 @@ def run(
                 log.info("side_batch_replayed %s", kv(batch_id=batch_id, handled=side_done))
                 return
             out = query.side_batch(batch, future_tolerance)
-            written = deadletters.write(out["deadletters"])
+            try:  # the sinks log and count what they cannot write; a batch that failed here would fail again
+                written = deadletters.write(out["deadletters"])
+            except Exception:
+                written = 0
+                deadletters.failed += len(out["deadletters"])
+                log.exception("deadletters_lost %s", kv(batch_id=batch_id, count=len(out["deadletters"])))
             by_reason: dict[str, int] = {}
             for d in out["deadletters"]:
                 by_reason[d["reason"]] = by_reason.get(d["reason"], 0) + 1
@@ -312,8 +317,10 @@ def run(
                 for r, n in by_reason.items():
                     pending[r] = pending.get(r, 0) + n
                     handles.side_counts[r] = handles.side_counts.get(r, 0) + n
-            if written:
-                log.warning("deadletters %s", kv(batch_id=batch_id, count=written, **by_reason))
+            if out["deadletters"]:
+                log.warning(
+                    "deadletters %s", kv(batch_id=batch_id, count=len(out["deadletters"]), written=written, **by_reason)
+                )
 
         def on_aggregates(batch: DataFrame, batch_id: int) -> None:
             t0 = time.monotonic()
