@@ -1,0 +1,183 @@
+"""Issue 14's first finding, as a regression: records of random bytes produced
+to the real telemetry topic while the real pipeline runs.
+
+Before the fix the side query failed on the first record that was not UTF-8
+(``UnicodeDecodeError`` turning the dead letters into Python strings), the job
+exited (``query isrwatch_side stopped``) with nothing dead-lettered, and its
+checkpoint still pointed before the record, so every restart failed again.
+
+Real parts: the shared 3-broker Kafka 0.9 cluster, ``isrwatch collect`` and
+``isrwatch run --bootstrap-servers`` as processes (``tests.e2e.pipeline``).
+
+* every poison record (random bytes, not UTF-8, empty and null values, null
+  and binary keys, truncated telemetry, JSON nested 10,000 deep, ~900 KB) is
+  one dead letter on the dead-letter topic with a reason, and its payload
+  decodes back to the record's bytes (a prefix, size and hash when too big
+  for one dead letter);
+* the job keeps running and keeps evaluating the collector's telemetry;
+* a restart on the same checkpoint, rewound to the state a crash inside the
+  batch that read the poison leaves (that batch's offsets planned, not
+  committed), reads the poison again, dead-letters it again and keeps running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from streaming.outputs import payload_bytes
+from streaming.parse import REASONS, RECORD_REASONS
+from tests.e2e.pipeline import TOPIC_PARTITIONS, Pipeline, read_topic, until
+
+SEED = 14
+
+
+def poison_values() -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) pairs, seeded: none of them is telemetry."""
+    rng = random.Random(SEED)
+    telemetry = json.dumps(
+        {"version": 1, "cluster": "e2e", "source": "test", "sent_ms": 1, "observations": []}
+    ).encode()
+    fixed: list[bytes | None] = [
+        b"\xff\xfe",
+        b"",
+        None,
+        b"\xed\xa0\x80",  # a lone surrogate, UTF-8 encoded
+        b"\xc0\x80",
+        telemetry[: len(telemetry) // 2],
+        telemetry.replace(b'"e2e"', b'"e2\xffe"'),
+        b"[" * 10_000 + b"]" * 10_000,
+        b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
+        rng.randbytes(900_000),  # under the 0.9 broker's message.max.bytes, over one dead letter
+        b"\n\x00\r",
+    ]
+    values = fixed + [rng.randbytes(rng.randint(1, 300)) for _ in range(200)]
+    keys = [None if i % 4 == 0 else rng.randbytes(rng.randint(0, 64)) for i in range(len(values))]
+    return list(zip(keys, values, strict=True))
+
+
+def produce(cluster, topic: str, records) -> dict[tuple[int, int], bytes | None]:
+    """Produce the records; (partition, offset) -> value of each, from the delivery reports."""
+    producer = Producer(cluster.client_config(acks="all"))
+    where: dict[tuple[int, int], bytes | None] = {}
+
+    def delivered(err, msg) -> None:
+        assert err is None, err
+        where[(msg.partition(), msg.offset())] = msg.value()
+
+    for i, (key, value) in enumerate(records):
+        producer.produce(topic, key=key, value=value, partition=i % TOPIC_PARTITIONS, on_delivery=delivered)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert len(where) == len(records)
+    return where
+
+
+def dead_letters(cluster, pipe: Pipeline) -> list[dict]:
+    return [json.loads(v) for v in read_topic(cluster, pipe.deadletter_topic) if v is not None]
+
+
+def every(seconds: float, predicate: Callable[[], bool]) -> Callable[[], bool]:
+    """``predicate`` evaluated at most once per ``seconds`` (each read of the topic is a new consumer)."""
+    last = [0.0]
+
+    def check() -> bool:
+        if time.monotonic() - last[0] < seconds:
+            return False
+        last[0] = time.monotonic()
+        return predicate()
+
+    return check
+
+
+def check_letter(d: dict, value: bytes | None) -> None:
+    assert d["reason"] in REASONS and d["reason"] in RECORD_REASONS, d
+    kept = payload_bytes(d)
+    if d.get("payload_truncated"):
+        assert value is not None and kept is not None and value.startswith(kept) and len(kept) > 500_000
+        assert d["payload_bytes"] == len(value)
+        assert d["payload_sha256"] == hashlib.sha256(value).hexdigest()
+    else:
+        assert kept == value, d
+
+
+def rewind_side_query(checkpoint: Path, topic: str, poison: dict[tuple[int, int], bytes | None]) -> int:
+    """Leave the side query's checkpoint as a crash inside the first batch that
+    read poison leaves it: that batch planned (offsets/N), not committed, nothing
+    after it; and the driver's side.json before it. Returns N."""
+    side = checkpoint / "side"
+    batches = sorted(int(p.name) for p in (side / "offsets").iterdir() if p.name.isdigit())
+
+    def reads_poison(n: int) -> bool:
+        end = json.loads((side / "offsets" / str(n)).read_text().splitlines()[-1])[topic]
+        return any(int(end.get(str(p), 0)) > o for p, o in poison)
+
+    first = next(n for n in batches if reads_poison(n))
+    for kind, after in (("offsets", first), ("commits", first - 1)):
+        for p in (side / kind).iterdir():
+            n = p.name.lstrip(".").split(".")[0]
+            if n.isdigit() and int(n) > after:
+                p.unlink()
+    (checkpoint / "isrwatch" / "side.json").write_text(json.dumps({"batch_id": first - 1}))
+    return first
+
+
+def test_poison_records_are_dead_lettered_and_never_stop_the_job(kafka_cluster, unique_name, tmp_path) -> None:
+    cluster = kafka_cluster
+    cluster.create_topic(unique_name("poison-watched"), partitions=2, replication_factor=3)
+    with Pipeline(cluster, tmp_path) as pipe:
+        pipe.wait_watching(4)
+        poison = produce(cluster, pipe.telemetry_topic, poison_values())
+
+        def letters_by_position() -> dict[tuple[int, int], list[dict]]:
+            out: dict[tuple[int, int], list[dict]] = {}
+            for d in dead_letters(cluster, pipe):
+                assert d["source_topic"] == pipe.telemetry_topic
+                out.setdefault((d["source_partition"], d["source_offset"]), []).append(d)
+            return out
+
+        until(
+            "a dead letter for every poison record",
+            every(5, lambda: set(letters_by_position()) >= set(poison)),
+            240,
+            pipe,
+        )
+        seen = len(pipe.batches())
+        until("the job to go on evaluating", lambda: len(pipe.batches()) > seen + 2, 120, pipe)
+        letters = letters_by_position()
+        assert set(letters) == set(poison)
+        for pos, value in poison.items():
+            assert len(letters[pos]) == 1, letters[pos]
+            check_letter(letters[pos][0], value)
+        assert any(d.get("payload_truncated") for ds in letters.values() for d in ds), "the 900 KB record"
+        assert {ds[0]["reason"] for ds in letters.values()} >= {"not_utf8", "empty_value", "not_json"}
+        assert pipe.batches()[-1][1] > 0, "the collector's telemetry is still read"
+        assert "UnicodeDecodeError" not in pipe.job_log()
+
+        # A crash inside the batch that read the poison, then a restart on the same checkpoint.
+        assert pipe.job is not None
+        pipe.job.kill()
+        rewound = rewind_side_query(pipe.checkpoint_dir, pipe.telemetry_topic, poison)
+        pipe.start_job()
+
+        # Every poison record is read again from the rewound batch on, and dead-lettered again.
+        def twice() -> bool:
+            return all(len(ds) >= 2 for ds in letters_by_position().values())
+
+        until("the poison dead-lettered again", every(5, twice), 240, pipe)
+        seen = len(pipe.batches())
+        until("the restarted job to go on evaluating", lambda: len(pipe.batches()) > seen + 2, 120, pipe)
+        letters = letters_by_position()
+        assert set(letters) == set(poison)
+        for pos, ds in letters.items():
+            assert len(ds) == 2, ds
+            for d in ds:
+                check_letter(d, poison[pos])
+        assert f"deadletters batch_id={rewound} " in pipe.job.log(), "the rewound batch was run again"
+        assert "UnicodeDecodeError" not in pipe.job_log()
