@@ -41,6 +41,8 @@ FUTURE_TOLERANCE_MS = 300_000
 # Replicas whose telemetry stopped this long (on their cluster's clock) are forgotten.
 FORGET_AFTER_MS = 15 * 60_000
 DEFAULT_SCENARIO = "stuck-follower"
+EMBEDDED_METRICS_PORT = 9743
+KAFKA_METRICS_PORT = 9744
 # Seconds the job waits for the telemetry cluster at start-up.
 STARTUP_TIMEOUT_S = 15.0
 
@@ -160,25 +162,32 @@ def _check_checkpoint(settings: RunSettings, checkpoint_dir: str, spool_dir: str
             check_offsets(offsets, low, high, checkpoint_dir)
 
 
+def metrics_port(settings: RunSettings) -> int:
+    """``--metrics-port``, or its default: 9743 on the embedded default, 9744 with Kafka
+    (where ``isrwatch exporter`` may keep 9743 on the same host)."""
+    if settings.metrics_port is not None:
+        return settings.metrics_port
+    return KAFKA_METRICS_PORT if settings.bootstrap_servers else EMBEDDED_METRICS_PORT
+
+
 def serve_metrics(store: Any, settings: RunSettings) -> Any:
-    """The in-process /metrics of the embedded default, with the exporter's
-    cardinality controls; a port that cannot be bound is a ConfigError."""
+    """The job's own /metrics (its current state, whichever broker stalls), with the
+    exporter's cardinality controls; a port that cannot be bound is a ConfigError."""
     from exporter.server import serve
 
+    port = metrics_port(settings)
     try:
         return serve(
             store,
             settings.metrics_host,
-            settings.metrics_port,
+            port,
             default_min_isr=settings.min_insync_replicas,
             replica_series=settings.replica_series,
             replica_series_top=settings.replica_series_top,
             partition_series=settings.partition_series,
         )
     except OSError as e:
-        raise ConfigError(
-            f"--metrics-port: cannot serve on {settings.metrics_host}:{settings.metrics_port}: {e.strerror}"
-        ) from None
+        raise ConfigError(f"--metrics-port: cannot serve on {settings.metrics_host}:{port}: {e.strerror}") from None
 
 
 def run(
@@ -201,6 +210,7 @@ def run(
     from streaming.monitor import Monitor
     from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer
     from streaming.parse import REASONS
+    from streaming.producer import OutputProducer
     from streaming.session import build_session
     from streaming.source import kafka_stream, spool_stream
 
@@ -239,11 +249,20 @@ def run(
     queries: list[Any] = []
     feeder: _Feeder | None = None
     try:
-        producer = make_producer(settings.bootstrap_servers or "", settings.kafka_config) if kafka_mode else None
+        producer = (
+            OutputProducer(
+                make_producer(settings.bootstrap_servers or "", settings.kafka_config),
+                latest_wins={settings.state_topic},
+            )
+            if kafka_mode
+            else None
+        )
         store = StatusStore()
         store.declare_deadletter_reasons(REASONS)  # the counter by reason starts at 0
         handles.store = store
-        if not kafka_mode and settings.metrics_port != 0:
+        # The job serves what it computes itself, in Kafka mode too: the state topic (and the
+        # exporter reading it) waits on its partitions' leaders, this does not (docs/deploy.md).
+        if metrics_port(settings) != 0:
             server = serve_metrics(store, settings)
             cleanup.append(server)
             handles.metrics_port = server.port
@@ -336,6 +355,8 @@ def run(
                 pending.clear()
             elapsed = time.monotonic() - t0
             store.record_batch(elapsed, report.observations, dead)
+            if producer is not None:
+                store.set_outputs({t: (o.pending, o.dropped + o.failed) for t, o in producer.stats().items()})
             wall_ms = int(time.time() * 1000)
             lag_s = max(((wall_ms - t) / 1000 for t in report.clusters.values()), default=0.0)
             log.info(

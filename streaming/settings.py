@@ -113,8 +113,13 @@ class RunSettings:
     spark_master: str = option("local[2]", "Spark master")
     shuffle_partitions: int = option(2, "spark.sql.shuffle.partitions (state store partitions)", check=positive)
 
-    metrics_host: str = option("127.0.0.1", "address of the in-process /metrics (embedded default)")
-    metrics_port: int = option(9743, "port of the in-process /metrics (0: off)")
+    metrics_host: str = option("127.0.0.1", "address of the job's own /metrics")
+    metrics_port: int | None = option(
+        None,
+        "port of the job's own /metrics (default 9743 on the embedded default, 9744 with --bootstrap-servers "
+        "so isrwatch exporter can keep 9743; 0: off)",
+        metavar="PORT",
+    )
     replica_series: str = option("all", REPLICA_SERIES_HELP, choices=REPLICA_SERIES)
     replica_series_top: int = option(0, REPLICA_SERIES_TOP_HELP, check=not_negative, metavar="N")
     partition_series: str = option("all", PARTITION_SERIES_HELP, choices=PARTITION_SERIES)

@@ -214,6 +214,8 @@ class Pipeline:
         self._lock = threading.Lock()
         self.collector: _Child | None = None
         self.job: _Child | None = None
+        self.exporter: _Child | None = None
+        self.exporter_port: int | None = None
         self.job_runs = 0
         self._old_job_logs: list[str] = []
 
@@ -295,8 +297,33 @@ class Pipeline:
         self.start_job()
         return self
 
+    def start_exporter(self) -> None:
+        """``isrwatch exporter`` on the state topic, on a free loopback port (``exporter_port``)."""
+        from localkafka import free_port
+
+        self.exporter_port = free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "isrwatch",
+            "exporter",
+            "--bootstrap-servers",
+            self.telemetry_cluster.bootstrap_servers,
+            *self.telemetry_cluster.kafka_config_flags(),
+            "--state-topic",
+            self.state_topic,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.exporter_port),
+        ]
+        self.exporter = _Child("exporter", argv, self.workdir, None)
+
+    def children(self) -> list[_Child]:
+        return [c for c in (self.collector, self.job, self.exporter) if c is not None]
+
     def close(self) -> None:
-        for child in (self.job, self.collector):
+        for child in (self.exporter, self.job, self.collector):
             if child is not None:
                 child.stop()
 
@@ -334,12 +361,12 @@ class Pipeline:
         until("a fresh batch", lambda: len(self.batches()) > seen + 1, 60, self)
 
     def check_alive(self, what: str) -> None:
-        for child in (self.collector, self.job):
-            if child is not None and not child.running():
+        for child in self.children():
+            if not child.running():
                 pytest.fail(f"{child.name} exited while waiting for {what}\n{self.tails()}")
 
     def tails(self) -> str:
-        return "\n".join(c.tail() for c in (self.collector, self.job) if c is not None)
+        return "\n".join(c.tail() for c in self.children())
 
 
 class ProduceLoad(threading.Thread):
