@@ -66,6 +66,8 @@ PIPELINE_METRICS = frozenset(
         "isrwatch_deadletter_records_total",
     }
 )
+# Read by the shipped rules, not drawn: when a copy of a replica's series was last updated.
+RULE_ONLY_METRICS = frozenset({"isrwatch_replica_last_update_timestamp_seconds"})
 # Prometheus' own per-target series.
 _BUILTIN_METRICS = frozenset({"up"})
 
@@ -187,7 +189,7 @@ def recording_rule_names(path: Path = RULES_FILE) -> set[str]:
 
 
 def known_metric_names() -> set[str]:
-    return set(CONTRACT_METRICS | PIPELINE_METRICS | _BUILTIN_METRICS) | recording_rule_names()
+    return set(CONTRACT_METRICS | PIPELINE_METRICS | RULE_ONLY_METRICS | _BUILTIN_METRICS) | recording_rule_names()
 
 
 def rules_with_interval(interval: str, path: Path = RULES_FILE) -> str:

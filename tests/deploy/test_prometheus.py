@@ -65,7 +65,8 @@ def test_rule_tests_can_fail(tmp_path: Path) -> None:
     (tmp_path / "rules").mkdir()
     (tmp_path / "tests").mkdir()
     broken = RULES_FILE.read_text().replace(
-        "(isrwatch_replica_lag_ratio) >= 0.5", "(isrwatch_replica_lag_ratio) >= 0.25"
+        "isrwatch_replica_last_update_timestamp_seconds > 60)) >= 0.5",
+        "isrwatch_replica_last_update_timestamp_seconds > 60)) >= 0.25",
     )
     assert broken != RULES_FILE.read_text()
     (tmp_path / "rules" / RULES_FILE.name).write_text(broken)
