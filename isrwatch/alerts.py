@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from isrwatch.status import ReplicaStatus, State
+from isrwatch.status import ReplicaStatus, State, Thresholds
 
 __all__ = [
     "AlertName",
@@ -25,6 +25,7 @@ __all__ = [
     "replica_alerts",
     "partition_alert",
     "partition_alerts",
+    "crossed_at",
     "stale_alert",
     "RUNBOOK_BASE",
 ]
@@ -109,8 +110,24 @@ def _replica_labels(s: ReplicaStatus) -> tuple[tuple[str, str], ...]:
     )
 
 
-def replica_alerts(s: ReplicaStatus) -> list[Alert]:
-    """The alerts one replica status calls for."""
+def crossed_at(s: ReplicaStatus, ratio: float) -> int:
+    """The telemetry time at which ``s``'s lag ratio reached ``ratio``.
+
+    The age since ``lastCaughtUpTimeMs`` grows with the clock until new caught-up
+    evidence arrives, and ``s`` holds the newest evidence: the ratio reached
+    ``ratio`` at ``lcu + ratio * lag_time_max_ms``, however long the batch that
+    showed it (capped at ``eval_ms``: a replica out of the ISR for another
+    reason is out of sync from when it was seen so).
+    """
+    lcu = s.shrink_window_start_ms - s.lag_time_max_ms
+    return min(s.eval_ms, lcu + int(round(ratio * s.lag_time_max_ms)))
+
+
+def replica_alerts(s: ReplicaStatus, th: Thresholds | None = None) -> list[Alert]:
+    """The alerts one replica status calls for. A lag alert starts when the
+    replica crossed its threshold (``crossed_at``), not when a batch noticed."""
+    th = th or Thresholds()
+    crossing = {AlertName.NEARING: th.nearing_ratio, AlertName.IMMINENT: th.critical_ratio, AlertName.OUT_OF_SYNC: 1.0}
     where = f"{s.topic}-{s.partition} on broker {s.broker_id} (leader {s.leader_id}, cluster {s.cluster})"
     out = []
     lag_state = s.lag_state or s.state
@@ -130,7 +147,8 @@ def replica_alerts(s: ReplicaStatus) -> list[Alert]:
                 f"predicted removal from the ISR in {s.time_to_shrink_s:.1f}s "
                 f"(window {_iso(s.shrink_window_start_ms)} .. {_iso(s.shrink_window_end_ms)})."
             )
-        out.append(Alert(name, _replica_labels(s), summary, description, s.eval_ms))
+        starts = crossed_at(s, crossing[name]) if name in crossing else s.eval_ms
+        out.append(Alert(name, _replica_labels(s), summary, description, starts))
     return out
 
 

@@ -144,7 +144,7 @@ class Monitor:
             if s.state is State.OK:
                 alerts.pop(key, None)
             else:
-                alerts[key] = replica_alerts(s)
+                alerts[key] = replica_alerts(s, self.thresholds)
             if last_t > self.cluster_now.get(s.cluster, -1):
                 self.cluster_now[s.cluster] = last_t
                 self._advanced_wall_ms[s.cluster] = wall

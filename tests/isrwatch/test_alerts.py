@@ -26,6 +26,27 @@ def test_lag_alerts_are_cumulative_by_state() -> None:
     assert names(replica_alerts(status(11000)))[-1] == "KafkaReplicaOutOfSync"
 
 
+def test_lag_alerts_start_when_the_replica_crossed_not_when_a_batch_noticed() -> None:
+    # Seen 11 s behind at once (a long batch, a restart): each alert starts when the
+    # age since the last caught-up time reached its share of the 10 s window.
+    s = status(11_000)
+    lcu = s.eval_ms - 11_000
+    starts = {a.name: a.starts_ms for a in replica_alerts(s)}
+    assert starts == {
+        AlertName.NEARING: lcu + 5_000,
+        AlertName.IMMINENT: lcu + 8_000,
+        AlertName.OUT_OF_SYNC: lcu + 10_000,
+    }
+    custom = replica_alerts(s, Thresholds(nearing_ratio=0.3, critical_ratio=0.6))
+    assert [a.starts_ms - lcu for a in custom] == [3_000, 6_000, 10_000]
+
+
+def test_out_of_the_isr_before_the_window_starts_when_seen() -> None:
+    s = status(2_000, isr=(1,))  # the leader dropped it, though caught up 2 s ago
+    assert s.state is State.OUT_OF_SYNC
+    assert {a.starts_ms for a in replica_alerts(s)} == {s.eval_ms}
+
+
 def test_alertmanager_object_has_the_contract_labels_and_annotations() -> None:
     a = replica_alerts(status(9000))[1]
     body = a.to_alertmanager()

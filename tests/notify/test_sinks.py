@@ -28,8 +28,9 @@ def status(state: State, eval_ms: int, ratio: float = 0.0, broker_id: int = 2) -
         isr_size=3,
         min_isr=2,
         lag_time_max_ms=10_000,
-        shrink_window_start_ms=eval_ms + 1000,
-        shrink_window_end_ms=eval_ms + 6000,
+        # consistent with ratio: caught up ratio * 10 s before eval_ms
+        shrink_window_start_ms=eval_ms + round((1 - ratio) * 10_000),
+        shrink_window_end_ms=eval_ms + round((1 - ratio) * 10_000) + 5000,
     )
 
 
@@ -37,9 +38,9 @@ def test_stdout_sink_prints_one_json_line_per_started_and_resolved_alert() -> No
     out = io.StringIO()
     sink = StdoutSink(out)
     book = AlertBook()
-    sink.send(book.update(replica_alerts(status(State.CRITICAL, 1_000, 0.85)), 1_000), 1_000)
-    sink.send(book.update(replica_alerts(status(State.CRITICAL, 2_000, 0.9)), 2_000), 2_000)  # holds: silent
-    sink.send(book.update([], 3_000), 3_000)
+    sink.send(book.update(replica_alerts(status(State.CRITICAL, 10_000, 0.85)), 10_000), 10_000)
+    sink.send(book.update(replica_alerts(status(State.CRITICAL, 11_000, 0.95)), 11_000), 11_000)  # holds: silent
+    sink.send(book.update([], 12_000), 12_000)
     sink.close()
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(e["labels"]["alertname"], e["status"]) for e in lines] == [
@@ -49,8 +50,10 @@ def test_stdout_sink_prints_one_json_line_per_started_and_resolved_alert() -> No
         ("KafkaReplicaIsrShrinkImminent", "resolved"),
     ]
     assert "endsAt" not in lines[0]
-    assert lines[2]["endsAt"] == "1970-01-01T00:00:03.000Z"
-    assert lines[2]["startsAt"] == "1970-01-01T00:00:01.000Z"
+    assert lines[2]["endsAt"] == "1970-01-01T00:00:12.000Z"
+    # caught up at 1.5 s: 50% of the 10 s window at 6.5 s, 80% at 9.5 s
+    assert lines[2]["startsAt"] == "1970-01-01T00:00:06.500Z"
+    assert lines[3]["startsAt"] == "1970-01-01T00:00:09.500Z"
     assert lines[0]["labels"]["broker_id"] == "2" and lines[0]["labels"]["severity"] == "warning"
 
 
