@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -216,9 +217,13 @@ def run(
 
     handles = handles or JobHandles()
     stop_event = stop_event or threading.Event()
+    # From the start: a SIGTERM while Spark starts ends the job through the same clean-up.
+    _install_sigterm(stop_event)
     cfg, th = _rule_config(settings)
     kafka_mode = bool(settings.bootstrap_servers)
     embedded = not kafka_mode and not settings.spool_dir
+    # The embedded default's checkpoint holds simulated telemetry only: made for this run, removed at its end.
+    temporary = embedded and not settings.checkpoint_dir
     checkpoint_dir = settings.checkpoint_dir or (
         default_checkpoint_dir(settings.bootstrap_servers or "", settings.telemetry_topic)
         if kafka_mode
@@ -237,8 +242,12 @@ def run(
     handles.checkpoint_dir, handles.spool_dir = checkpoint_dir, spool
 
     own_spark = spark is None
+    # Spark's own scratch space (its local directories, the native libraries RocksDB and
+    # LZ4 unpack) goes into one directory of this run's, removed at the end: the JVM
+    # outlives the Python process by a moment and does not always tidy up after itself.
+    scratch = tempfile.mkdtemp(prefix="isrwatch-spark-") if own_spark else None
     if spark is None:
-        spark = build_session(settings.spark_master, settings.shuffle_partitions)
+        spark = build_session(settings.spark_master, settings.shuffle_partitions, scratch_dir=scratch)
     else:
         spark.conf.set("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         from streaming import source_spool
@@ -402,18 +411,20 @@ def run(
         if embedded:
             # The simulated cluster starts once Spark is ready to read it, so a
             # slow first start of Spark does not swallow the scenario's start.
-            _wait_until_waiting_for_data(queries, timeout_s=120)
+            _wait_until_waiting_for_data(queries, timeout_s=120, stop_event=stop_event)
             feeder = _Feeder(settings, cfg, spool or "", truth_file)
             feeder.start()
         handles.ready.set()
-        _install_sigterm(stop_event)
         _loop(settings, stop_event, queries, monitor, feeder)
         return 0
     finally:
         if feeder is not None:
             feeder.stop_event.set()
             feeder.join(timeout=10)
-        _drain(queries, timeout_s=max(30.0, 10 * settings.trigger_seconds))
+        try:
+            _drain(queries, timeout_s=max(30.0, 10 * settings.trigger_seconds))
+        except Exception:  # the JVM is gone already (a signal to the whole process group)
+            log.debug("drain_failed", exc_info=True)
         for q in queries:
             try:
                 q.stop()
@@ -427,8 +438,17 @@ def run(
             except Exception:
                 log.exception("close_failed what=%s", type(c).__name__)
         if own_spark:
-            spark.stop()
-        log.info("stopped %s", kv(checkpoint=checkpoint_dir))
+            try:
+                spark.stop()
+            except Exception:  # the JVM is gone already (a signal to the whole process group)
+                log.debug("spark_stop_failed", exc_info=True)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        if temporary:
+            shutil.rmtree(checkpoint_dir, ignore_errors=True)
+            log.info("stopped %s", kv(checkpoint=checkpoint_dir, removed="temporary"))
+        else:
+            log.info("stopped %s", kv(checkpoint=checkpoint_dir))
 
 
 def _drain(queries: list[Any], timeout_s: float) -> None:
@@ -454,15 +474,16 @@ def _drain(queries: list[Any], timeout_s: float) -> None:
         t.join(max(0.0, deadline - time.monotonic()))
 
 
-def _wait_until_waiting_for_data(queries: list[Any], timeout_s: float) -> None:
+def _wait_until_waiting_for_data(queries: list[Any], timeout_s: float, stop_event: threading.Event) -> None:
     """Wait until every query has planned its first trigger and found its
-    source empty (Spark's own status message), or a query stopped."""
+    source empty (Spark's own status message), a query stopped, or the job is stopped."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not stop_event.is_set():
         if all(not q.isActive or q.status.get("message") == "Waiting for data to arrive" for q in queries):
             return
         time.sleep(0.2)
-    log.warning("spark_slow_to_start %s", kv(waited_s=timeout_s))
+    if not stop_event.is_set():
+        log.warning("spark_slow_to_start %s", kv(waited_s=timeout_s))
 
 
 def _install_sigterm(stop_event: threading.Event) -> None:

@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,14 +31,20 @@ def _check_java() -> None:
         raise IsrwatchError("Java not found: Spark needs Java 17 (install openjdk-17-jre-headless, or set JAVA_HOME)")
 
 
-def build_session(master: str = "local[2]", shuffle_partitions: int = 2, app_name: str = "isrwatch") -> SparkSession:
+def build_session(
+    master: str = "local[2]", shuffle_partitions: int = 2, app_name: str = "isrwatch", scratch_dir: str | None = None
+) -> SparkSession:
     """Create (or reuse) the SparkSession the job runs on.
+
+    ``scratch_dir``: the JVM's temp directory and Spark's local directories (default:
+    the temp directory, ``TMPDIR`` honoured).
 
     Python workers run on this interpreter (the virtualenv's), Spark binds to
     loopback, its UI is off and its own log4j output is held at WARN so the
     user sees isrwatch's progress lines rather than Spark's.
     """
     _check_java()
+    scratch = scratch_dir or tempfile.gettempdir()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -64,7 +71,13 @@ def build_session(master: str = "local[2]", shuffle_partitions: int = 2, app_nam
             # (The JVM's own wait for a new Python worker, 10 s, is not configurable.)
             .config("spark.python.authenticate.socketTimeout", "120s")
             .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J}")
+            # Spark's scratch directories follow TMPDIR like everything else of isrwatch's
+            # (the JVM's own default is /tmp whatever TMPDIR says).
+            .config(
+                "spark.driver.extraJavaOptions",
+                f"-Dlog4j2.configurationFile={_LOG4J} -Djava.io.tmpdir={scratch}",
+            )
+            .config("spark.local.dir", scratch)
             .getOrCreate()
         )
     except Exception as e:  # the JVM did not start: say so in one line

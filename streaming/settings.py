@@ -100,7 +100,7 @@ class RunSettings:
     )
     checkpoint_dir: str | None = option(
         None,
-        "Spark checkpoint directory (default: a fresh temporary one on the embedded default; with Kafka "
+        "Spark checkpoint directory (default: a fresh temporary one on the embedded default, removed when the job ends; with Kafka "
         "$XDG_STATE_HOME/isrwatch/checkpoints/<first bootstrap server>_<telemetry topic>, ~/.local/state without "
         "XDG_STATE_HOME); it records the telemetry it was made for and refuses another",
         metavar="DIR",

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from isrwatch.cli import main as cli_main
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from localkafka import free_port
 
 
 def test_unreachable_kafka_is_one_clear_error_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -131,3 +131,15 @@ def test_close_after_crash_of_a_paused_broker_still_cleans_up(kafka_cluster_fact
     cluster.close()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_free_port_is_outside_the_ephemeral_range_and_not_handed_out_twice() -> None:
+    import socket
+
+    from localkafka.cluster import _ephemeral_low, free_port
+
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    assert all(p < _ephemeral_low() for p in ports)  # an outgoing connection cannot take it meanwhile
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[0]))  # free indeed

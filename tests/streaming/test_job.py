@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import threading
 import time
 from collections import defaultdict
@@ -15,6 +14,7 @@ import pytest
 import requests
 
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
+from localkafka import free_port as _free_port
 from simulator.run import Simulation, now_ms
 from streaming.job import JobHandles, run
 from streaming.notify import StdoutSink
@@ -61,12 +61,6 @@ class Lines(io.TextIOBase):
     def snapshot(self) -> list[dict]:
         with self.lock:
             return [e for _, e in self.events]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _iso_ms(s: str) -> int:

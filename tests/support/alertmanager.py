@@ -12,7 +12,6 @@ on the same port (a fault), or ``web_config`` for TLS and basic auth.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,8 @@ from typing import Any
 
 import pytest
 import requests
+
+from localkafka import free_port
 
 __all__ = ["Alertmanager", "alertmanager", "alertmanager_binary", "free_port"]
 
@@ -36,12 +37,6 @@ receivers:
 
 def alertmanager_binary() -> str | None:
     return shutil.which("alertmanager") or shutil.which("prometheus-alertmanager")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Alertmanager:
