@@ -160,7 +160,8 @@ class TelemetryPublisher:
                 "acks": "1",
                 "message.timeout.ms": _MESSAGE_TIMEOUT_MS,
                 **config,
-            }
+            },
+            logger=logging.getLogger("librdkafka"),
         )
         self.chooser = PartitionChooser(stuck_after_s=stuck_after_s)
         self.unreachable: set[int] = set()

@@ -232,6 +232,6 @@ def make_producer(bootstrap_servers: str, kafka_config: list[str]) -> Any:
         **kafka_config_pairs(kafka_config),
     }
     try:
-        return Producer(conf)
+        return Producer(conf, logger=logging.getLogger("librdkafka"))
     except KafkaException as e:
         raise IsrwatchError(f"Kafka producer: {e}") from None

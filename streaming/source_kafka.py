@@ -63,6 +63,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+# librdkafka's own messages (isrwatch.logs holds back its repeats)
+rdlog = logging.getLogger("librdkafka")
 
 FORMAT = "isrwatch-kafka"
 
@@ -96,7 +98,7 @@ def _range_consumer(config: dict[str, Any], topic: str, partition: int) -> tuple
     key = (tuple(sorted((str(k), str(v)) for k, v in config.items())), topic, partition)
     consumer = _RANGE_CONSUMERS.pop(key, None)  # one reader at a time per consumer
     if consumer is None:
-        consumer = Consumer({**config, "enable.partition.eof": False, "auto.offset.reset": "earliest", "logger": log})
+        consumer = Consumer({**config, "enable.partition.eof": False, "auto.offset.reset": "earliest", "logger": rdlog})
     return key, consumer
 
 
@@ -198,7 +200,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _meta_consumer(self) -> Any:
         from confluent_kafka import Consumer
 
-        return Consumer({**self.config, "logger": log})
+        return Consumer({**self.config, "logger": rdlog})
 
     def _watermarks(self, wait_s: float | None = None) -> tuple[Offsets, Offsets]:
         """(low, high) watermarks of the partitions whose leaders answer (streaming.watermarks)."""
@@ -412,7 +414,7 @@ def describe_topic(options: dict[str, str], topic: str, timeout_s: float) -> tup
     from isrwatch.exceptions import UnreachableError
 
     config = consumer_config(options)
-    consumer = Consumer({**config, "logger": log})
+    consumer = Consumer({**config, "logger": rdlog})
     try:
         md = consumer.list_topics(timeout=timeout_s)
     except KafkaException as e:
@@ -436,7 +438,7 @@ def describe_topic(options: dict[str, str], topic: str, timeout_s: float) -> tup
                 hint="when its leader stalls the job sees no telemetry; give it one partition per broker or more",
             )
         )
-    marks = Watermarks(lambda: Consumer({**config, "logger": log}), [topic], answer_s=min(timeout_s, 5.0))
+    marks = Watermarks(lambda: Consumer({**config, "logger": rdlog}), [topic], answer_s=min(timeout_s, 5.0))
     try:
         low, high = marks.poll()
     finally:
