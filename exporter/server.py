@@ -22,6 +22,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from exporter.collector import MetricsView, StoreCollector
 from exporter.exposition import CONTENT_TYPE, render
+from exporter.runbook import runbook_html
 from exporter.store import StatusStore
 from isrwatch.logs import kv
 
@@ -65,12 +66,20 @@ def _add_process_collectors(registry: CollectorRegistry) -> None:
 
 def metrics_app(store: StatusStore, view: MetricsView, extra: CollectorRegistry | None = None) -> Callable[..., Any]:
     """A WSGI app: ``/metrics`` (and ``/``) give the store's metrics, then
-    ``extra``'s."""
+    ``extra``'s; ``/runbook`` the runbook the alerts link to (``exporter.runbook``)."""
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
+        path = environ.get("PATH_INFO", "/")
+        if path == "/runbook":
+            page = runbook_html()
+            if page is None:
+                start_response("404 Not Found", [("Content-Type", "text/plain")])
+                return [b"docs/runbook.md is not installed beside isrwatch\n"]
+            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8"), ("Content-Length", str(len(page)))])
+            return [page]
+        if path not in ("/", "/metrics"):
             start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"not found: try /metrics\n"]
+            return [b"not found: try /metrics or /runbook\n"]
         body = render(store.snapshot(), view).encode()
         if extra is not None:
             body += generate_latest(extra)

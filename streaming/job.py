@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -77,20 +78,35 @@ def _rule_config(settings: RunSettings) -> tuple[RuleConfig, Thresholds]:
     return cfg, th
 
 
-def _sinks(settings: RunSettings, producer: Any) -> list[Any]:
+def runbook_base(settings: RunSettings, metrics_port: int | None) -> str:
+    """Where alerts link: ``--runbook-url``, else this job's own ``/runbook`` (served with
+    its /metrics: the link works without a public site), else the project's copy."""
+    if settings.runbook_url:
+        return settings.runbook_url
+    if not metrics_port:
+        from isrwatch.alerts import RUNBOOK_BASE
+
+        return RUNBOOK_BASE
+    host = settings.metrics_host
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.getfqdn()
+    return f"http://{f'[{host}]' if ':' in host else host}:{metrics_port}/runbook"
+
+
+def _sinks(settings: RunSettings, producer: Any, runbook: str) -> list[Any]:
     from streaming import notify
 
     sinks: list[Any] = []
     if not settings.bootstrap_servers or not settings.alertmanager_url:
         # Without an Alertmanager, alert transitions are printed, with Kafka too.
-        sinks.append(notify.StdoutSink(generator_url=settings.grafana_url or "", runbook_base=settings.runbook_url))
+        sinks.append(notify.StdoutSink(generator_url=settings.grafana_url or "", runbook_base=runbook))
     if producer is not None:
         sinks.append(
             notify.KafkaAlertsSink(
                 producer,
                 settings.alerts_topic,
                 generator_url=settings.grafana_url or "",
-                runbook_base=settings.runbook_url,
+                runbook_base=runbook,
             )
         )
     if settings.alertmanager_url:
@@ -103,7 +119,7 @@ def _sinks(settings: RunSettings, producer: Any) -> list[Any]:
                 insecure=settings.alertmanager_insecure,
                 resend_seconds=settings.resend_seconds,
                 generator_url=settings.grafana_url or "",
-                runbook_base=settings.runbook_url,
+                runbook_base=runbook,
             )
         )
     return sinks
@@ -281,7 +297,11 @@ def run(
             handles.deadletter_file = settings.deadletter_file or os.path.join(checkpoint_dir, "deadletter.jsonl")
             deadletters = DeadLetterFile(handles.deadletter_file)
         cleanup.append(deadletters)
-        all_sinks = list(sinks) if sinks is not None else _sinks(settings, producer)
+        all_sinks = (
+            list(sinks)
+            if sinks is not None
+            else _sinks(settings, producer, runbook_base(settings, handles.metrics_port))
+        )
         cleanup.extend(all_sinks)
         states = KafkaStates(producer, settings.state_topic) if producer is not None else None
         if states is not None:

@@ -131,9 +131,10 @@ class RunSettings:
     alertmanager_insecure: bool = option(False, "do not verify Alertmanager's TLS certificate")
     resend_seconds: float = option(30.0, "re-send firing alerts this often", check=positive)
     grafana_url: str | None = option(None, "Grafana base URL for alerts' generatorURL")
-    runbook_url: str = option(
-        "https://github.com/isrwatch/isrwatch/blob/main/docs/runbook.md",
-        "runbook base URL (alerts link to its sections)",
+    runbook_url: str | None = option(
+        None,
+        "runbook base URL; alerts link to its sections (default: the job's own /runbook, "
+        "http://<metrics host>:<metrics port>/runbook, the host name where it listens on all addresses)",
     )
 
     speed: float = option(1.0, "embedded simulator speed (1 = real time)", check=positive)

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import requests
 
-from isrwatch.alerts import RUNBOOK_BASE, SEVERITY, AlertName
+from isrwatch.alerts import SEVERITY, AlertName
 from tests.e2e_observability.running_job import JobProcess, running_job
 from tests.support.alertmanager import Alertmanager, alertmanager_binary, free_port
 
@@ -64,14 +65,18 @@ def until(what: str, predicate: Callable[[], bool], timeout_s: float, job: JobPr
         time.sleep(0.5)
 
 
-def check_contract(alert: dict, cluster: str) -> None:
+def check_contract(alert: dict, cluster: str, runbook: str) -> None:
     labels, annotations = alert["labels"], alert["annotations"]
     name = AlertName(labels["alertname"])
     assert set(labels) == CONTRACT_LABELS, labels
     assert labels["cluster"] == cluster
     assert labels["severity"] == SEVERITY[name]
     assert {"summary", "description", "runbook_url"} <= set(annotations), annotations
-    assert annotations["runbook_url"] == f"{RUNBOOK_BASE}#{name.value.lower()}"
+    # the default runbook_url is the job's own /runbook (issue 18): the link answers, with the section
+    url = annotations["runbook_url"]
+    assert url == f"{runbook}#{name.value.lower()}"
+    page = requests.get(url.split("#")[0], timeout=10)
+    assert page.status_code == 200 and f'id="{name.value.lower()}"' in page.text, url
     where = f"{labels['topic']}-{labels['partition']} on broker {labels['broker_id']}"
     assert where in annotations["summary"], annotations["summary"]
     assert annotations["description"].strip()
@@ -100,7 +105,9 @@ def test_alerts_arrive_survive_an_alertmanager_restart_and_resolve(tmp_path: Pat
             "--resend-seconds", str(RESEND_S),
             "--checkpoint-dir", str(tmp_path / "checkpoint"),
         ]  # fmt: skip
-        with running_job(args, tmp_path, free_port()) as job:
+        port = free_port()
+        runbook = f"http://127.0.0.1:{port}/runbook"
+        with running_job(args, tmp_path, port) as job:
             job.wait_for_metrics()
 
             # The first warnings reach both; then B goes down in the middle of the fault.
@@ -109,7 +116,7 @@ def test_alerts_arrive_survive_an_alertmanager_restart_and_resolve(tmp_path: Pat
             am_b.stop()
             until("every lag alert in A", lambda: held(am_a) >= EXPECTED, FAULT_S, job)
             for alert in am_a.alerts(cluster=cluster):
-                check_contract(alert, cluster)
+                check_contract(alert, cluster, runbook)
 
             # The job has noticed B is down (a re-send failed) before B comes back empty.
             b_down = re.compile(rf"alertmanager_(unreachable|backoff) url={re.escape(am_b.url)}")
@@ -118,7 +125,7 @@ def test_alerts_arrive_survive_an_alertmanager_restart_and_resolve(tmp_path: Pat
             until("every lag alert in B after its restart", lambda: held(am_b) >= EXPECTED, 60, job)
             fault_still_on = held(am_a) >= EXPECTED
             for alert in am_b.alerts(cluster=cluster):
-                check_contract(alert, cluster)
+                check_contract(alert, cluster, runbook)
 
             # The follower resumes at 45 s: everything resolves, in both.
             until("resolution in A and B", lambda: not held(am_a) and not held(am_b), FAULT_S, job)

@@ -1,0 +1,54 @@
+"""``/runbook``: the runbook the alerts link to, served by isrwatch's own HTTP server
+(issue 18), and where the job's alerts point by default."""
+
+from __future__ import annotations
+
+import requests
+
+from exporter.runbook import anchor, render_markdown, runbook_html
+from exporter.server import serve
+from exporter.store import StatusStore
+from isrwatch.alerts import AlertName
+from streaming.job import runbook_base
+from streaming.settings import RunSettings
+
+
+def test_every_alert_has_its_anchor_in_the_served_page() -> None:
+    store = StatusStore()
+    with serve(store, "127.0.0.1", 0) as server:
+        page = requests.get(f"http://127.0.0.1:{server.port}/runbook", timeout=10)
+        missing = requests.get(f"http://127.0.0.1:{server.port}/nothing", timeout=10)
+    assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
+    for name in AlertName:
+        assert f'<h2 id="{name.value.lower()}">' in page.text, name
+    assert missing.status_code == 404 and "/runbook" in missing.text
+    assert runbook_html() is not None and page.content == runbook_html()
+
+
+def test_markdown_is_escaped_and_its_parts_rendered() -> None:
+    page = render_markdown(
+        "# Title <x>\n\nText with `code <b>` and **bold** and [a link](https://example.test/a?b=1&c=2).\n\n"
+        "* one\n  continued\n* two\n\n| a | b |\n|---|---|\n| 1 | <2> |\n\n```\nkafka-topics.sh --describe <t>\n```\n"
+        "See [the rule](rule.md#gaps).\n"
+    )
+    assert '<h1 id="title-x">Title &lt;x&gt;</h1>' in page
+    assert "<code>code &lt;b&gt;</code>" in page and "<strong>bold</strong>" in page
+    assert '<a href="https://example.test/a?b=1&amp;c=2">a link</a>' in page
+    assert "<li>one continued</li><li>two</li>" in page
+    assert "<td>&lt;2&gt;</td>" in page and "<th>a</th>" in page
+    assert "<pre><code>kafka-topics.sh --describe &lt;t&gt;</code></pre>" in page
+    assert "the rule (docs/rule.md)" in page  # another docs page: named, not a dead link
+    assert "<x>" not in page and "<b>" not in page
+
+
+def test_anchor_matches_what_the_alerts_link_to() -> None:
+    assert anchor("KafkaReplicaOutOfSync") == "kafkareplicaoutofsync"
+    assert anchor("What to check, first") == "what-to-check-first"
+
+
+def test_the_job_links_its_own_runbook_unless_told_otherwise() -> None:
+    assert runbook_base(RunSettings(), 9743) == "http://127.0.0.1:9743/runbook"
+    assert runbook_base(RunSettings(runbook_url="https://wiki.example/isr"), 9743) == "https://wiki.example/isr"
+    assert runbook_base(RunSettings(metrics_host="::1"), 9744) == "http://[::1]:9744/runbook"
+    wide = runbook_base(RunSettings(metrics_host="0.0.0.0"), 9744)
+    assert wide.endswith(":9744/runbook") and "0.0.0.0" not in wide
