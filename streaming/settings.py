@@ -88,6 +88,14 @@ class RunSettings:
     )
 
     trigger_seconds: float = option(1.0, "micro-batch trigger interval", check=positive)
+    side_trigger_seconds: float | None = option(
+        None,
+        "trigger interval of the side query (dead letters, ISR change counts; default 5 x --trigger-seconds, "
+        "at least 5 s): it reads every record again, so it runs less often than the replica evaluation "
+        "that alerts wait on",
+        check=positive,
+        metavar="SECONDS",
+    )
     ok_refresh_batches: int = option(
         1,
         "refresh a replica that is and was ok (its gauges, its state-topic record) only every N batches; "
