@@ -81,7 +81,10 @@ def test_collect_command_publishes_valid_telemetry_whose_leos_match_the_brokers(
 def test_paused_follower_is_reported_unreachable_and_the_isr_change_is_recorded(kafka_cluster_factory, unique_name):
     cluster = kafka_cluster_factory(replica_lag_time_max_ms=3000, zookeeper_session_timeout_ms=60_000)
     topic, telemetry = unique_name("data"), unique_name("telemetry")
-    cluster.create_topic(telemetry, assignment=[[1]])
+    # The telemetry topic as a user's cluster places it (docs/deploy.md: several partitions, one
+    # replica, Kafka's own assignment), so the paused broker may lead some of it too; the
+    # watched topic is pinned so that broker 3 follows both partitions (the fault under test).
+    cluster.create_topic(telemetry, partitions=6, replication_factor=1)
     cluster.create_topic(topic, assignment=[[1, 2, 3], [2, 1, 3]])
     settings = CollectSettings(
         bootstrap_servers=cluster.bootstrap_servers,
