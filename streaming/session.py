@@ -71,13 +71,13 @@ def build_session(
             # (The JVM's own wait for a new Python worker, 10 s, is not configurable.)
             .config("spark.python.authenticate.socketTimeout", "120s")
             .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-            # Spark's scratch directories follow TMPDIR like everything else of isrwatch's
-            # (the JVM's own default is /tmp whatever TMPDIR says).
+            # Spark's scratch directories (spark.local.dir defaults to the JVM's temp directory)
+            # follow TMPDIR like everything else of isrwatch's (the JVM's own default is /tmp
+            # whatever TMPDIR says).
             .config(
                 "spark.driver.extraJavaOptions",
                 f"-Dlog4j2.configurationFile={_LOG4J} -Djava.io.tmpdir={scratch}",
             )
-            .config("spark.local.dir", scratch)
             .getOrCreate()
         )
     except Exception as e:  # the JVM did not start: say so in one line
