@@ -7,8 +7,8 @@ fsync, rename) after each batch. A restarted job loads the book and skips
 the transitions of every batch id it already handled, so a batch Spark
 re-runs after a crash announces nothing twice.
 
-``side.json`` does the same for the side query (dead letters, ISR change
-counts): the last batch id whose output was written.
+``side.json`` does the same for the batch's dead letters and ISR change
+counts: the last batch id whose output was written.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data
 
 
+# The query side.json's batch ids belong to (the job's one query).
+_QUERY = "isrwatch"
+
+
 class DriverCheckpoint:
     def __init__(self, checkpoint_dir: str | os.PathLike[str]) -> None:
         self.dir = Path(checkpoint_dir) / "isrwatch"
@@ -78,9 +82,14 @@ class DriverCheckpoint:
             _write_atomic(self.alerts_path, {"batch_id": batch_id, "active": book.to_json()})
 
     def load_side(self) -> int:
+        """The last batch id whose dead letters and ISR change counts were written
+        (-1: none; also for the file of the earlier separate side query, whose batch
+        ids were its own)."""
         data = _read(self.side_path)
-        return -1 if data is None else int(data.get("batch_id", -1))
+        if data is None or data.get("query") != _QUERY:
+            return -1
+        return int(data.get("batch_id", -1))
 
     def save_side(self, batch_id: int) -> None:
         with self._lock:
-            _write_atomic(self.side_path, {"batch_id": batch_id})
+            _write_atomic(self.side_path, {"batch_id": batch_id, "query": _QUERY})

@@ -17,7 +17,8 @@ checks these expressions against it on generated aggregates.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+import functools
+from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyspark.sql.functions as F
@@ -50,20 +51,39 @@ def _state(ratio: Column, out_of_isr: Column, th: Thresholds) -> Column:
     )
 
 
-def status_columns(aggs: DataFrame, cfg: RuleConfig, th: Thresholds) -> DataFrame:
+def status_columns(aggs: DataFrame, cfg: RuleConfig, th: Thresholds, keep: Sequence[str] = ()) -> DataFrame:
     """``aggs`` (``streaming.state.replica_aggregates``' columns) ->
-    ``STATUS_COLUMNS`` + ``EXTRA_COLUMNS``, one row per replica."""
+    ``STATUS_COLUMNS`` + ``EXTRA_COLUMNS``, one row per replica, followed by the
+    columns of ``aggs`` named in ``keep`` (other than those)."""
+    first_parts, second_parts, final = _status_exprs(cfg, th, tuple(keep))
+    return aggs.select("*", *first_parts).select("*", *second_parts).select(*final)
+
+
+@functools.lru_cache(maxsize=16)
+def _status_exprs(
+    cfg: RuleConfig, th: Thresholds, keep: tuple[str, ...]
+) -> tuple[list[Column], list[Column], list[Column]]:
+    """status_columns' three projections, built once per configuration (each Column
+    costs calls into the JVM: rebuilt every batch, they took most of a second)."""
     latest = F.col("latest")
     reported = latest["lag_time_max_ms"]
     # `agg.lag_time_max_ms or cfg.lag_time_max_ms`: missing or 0 -> the configured one.
     max_lag = F.when(reported.isNull() | (reported == 0), F.lit(cfg.lag_time_max_ms)).otherwise(reported)
-    # isrwatch.rule.check_period_ms: half of maxLag under the refined rule.
-    refined = cfg.rule is Rule.KIP16_REFINED
-    period = F.greatest(F.lit(1), F.floor(max_lag / 2).cast("long")) if refined else max_lag
     first = F.col("first_t_ms")
     now = F.coalesce(F.col("last_leader_answer_ms"), first)
     leo = F.coalesce(F.col("known_leo"), latest["leo"])
     leader_leo = F.coalesce(F.col("known_leader_leo"), latest["leader_leo"])
+    # Two projections: the parts every status column uses, once, then the columns.
+    # (One projection repeats the ratio's tree a dozen times: Spark took ~1 s a batch
+    # just to analyse it; docs/benchmarks.md.)
+    first_parts = [
+        max_lag.alias("_max_lag"),
+        now.alias("_now"),
+        leo.alias("_leo"),
+        leader_leo.alias("_leader_leo"),
+        F.coalesce(latest["isr"], F.array().cast("array<int>")).alias("_isr"),
+    ]
+    max_lag, now, leo, leader_leo = F.col("_max_lag"), F.col("_now"), F.col("_leo"), F.col("_leader_leo")
     offset_lag = F.when(leader_leo.isNotNull(), F.greatest(F.lit(0), leader_leo - F.coalesce(leo, F.lit(0)))).otherwise(
         F.lit(0)
     )
@@ -78,8 +98,13 @@ def status_columns(aggs: DataFrame, cfg: RuleConfig, th: Thresholds) -> DataFram
             idle = leo.isNotNull() & leader_leo.isNotNull() & (leo >= leader_leo)
             lcu = F.when(idle, F.greatest(lcu, now)).otherwise(lcu)
         ratio = F.greatest(F.lit(0), now - lcu) / max_lag
+    second_parts = [offset_lag.alias("_offset_lag"), lcu.alias("_lcu"), ratio.alias("_ratio")]
+    offset_lag, lcu, ratio = F.col("_offset_lag"), F.col("_lcu"), F.col("_ratio")
+    # isrwatch.rule.check_period_ms: half of maxLag under the refined rule.
+    refined = cfg.rule is Rule.KIP16_REFINED
+    period = F.greatest(F.lit(1), F.floor(max_lag / 2).cast("long")) if refined else max_lag
 
-    isr = F.coalesce(latest["isr"], F.array().cast("array<int>"))
+    isr = F.col("_isr")
     in_isr = F.array_contains(isr, F.col("broker_id"))
     isr_size = F.size(isr)
     answered = F.coalesce(F.col("last_answer_ms"), first)
@@ -114,7 +139,8 @@ def status_columns(aggs: DataFrame, cfg: RuleConfig, th: Thresholds) -> DataFram
         "observations": F.col("observations").cast("long"),
     }
     assert tuple(columns) == STATUS_COLUMNS + EXTRA_COLUMNS, "keep status_columns in ReplicaStatus's order"
-    return aggs.select(*[c.alias(name) for name, c in columns.items()])
+    kept = [F.col(k) for k in keep if k not in columns]
+    return first_parts, second_parts, [*[c.alias(name) for name, c in columns.items()], *kept]
 
 
 def for_the_driver(statuses: DataFrame, not_ok_keys: Collection[str], batch_id: int, refresh_batches: int) -> DataFrame:

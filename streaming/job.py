@@ -222,12 +222,14 @@ def run(
     ``truth_file`` receives the embedded simulator's true ISR changes.
     """
     from exporter.store import StatusStore
-    from streaming import evaluate, query
+    from streaming import query
+    from streaming.batch import BatchOutput, evaluate_records, split_driver_rows
     from streaming.checkpoint import DriverCheckpoint
     from streaming.monitor import Monitor
     from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer
     from streaming.parse import REASONS
     from streaming.producer import OutputProducer
+    from streaming.replicas import StateTable
     from streaming.session import build_session
     from streaming.source import kafka_stream, spool_stream
 
@@ -338,50 +340,30 @@ def run(
             os.makedirs(spool, exist_ok=True)
             raw = spool_stream(spark, spool, settings.max_records_per_trigger)
 
-        side_lock = threading.Lock()
-        pending: dict[str, int] = {}  # dead letters by reason since the last aggregate batch
+        table = StateTable(spark, checkpoint_dir)
         side_done = ckpt.load_side()
+        max_gap_ms = settings.observation_gap_ms or cfg.lag_time_max_ms // 2
 
-        def on_side(batch: DataFrame, batch_id: int) -> None:
-            if batch_id <= side_done:
-                log.info("side_batch_replayed %s", kv(batch_id=batch_id, handled=side_done))
-                return
-            out = query.side_batch(batch, future_tolerance)
-            try:  # the sinks log and count what they cannot write; a batch that failed here would fail again
-                written = deadletters.write(out["deadletters"])
-            except Exception:
-                written = 0
-                deadletters.failed += len(out["deadletters"])
-                log.exception("deadletters_lost %s", kv(batch_id=batch_id, count=len(out["deadletters"])))
-            by_reason: dict[str, int] = {}
-            for d in out["deadletters"]:
-                by_reason[d["reason"]] = by_reason.get(d["reason"], 0) + 1
-            for c in out["isr_changes"]:
-                for change in ("shrink", "expand"):
-                    if c[change]:
-                        store.add_isr_changes(c["cluster"], c["topic"], int(c["partition"]), change, int(c[change]))
-            ckpt.save_side(batch_id)
-            with side_lock:
-                for r, n in by_reason.items():
-                    pending[r] = pending.get(r, 0) + n
-                    handles.side_counts[r] = handles.side_counts.get(r, 0) + n
-            if out["deadletters"]:
-                log.warning(
-                    "deadletters %s", kv(batch_id=batch_id, count=len(out["deadletters"]), written=written, **by_reason)
-                )
-
-        def on_aggregates(batch: DataFrame, batch_id: int) -> None:
+        def on_batch(raw_batch: DataFrame, batch_id: int) -> None:
             t0 = time.monotonic()
-            # Spark evaluates the batch's replicas; the driver gets statuses (streaming.evaluate).
-            statuses = evaluate.for_the_driver(
-                evaluate.status_columns(batch, cfg, th), monitor.not_ok_keys(), batch_id, settings.ok_refresh_batches
+            out = evaluate_records(
+                raw_batch,
+                batch_id,
+                table,
+                cfg,
+                th,
+                future_tolerance_ms=future_tolerance,
+                max_gap_ms=max_gap_ms,
+                not_ok_keys=monitor.not_ok_keys(),
+                refresh_batches=settings.ok_refresh_batches,
             )
-            table = statuses.toArrow()  # runs the batch in Spark
-            spark_s = time.monotonic() - t0
-            report = monitor.apply_statuses(batch_id, evaluate.statuses_from_arrow(table))
-            with side_lock:
-                dead = dict(pending)
-                pending.clear()
+            try:
+                assert out.table is not None
+                changes, finals = split_driver_rows(out.table)
+                report = monitor.apply_statuses(batch_id, finals, changes)
+                dead = _write_side(out, batch_id) if batch_id > side_done else {}
+            finally:
+                out.finish()
             elapsed = time.monotonic() - t0
             store.record_batch(elapsed, report.observations, dead)
             if producer is not None:
@@ -394,31 +376,42 @@ def run(
                     batch_id=batch_id,
                     observations=report.observations,
                     replicas=report.replicas,
+                    changes=len(changes),
                     states=report.statuses,
                     alerts_started=report.started,
                     alerts_resolved=report.resolved,
                     deadletters=sum(dead.values()),
                     batch_ms=round(elapsed * 1000),
-                    spark_ms=round(spark_s * 1000),
+                    spark_ms=round(out.spark_s * 1000),
+                    **{k.replace("_s", "_ms"): round(v * 1000) for k, v in out.stages.items()},
                     telemetry_lag_s=float(lag_s),
                 ),
             )
 
-        # The side query parses every record a second time; on a small machine its batches
-        # delayed the aggregation's, which the alerts wait on (docs/validation.md).
-        side_trigger = settings.side_trigger_seconds or max(5.0, 5 * settings.trigger_seconds)
-        queries.append(query.start_side(raw("side"), checkpoint_dir, side_trigger, on_side))
-        queries.append(
-            query.start_aggregates(
-                raw("aggregates"),
-                cfg.rule,
-                future_tolerance,
-                checkpoint_dir,
-                settings.trigger_seconds,
-                on_aggregates,
-                max_gap_ms=settings.observation_gap_ms or cfg.lag_time_max_ms // 2,
-            )
-        )
+        def _write_side(out: BatchOutput, batch_id: int) -> dict[str, int]:
+            """Dead letters and ISR change counts of a batch not handled before; by reason."""
+            try:  # the sinks log and count what they cannot write; a batch that failed here would fail again
+                written = deadletters.write(out.deadletters)
+            except Exception:
+                written = 0
+                deadletters.failed += len(out.deadletters)
+                log.exception("deadletters_lost %s", kv(batch_id=batch_id, count=len(out.deadletters)))
+            by_reason: dict[str, int] = {}
+            for d in out.deadletters:
+                by_reason[d["reason"]] = by_reason.get(d["reason"], 0) + 1
+                handles.side_counts[d["reason"]] = handles.side_counts.get(d["reason"], 0) + 1
+            for c in out.isr_changes:
+                for change in ("shrink", "expand"):
+                    if c[change]:
+                        store.add_isr_changes(c["cluster"], c["topic"], int(c["partition"]), change, int(c[change]))
+            ckpt.save_side(batch_id)
+            if out.deadletters:
+                log.warning(
+                    "deadletters %s", kv(batch_id=batch_id, count=len(out.deadletters), written=written, **by_reason)
+                )
+            return by_reason
+
+        queries.append(query.start_job(raw("aggregates"), checkpoint_dir, settings.trigger_seconds, on_batch))
         log.info(
             "started %s",
             kv(

@@ -182,10 +182,18 @@ class Monitor:
             items.append((status, agg.last_t_ms, int(row.get("observations") or 0)))
         return self.apply_statuses(batch_id, items)
 
-    def apply_statuses(self, batch_id: int, items: Iterable[Evaluated]) -> BatchReport:
-        """Take in one batch of evaluated replicas (``streaming.evaluate``), alert."""
+    def apply_statuses(
+        self, batch_id: int, items: Iterable[Evaluated], changes: Sequence[ReplicaStatus] = ()
+    ) -> BatchReport:
+        """Take in one batch: ``changes``, the statuses at which replicas changed state
+        within it (``streaming.replicas``), then ``items``, each observed replica's
+        newest status. Each change moves the alerts at its own telemetry time, so an
+        episode that began and ended inside the batch is announced, fired and
+        resolved, with both times."""
         report = BatchReport(batch_id)
         with self._lock:
+            replay = batch_id <= self.handled_batch
+            steps = [] if replay else self._steps(changes)
             statuses, report.observations = self._merge(items)
             report.rows = report.replicas = len(statuses)
             report.statuses = len(self.statuses)
@@ -196,13 +204,15 @@ class Monitor:
                 self.store.set_telemetry_time(c, self.cluster_now[c])
             if self.state_topic is not None:
                 self.state_topic.update(statuses)  # every replica of the batch has new telemetry
-            if batch_id <= self.handled_batch:
+            if replay:
                 report.skipped = True
                 log.info(
                     "batch_replayed batch_id=%s handled=%s (transitions already sent)", batch_id, self.handled_batch
                 )
                 return report
-            transitions = [(self._transition(c), self.cluster_now[c]) for c in sorted(clusters)]
+            transitions = steps + [
+                (self._transition(c, self.cluster_now[c]), self.cluster_now[c]) for c in sorted(clusters)
+            ]
             self.handled_batch = batch_id
             if self.checkpoint is not None:
                 self.checkpoint.save_book(self.book, batch_id)
@@ -212,12 +222,40 @@ class Monitor:
             self._send(t, now)
         return report
 
-    def _transition(self, cluster: str) -> Transition:
+    def _steps(self, changes: Sequence[ReplicaStatus]) -> list[tuple[Transition, int]]:
+        """Move the book through ``changes``, one telemetry time of one cluster after another."""
+        out = []
+        ordered = sorted(changes, key=lambda s: (s.cluster, s.eval_ms))
+        i = 0
+        while i < len(ordered):
+            cluster, at = ordered[i].cluster, ordered[i].eval_ms
+            touched: set[PartitionKey] = set()
+            while i < len(ordered) and ordered[i].cluster == cluster and ordered[i].eval_ms == at:
+                s = ordered[i]
+                key = (s.cluster, s.topic, s.partition, s.broker_id)
+                self.statuses[key] = s
+                pkey = key[:3]
+                self._members.setdefault(pkey, set()).add(s.broker_id)
+                touched.add(pkey)
+                alerts = self._replica_alerts.setdefault(cluster, {})
+                if s.state is State.OK:
+                    alerts.pop(key, None)
+                else:
+                    alerts[key] = replica_alerts(s, self.thresholds)
+                i += 1
+            for pkey in touched:
+                self._update_partition_alert(pkey)
+            t = self._transition(cluster, at)
+            if t.started or t.resolved:
+                out.append((t, at))
+        return out
+
+    def _transition(self, cluster: str, now_ms: int) -> Transition:
         """Move the book to what ``cluster``'s statuses call for; other clusters' alerts stay."""
         desired = [a for alerts in self._replica_alerts.get(cluster, {}).values() for a in alerts]
         desired += self._partition_alerts.get(cluster, {}).values()
         others = [a for a in self.book.active.values() if _cluster_of(a) != cluster]
-        return self.book.update([*desired, *others], self.cluster_now[cluster], scope=REPLICA_SCOPE)
+        return self.book.update([*desired, *others], now_ms, scope=REPLICA_SCOPE)
 
     def check_stale(self) -> Transition:
         """The wall-clock timer's job: raise or resolve ``IsrwatchTelemetryStale``."""

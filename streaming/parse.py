@@ -18,6 +18,7 @@ that are not UTF-8 never reach the JSON parser nor the driver as text.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import pyspark.sql.functions as F
@@ -87,10 +88,18 @@ def parse_records(raw: DataFrame) -> DataFrame:
     raw (the value's bytes), value_bytes (their number), value (the text; null
     unless valid UTF-8), rec (the parsed body) and reason/detail (null for a
     good record)."""
+    first, rec, reason, detail = _record_columns()
+    return raw.select(*first).withColumn("rec", rec).select("*", reason.alias("reason"), detail.alias("detail"))
+
+
+@functools.cache
+def _record_columns() -> tuple[list[Column], Column, Column, Column]:
+    """parse_records' columns, built once: each Column costs calls into the JVM,
+    ~0.3 ms apiece, which added up to a second a batch when rebuilt every batch."""
     # Text only when the bytes are UTF-8: invalid bytes would otherwise reach
     # the JSON parser (which replaces them) and the driver (which cannot decode them).
     versions = F.array(*[F.lit(v) for v in sorted(SUPPORTED_VERSIONS)])
-    parsed = raw.select(
+    first = [
         F.col("topic").alias("source_topic"),
         F.col("partition").alias("source_partition"),
         F.col("offset").alias("source_offset"),
@@ -98,7 +107,8 @@ def parse_records(raw: DataFrame) -> DataFrame:
         # Its own column, so the aggregation's plan does not carry the raw bytes for it.
         F.coalesce(F.octet_length(F.col("value")), F.lit(0)).alias("value_bytes"),
         F.try_validate_utf8(F.col("value").cast("string")).alias("value"),
-    ).withColumn("rec", F.from_json(F.col("value"), SPARK_SCHEMA_DDL))  # validated once, parsed once
+    ]
+    rec = F.from_json(F.col("value"), SPARK_SCHEMA_DDL)  # validated once, parsed once
     r = F.col("rec")
     size = F.col("value_bytes")
     looks_like_object = F.ltrim(F.col("value")).startswith("{")
@@ -136,7 +146,7 @@ def parse_records(raw: DataFrame) -> DataFrame:
         .when(reason == "empty_value", F.when(F.col("raw").isNull(), F.lit("null value")).otherwise(F.lit("0 bytes")))
         .otherwise(F.lit(None).cast("string"))
     )
-    return parsed.withColumn("reason", reason).withColumn("detail", detail)
+    return first, rec, reason, detail
 
 
 def _record_payload() -> tuple[Column, Column]:
@@ -178,31 +188,37 @@ def _observation_reason(o: Column, now_ms: Column, future_tolerance_ms: int | No
     return reason
 
 
-def observations(records: DataFrame, future_tolerance_ms: int | None) -> DataFrame:
+def _minute(now_ms: int | None) -> int | None:
+    """``now_ms`` rounded up to the minute: a literal is compiled into Spark's generated
+    code, and one that changed every batch cost a recompilation (~0.6 s) every batch."""
+    return None if now_ms is None else -(-now_ms // 60_000) * 60_000
+
+
+def _now(now_ms: int | None) -> Column:
+    """The job's clock as a column: Spark's batch time, or ``now_ms``."""
+    return F.unix_millis(F.current_timestamp()) if now_ms is None else F.lit(now_ms).cast("long")
+
+
+def observations(records: DataFrame, future_tolerance_ms: int | None, now_ms: int | None = None) -> DataFrame:
     """One row per observation of the good records: source position, cluster,
     the observation struct ``o`` and reason (null when good). The job's clock
     is Spark's batch time (``current_timestamp``); ``future_tolerance_ms``
     None turns the future check off (a simulator running faster than real
-    time has its own clock)."""
-    now_ms = F.unix_millis(F.current_timestamp())
+    time has its own clock). ``now_ms``: the job's clock fixed by the caller
+    (the same for every action of one batch; ``_now``)."""
+    explode, reason = _observation_columns(future_tolerance_ms, _minute(now_ms))
     # No record-level filter before the explode: Spark would push it below the
     # projection holding from_json and copy the parse into it (11 parses per
     # record in the plan; bench.stages). Exploding nothing for a bad record
     # keeps one from_json.
-    exploded = records.select(
-        "source_topic",
-        "source_offset",
-        F.col("rec.cluster").alias("cluster"),
-        F.explode(F.when(F.col("reason").isNull(), F.col("rec.observations"))).alias("o"),
-    )
-    o = F.col("o")
-    return exploded.select(
-        "source_topic",
-        "source_offset",
-        "cluster",
-        "o",
-        _observation_reason(o, now_ms, future_tolerance_ms).alias("reason"),
-    )
+    exploded = records.select("source_topic", "source_offset", F.col("rec.cluster").alias("cluster"), explode)
+    return exploded.select("source_topic", "source_offset", "cluster", "o", reason)
+
+
+@functools.lru_cache(maxsize=8)
+def _observation_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[Column, Column]:
+    explode = F.explode(F.when(F.col("reason").isNull(), F.col("rec.observations"))).alias("o")
+    return explode, _observation_reason(F.col("o"), _now(now_ms), future_tolerance_ms).alias("reason")
 
 
 def good_observations(obs: DataFrame) -> DataFrame:
@@ -248,7 +264,7 @@ def _item(
     )
 
 
-def side_items(records: DataFrame, future_tolerance_ms: int | None) -> DataFrame:
+def side_items(records: DataFrame, future_tolerance_ms: int | None, now_ms: int | None = None) -> DataFrame:
     """The rare rows of a batch, in one pass with no shuffle: every dead
     letter (a bad record; a bad observation or ISR change inside a good one)
     and every ISR change. Columns: kind (``deadletter`` | ``isr``), reason,
@@ -256,12 +272,19 @@ def side_items(records: DataFrame, future_tolerance_ms: int | None) -> DataFrame
     (the rejected record or JSON) and payload_encoding (``utf8`` | ``base64``),
     topic, partition, shrink (followers removed), expand (followers added).
     """
-    now_ms = F.unix_millis(F.current_timestamp())
+    cluster, items, columns = _side_columns(future_tolerance_ms, _minute(now_ms))
+    exploded = records.select("source_topic", "source_partition", "source_offset", cluster, items)
+    return exploded.select(*columns)
+
+
+@functools.lru_cache(maxsize=8)
+def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[Column, Column, list[str]]:
+    now = _now(now_ms)
     r = F.col("rec")
-    bad_obs = F.filter(r["observations"], lambda o: _observation_reason(o, now_ms, future_tolerance_ms).isNotNull())
+    bad_obs = F.filter(r["observations"], lambda o: _observation_reason(o, now, future_tolerance_ms).isNotNull())
     obs_items = F.transform(
         bad_obs,
-        lambda o: _item("deadletter", _observation_reason(o, now_ms, future_tolerance_ms), F.to_json(o)),
+        lambda o: _item("deadletter", _observation_reason(o, now, future_tolerance_ms), F.to_json(o)),
     )
     change_items = F.transform(
         F.coalesce(r["isr_changes"], F.array().cast(CHANGE_TYPE)),
@@ -283,21 +306,22 @@ def side_items(records: DataFrame, future_tolerance_ms: int | None) -> DataFrame
         F.array(_item("deadletter", F.col("reason"), payload, encoding, detail=F.col("detail"))),
     ).otherwise(F.concat(obs_items, change_items))
     cluster = F.when(F.col("reason").isin("not_json", "not_object"), F.lit(None).cast("string")).otherwise(r["cluster"])
-    exploded = records.select(
-        "source_topic", "source_partition", "source_offset", cluster.alias("cluster"), F.explode(items).alias("i")
-    )
-    return exploded.select(
-        "i.kind",
-        "i.reason",
-        "i.detail",
-        "cluster",
-        "source_topic",
-        "source_partition",
-        "source_offset",
-        "i.payload",
-        "i.payload_encoding",
-        "i.topic",
-        "i.partition",
-        "i.shrink",
-        "i.expand",
+    return (
+        cluster.alias("cluster"),
+        F.explode(items).alias("i"),
+        [
+            "i.kind",
+            "i.reason",
+            "i.detail",
+            "cluster",
+            "source_topic",
+            "source_partition",
+            "source_offset",
+            "i.payload",
+            "i.payload_encoding",
+            "i.topic",
+            "i.partition",
+            "i.shrink",
+            "i.expand",
+        ],
     )

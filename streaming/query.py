@@ -1,16 +1,15 @@
-"""The job's two streaming queries over the same telemetry source.
+"""The job's streaming query, and its state on restart.
 
-* ``aggregates``: parse -> validate -> explode -> ``groupBy(replica).agg``,
-  update mode, RocksDB state; each micro-batch's updated replica rows go to
-  the driver (Arrow) for evaluation. Checkpoint ``<dir>/aggregates``.
-* ``side``: stateless; per micro-batch the dead letters (records,
-  observations, ISR changes), the ISR change counts and the record and
-  observation counts. Checkpoint ``<dir>/side``.
+``start_job``: one query over the telemetry source; each micro-batch's raw
+records go to the driver's handler, which has Spark parse them once and
+evaluate every observation (``streaming.batch``). Checkpoint
+``<dir>/aggregates`` (offsets, commits) and ``<dir>/replicas`` (the state
+table, ``streaming.replicas``).
 
-Both are built from a function returning the raw DataFrame (Kafka-source
-columns), so the wiring does not care where telemetry comes from.
-``restore_statuses`` reads the aggregation's state back from Spark's state
-store (the ``statestore`` batch source) when a job restarts, evaluated.
+``restore_statuses`` reads the state as of the last committed batch back
+when a job restarts, evaluated; a checkpoint of the earlier two-query job
+(the RocksDB aggregation ``start_aggregates``, still used by the benchmarks
+as the baseline) is migrated from Spark's state store once.
 """
 
 from __future__ import annotations
@@ -22,18 +21,21 @@ from typing import TYPE_CHECKING, Any
 
 import pyspark.sql.functions as F
 
+from isrwatch.logs import kv
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import ReplicaStatus, Thresholds
-from streaming import evaluate, parse, state
+from streaming import evaluate, parse, replicas, state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = [
+    "start_job",
     "start_aggregates",
-    "start_side",
     "side_batch",
+    "last_committed",
+    "restore_state",
     "restore_aggregates",
     "restore_statuses",
     "AGG_DIR",
@@ -81,16 +83,50 @@ def start_aggregates(
     )
 
 
-def start_side(
+def start_job(
     raw: DataFrame, checkpoint_dir: str, trigger_seconds: float, handle: Callable[[DataFrame, int], None]
 ) -> StreamingQuery:
+    """The job's one query: every micro-batch of raw records to ``handle``
+    (``streaming.batch.evaluate_records`` does the Spark work). Its checkpoint is
+    ``<dir>/aggregates``, the directory of the aggregation it replaced, so a job
+    upgraded in place continues from its offsets (``restore_state``)."""
     return (
-        raw.writeStream.queryName("isrwatch_side")
+        raw.writeStream.queryName("isrwatch")
         .foreachBatch(handle)
-        .option("checkpointLocation", os.path.join(checkpoint_dir, SIDE_DIR))
+        .option("checkpointLocation", os.path.join(checkpoint_dir, AGG_DIR))
         .trigger(processingTime=f"{trigger_seconds} seconds")
         .start()
     )
+
+
+def last_committed(checkpoint_dir: str) -> int:
+    """The job query's last committed batch id (-1: none)."""
+    try:
+        names = os.listdir(os.path.join(checkpoint_dir, AGG_DIR, "commits"))
+    except FileNotFoundError:
+        return -1
+    return max((int(n) for n in names if n.isdigit()), default=-1)
+
+
+def restore_state(spark: SparkSession, checkpoint_dir: str) -> DataFrame | None:
+    """The replicas' state as of the last committed batch (None: a new checkpoint).
+
+    A checkpoint written by the aggregation query of earlier versions has no
+    state table yet: its state store is read once and written as the table's
+    first version."""
+    done = last_committed(checkpoint_dir)
+    if done < 0:
+        return None
+    table = replicas.StateTable(spark, checkpoint_dir)
+    state = table.committed(done)
+    if state is not None:
+        return state
+    old = _restored(spark, checkpoint_dir)
+    if old is None:
+        return None
+    table.write(old, done)
+    log.info("state_migrated %s", kv(checkpoint=checkpoint_dir, batch_id=done, source="statestore"))
+    return table.committed(done)
 
 
 def side_batch(batch: DataFrame, future_tolerance_ms: int | None) -> dict[str, Any]:
@@ -108,17 +144,17 @@ def side_batch(batch: DataFrame, future_tolerance_ms: int | None) -> dict[str, A
 
 
 def restore_aggregates(spark: SparkSession, checkpoint_dir: str) -> list[dict[str, Any]]:
-    """The aggregation's rows as of its last committed batch (empty when none)."""
-    df = _restored(spark, checkpoint_dir)
+    """The replicas' state rows as of the last committed batch (empty when none)."""
+    df = restore_state(spark, checkpoint_dir)
     return [] if df is None else df.toArrow().to_pylist()
 
 
 def restore_statuses(
     spark: SparkSession, checkpoint_dir: str, cfg: RuleConfig, th: Thresholds
 ) -> list[tuple[ReplicaStatus, int, int]]:
-    """The aggregation's rows as of its last committed batch, evaluated
+    """The replicas' state as of the last committed batch, evaluated
     (``streaming.evaluate``): what ``Monitor.restore`` takes."""
-    df = _restored(spark, checkpoint_dir)
+    df = restore_state(spark, checkpoint_dir)
     return [] if df is None else list(evaluate.statuses_from_arrow(evaluate.status_columns(df, cfg, th).toArrow()))
 
 
@@ -142,8 +178,11 @@ def _restored(spark: SparkSession, checkpoint_dir: str) -> DataFrame | None:
         value["last_leader_answer_ms"].alias("last_leader_answer_ms"),
         value["last_progress_ms"].alias("last_progress_ms"),
         value["latest"].alias("latest"),
+        value["latest_t"].alias("latest_t"),
         value["known_leo"].alias("known_leo"),
+        value["known_leo_t"].alias("known_leo_t"),
         value["known_leader_leo"].alias("known_leader_leo"),
+        value["known_leader_leo_t"].alias("known_leader_leo_t"),
         value["observations"].alias("observations"),
     )
-    return rows
+    return rows.select(*replicas.STATE_COLUMNS)

@@ -88,14 +88,6 @@ class RunSettings:
     )
 
     trigger_seconds: float = option(1.0, "micro-batch trigger interval", check=positive)
-    side_trigger_seconds: float | None = option(
-        None,
-        "trigger interval of the side query (dead letters, ISR change counts; default 5 x --trigger-seconds, "
-        "at least 5 s): it reads every record again, so it runs less often than the replica evaluation "
-        "that alerts wait on",
-        check=positive,
-        metavar="SECONDS",
-    )
     ok_refresh_batches: int = option(
         1,
         "refresh a replica that is and was ok (its gauges, its state-topic record) only every N batches; "
@@ -119,7 +111,11 @@ class RunSettings:
         metavar="FILE",
     )
     spark_master: str = option("local[2]", "Spark master")
-    shuffle_partitions: int = option(2, "spark.sql.shuffle.partitions (state store partitions)", check=positive)
+    shuffle_partitions: int = option(
+        2,
+        "spark.sql.shuffle.partitions (the partitions replicas are evaluated and their state written in)",
+        check=positive,
+    )
 
     metrics_host: str = option("127.0.0.1", "address of the job's own /metrics")
     metrics_port: int | None = option(

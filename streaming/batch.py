@@ -1,0 +1,148 @@
+"""One micro-batch of telemetry, in one pass: what Spark computes for the driver.
+
+The records are parsed once and held (``persist``) for the two things made
+from them: the rare rows (dead letters, ISR changes: ``parse.side_items``)
+and the observations, which ``streaming.replicas`` evaluates at every
+observation against the state carried from the batch before. The driver
+receives the changes, each observed replica's newest status and the rare rows
+as one Arrow table (one Spark job); ``BatchOutput.finish`` then writes the new
+state to the checkpoint (``replicas.StateTable``), before the batch commits.
+Alerts do not wait for that write: a batch that crashes after its alerts is
+run again by Spark, and its alerts are not repeated (``streaming.monitor``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
+import pyspark.sql.functions as F
+from pyspark import StorageLevel
+
+from isrwatch.rule import RuleConfig
+from isrwatch.status import ReplicaStatus, Thresholds
+from streaming import evaluate, parse, replicas
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+__all__ = ["BatchOutput", "evaluate_records", "split_driver_rows"]
+
+SIDE = "_side"  # a rare row (dead letter, ISR change) as JSON, among the driver's rows
+
+
+@dataclass
+class BatchOutput:
+    deadletters: list[dict[str, Any]] = field(default_factory=list)
+    isr_changes: list[dict[str, Any]] = field(default_factory=list)
+    table: pa.Table | None = None  # replicas.for_the_driver's rows
+    spark_s: float = 0.0
+    # Writes the batch's state and releases it: call once the driver has the rows.
+    finish: Callable[[], None] = lambda: None
+    # Where the time went: parse and the rare rows; the state's new version; the driver's rows.
+    stages: dict[str, float] = field(default_factory=dict)
+
+
+def _held(records: DataFrame) -> DataFrame:
+    """The parsed records without the raw bytes and text of the good ones (only
+    a dead letter's payload needs them), held for the batch's two uses."""
+    bad = F.col("reason").isNotNull()
+    return records.select(
+        "source_topic",
+        "source_partition",
+        "source_offset",
+        F.when(bad, F.col("raw")).alias("raw"),
+        "value_bytes",
+        F.when(bad, F.col("value")).alias("value"),
+        "rec",
+        "reason",
+        "detail",
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def evaluate_records(
+    raw: DataFrame,
+    batch_id: int,
+    table: replicas.StateTable,
+    cfg: RuleConfig,
+    th: Thresholds,
+    *,
+    future_tolerance_ms: int | None,
+    max_gap_ms: int | None,
+    not_ok_keys: Collection[str] = frozenset(),
+    refresh_batches: int = 1,
+) -> BatchOutput:
+    """Everything the driver needs from one batch of raw records (the Kafka
+    source's columns); writes the batch's state version."""
+    t0 = time.monotonic()
+    now_ms = int(time.time() * 1000)
+    out = BatchOutput()
+    records = _held(parse.parse_records(raw))
+    evaluated = None
+    try:
+        obs = parse.good_observations(parse.observations(records, future_tolerance_ms, now_ms))
+        rows = replicas.observation_rows(obs, cfg, max_gap_ms)
+        carried, version = table.read(batch_id, rows)
+        evaluated = replicas.evaluate_batch(rows, carried, cfg, th).persist(StorageLevel.MEMORY_AND_DISK)
+        # One Spark job for everything the driver reads: the replicas' rows and the rare ones.
+        driver = replicas.for_the_driver(evaluated, not_ok_keys, batch_id, refresh_batches)
+        side = parse.side_items(records, future_tolerance_ms, now_ms)
+        both = driver.withColumn(SIDE, F.lit(None).cast("string")).unionByName(
+            side.select(F.to_json(F.struct(*side.columns)).alias(SIDE)), allowMissingColumns=True
+        )
+        rows_ = both.toArrow()
+        out.stages["evaluate_s"] = time.monotonic() - t0
+        is_side = pc.is_valid(rows_.column(SIDE))
+        out.table = rows_.filter(pc.invert(is_side))
+        for item in rows_.filter(is_side).column(SIDE).to_pylist():
+            row = json.loads(item)
+            if row["kind"] == "deadletter":
+                out.deadletters.append({k: row.get(k) for k in parse.DEADLETTER_COLUMNS})
+            else:
+                out.isr_changes.append({k: row.get(k) for k in ("cluster", "topic", "partition", "shrink", "expand")})
+    except BaseException:
+        if evaluated is not None:
+            evaluated.unpersist()
+        records.unpersist()
+        raise
+    out.spark_s = time.monotonic() - t0
+    held = evaluated
+
+    def finish() -> None:
+        """Write the batch's state version (before the batch commits), release the batch."""
+        t1 = time.monotonic()
+        try:
+            table.write(held.where(F.col(replicas.LAST)), batch_id)
+            if version is not None:
+                table.prune(version)  # the version this batch read stays until the next batch
+        finally:
+            held.unpersist()
+            records.unpersist()
+        out.stages["state_s"] = time.monotonic() - t1
+
+    out.finish = finish
+    return out
+
+
+def split_driver_rows(
+    table: pa.Table,
+) -> tuple[list[ReplicaStatus], Iterator[tuple[ReplicaStatus, int, int]]]:
+    """(changes in time order, finals) of ``replicas.for_the_driver``'s rows: the
+    statuses at which a replica's state changed, and each observed replica's
+    newest (status, last_t_ms, observations)."""
+    change = table.column(replicas.CHANGE).to_pylist()
+    last = table.column(replicas.LAST).to_pylist()
+    changes: list[ReplicaStatus] = []
+    finals: list[tuple[ReplicaStatus, int, int]] = []
+    for item, c, f in zip(evaluate.statuses_from_arrow(table), change, last, strict=True):
+        if c:
+            changes.append(item[0])
+        if f:
+            finals.append(item)
+    changes.sort(key=lambda s: s.eval_ms)
+    return changes, iter(finals)

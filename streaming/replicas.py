@@ -1,0 +1,278 @@
+"""Per-replica state across micro-batches, and the rule at every observation.
+
+The state is one row per follower replica: the columns of
+``isrwatch.status.ReplicaAggregate`` (``STATE_COLUMNS``), plus the times
+that pick its newest values (``latest_t``, ``known_leo_t``,
+``known_leader_leo_t``) and ``observations``. ``StateTable`` keeps it in the
+checkpoint as one Parquet version per micro-batch
+(``<checkpoint>/replicas/v<batch_id>``), written before the batch commits:
+a batch Spark runs again after a crash reads the version before it and
+rewrites its own, so a replay gives the same state.
+
+``evaluate_batch`` is the job's hot path, all in the JVM. Each replica's
+carried row (the "seed") goes in front of the batch's observations of it;
+a running aggregate over the replica in time order (window functions, the
+same min / max / max_by the state is made of) is the state as of every
+observation, and ``streaming.evaluate.status_columns`` evaluates each one.
+So a fault that begins and ends between two batch ends is seen, with the
+telemetry times it began and ended (docs/rule.md, "Within a batch"): a row
+whose state differs from the row before it is a *change*, and only changes,
+plus each replica's last row, leave Spark.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import shutil
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+import pyspark.sql.functions as F
+from pyspark.sql import Column, Window
+
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import State, Thresholds
+from streaming import evaluate
+from streaming.state import KEY_COLUMNS, caught_up_time_expr
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "STATE_COLUMNS",
+    "observation_rows",
+    "evaluate_batch",
+    "for_the_driver",
+    "StateTable",
+]
+
+log = logging.getLogger(__name__)
+
+_LATEST = ("leader_id", "leo", "leader_leo", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
+
+STATE_COLUMNS = [
+    *KEY_COLUMNS,
+    "first_t_ms",
+    "last_t_ms",
+    "last_caught_up_ms",
+    "last_answer_ms",
+    "last_leader_answer_ms",
+    "last_progress_ms",
+    "latest",
+    "latest_t",
+    "known_leo",
+    "known_leo_t",
+    "known_leader_leo",
+    "known_leader_leo_t",
+    "observations",
+]
+
+# Running aggregates over a replica's rows, by state column: how two rows combine.
+_MIN, _MAX, _SUM = "min", "max", "sum"
+_BY = {  # max_by(column, its time)
+    "latest": "latest_t",
+    "known_leo": "known_leo_t",
+    "known_leader_leo": "known_leader_leo_t",
+}
+_COMBINE = {
+    "first_t_ms": _MIN,
+    "last_t_ms": _MAX,
+    "last_caught_up_ms": _MAX,
+    "last_answer_ms": _MAX,
+    "last_leader_answer_ms": _MAX,
+    "last_progress_ms": _MAX,
+    "latest_t": _MAX,
+    "known_leo_t": _MAX,
+    "known_leader_leo_t": _MAX,
+    "observations": _SUM,
+}
+
+# Driver-bound flag columns of evaluate_batch's output.
+CHANGE, LAST, SEED, OBSERVED = "_change", "_last", "_seed", "_observed"
+
+
+def observation_rows(obs: DataFrame, cfg: RuleConfig, max_gap_ms: int | None) -> DataFrame:
+    """``parse.good_observations`` -> one state-shaped row per observation (what
+    the observation alone says), ``_seed`` 0."""
+    return obs.select(*_observation_exprs(cfg.rule, max_gap_ms))
+
+
+# The expressions below are built once (functools caches): each Column costs calls
+# into the JVM, and rebuilt every batch they took about a second of it.
+
+
+@functools.lru_cache(maxsize=8)
+def _observation_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
+    t = F.col("t_ms")
+    leo, leader_leo = F.col("leo"), F.col("leader_leo")
+    progressed = (leo > F.col("prev_leo")) | (leo >= leader_leo)
+    return [
+        *[F.col(c) for c in KEY_COLUMNS],
+        t.alias("first_t_ms"),
+        t.alias("last_t_ms"),
+        caught_up_time_expr(rule, max_gap_ms).alias("last_caught_up_ms"),
+        F.when(leo.isNotNull(), t).alias("last_answer_ms"),
+        F.when(leader_leo.isNotNull(), t).alias("last_leader_answer_ms"),
+        F.when(progressed, t).alias("last_progress_ms"),
+        F.struct(*[F.col(c) for c in _LATEST]).alias("latest"),
+        t.alias("latest_t"),
+        leo.alias("known_leo"),
+        F.when(leo.isNotNull(), t).alias("known_leo_t"),
+        leader_leo.alias("known_leader_leo"),
+        F.when(leader_leo.isNotNull(), t).alias("known_leader_leo_t"),
+        F.lit(1).cast("long").alias("observations"),
+        F.lit(0).alias(SEED),
+    ]
+
+
+def _running(column: str, window: Any) -> Column:
+    if column in _BY:
+        # max_by skips rows whose ordering is null: the newest non-null value.
+        return F.max_by(F.col(column), F.col(_BY[column])).over(window)
+    how = _COMBINE[column]
+    fn = F.min if how == _MIN else F.max if how == _MAX else F.sum
+    return fn(F.col(column)).over(window)
+
+
+def _signature(state: Column, lag_state: Column) -> Column:
+    """What the alerts of a replica follow: its state and its lag state."""
+    return F.concat_ws("|", state, lag_state)
+
+
+_STATE_VALUES = [c for c in STATE_COLUMNS if c not in KEY_COLUMNS]
+_HELPERS = ("_i", "_n", "_m")
+
+
+@functools.cache
+def _batch_exprs() -> tuple[list[Column], list[Column], list[Column]]:
+    """(seed columns, running columns, flag columns) of evaluate_batch."""
+    seeds = [*[F.col(c) for c in STATE_COLUMNS], F.lit(1).alias(SEED)]
+    # The seed first, then the observations in telemetry time order (ties broken
+    # by content, so a replayed batch orders its rows the same way).
+    order = [F.col(SEED).desc(), F.col("latest_t"), F.col("known_leo_t"), F.col("known_leo"), F.col("known_leader_leo")]
+    ordered = Window.partitionBy(*KEY_COLUMNS).orderBy(*order)
+    upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    whole = Window.partitionBy(*KEY_COLUMNS)
+    running = [
+        *[F.col(c) for c in KEY_COLUMNS],
+        *[_running(c, upto).alias(c) for c in _STATE_VALUES],
+        F.col(SEED),
+        F.row_number().over(ordered).alias("_i"),
+        F.count(F.lit(1)).over(whole).alias("_n"),
+        F.sum(F.lit(1) - F.col(SEED)).over(whole).alias("_m"),
+    ]
+    sig = _signature(F.col("state"), F.col("lag_state"))
+    ok = _signature(F.lit(State.OK.value), F.lit(State.OK.value))
+    before = F.coalesce(F.lag(sig).over(ordered), ok)
+    flags = [
+        ((F.col(SEED) == 0) & (sig != before)).alias(CHANGE),
+        (F.col("_i") == F.col("_n")).alias(LAST),
+        (F.col("_m") > 0).alias(OBSERVED),
+    ]
+    return seeds, running, flags
+
+
+def evaluate_batch(rows: DataFrame, carried: DataFrame, cfg: RuleConfig, th: Thresholds) -> DataFrame:
+    """The state as of every row of ``rows`` (``observation_rows``), each evaluated.
+
+    ``carried``: the state before the batch (``STATE_COLUMNS``; its rows are the
+    seeds). Output: every seed and observation row with the running state
+    (``STATE_COLUMNS``), the status columns (``evaluate.STATUS_COLUMNS`` +
+    ``EXTRA_COLUMNS``), ``_seed``, ``_change`` (an observation whose state or
+    lag state differs from the row before: a transition, at its ``eval_ms``),
+    ``_last`` (the replica's newest row: its new state) and ``_observed`` (the
+    replica has observations in the batch). A replica without observations
+    in the batch has its seed alone, unchanged.
+    """
+    seeds, running, flags = _batch_exprs()
+    both = carried.select(*seeds).unionByName(rows.select(*STATE_COLUMNS, SEED))
+    evaluated = evaluate.status_columns(both.select(*running), cfg, th, keep=[*_STATE_VALUES, SEED, *_HELPERS])
+    keep = [c for c in evaluated.columns if c not in _HELPERS]
+    return evaluated.select(*keep, *flags)
+
+
+def for_the_driver(
+    evaluated: DataFrame, not_ok_keys: Collection[str], batch_id: int, refresh_batches: int
+) -> DataFrame:
+    """The rows of ``evaluate_batch``'s output the driver takes: every change
+    (its alerts, with their times) and the newest row of every replica observed
+    in the batch (its gauges), those of ok replicas only on their refresh batch
+    when ``refresh_batches`` > 1 (``evaluate.for_the_driver``)."""
+    columns = [*evaluate.STATUS_COLUMNS, *evaluate.EXTRA_COLUMNS, CHANGE, LAST]
+    if refresh_batches <= 1:
+        return evaluated.where(_driver_rows()).select(*columns)
+    # A replica's newest row that is itself a change always goes (it may be a return to ok).
+    changes = evaluated.where(F.col(CHANGE))
+    finals = evaluated.where(F.col(LAST) & F.col(OBSERVED) & ~F.col(CHANGE))
+    finals = evaluate.for_the_driver(finals, not_ok_keys, batch_id, refresh_batches)
+    return changes.select(*columns).unionByName(finals.select(*columns))
+
+
+@functools.cache
+def _driver_rows() -> Column:
+    return (F.col(LAST) & F.col(OBSERVED)) | F.col(CHANGE)
+
+
+_VERSION = re.compile(r"^v(\d+)$")
+
+
+class StateTable:
+    """The state's versions under ``<checkpoint>/replicas``."""
+
+    def __init__(self, spark: SparkSession, checkpoint_dir: str) -> None:
+        self.spark = spark
+        self.dir = os.path.join(checkpoint_dir, "replicas")
+
+    def versions(self) -> list[int]:
+        """Complete versions (Spark's ``_SUCCESS`` marker written), oldest first."""
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        out = []
+        for n in names:
+            m = _VERSION.match(n)
+            if m and os.path.exists(os.path.join(self.dir, n, "_SUCCESS")):
+                out.append(int(m.group(1)))
+        return sorted(out)
+
+    def path(self, version: int) -> str:
+        return os.path.join(self.dir, f"v{version}")
+
+    def read(self, before: int, like: DataFrame) -> tuple[DataFrame, int | None]:
+        """The newest version older than batch ``before``, in the schema of ``like``
+        (``observation_rows``; given, not inferred from the files); none: empty, None."""
+        older = [v for v in self.versions() if v < before]
+        schema = like.select(*STATE_COLUMNS).schema
+        if not older:
+            return like.select(*STATE_COLUMNS).limit(0), None
+        return self.spark.read.schema(schema).parquet(self.path(older[-1])), older[-1]
+
+    def write(self, state: DataFrame, batch_id: int) -> None:
+        state.select(*STATE_COLUMNS).write.mode("overwrite").parquet(self.path(batch_id))
+
+    def prune(self, keep_from: int) -> None:
+        """Remove versions older than ``keep_from`` and anything unfinished below it."""
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return
+        for n in names:
+            m = _VERSION.match(n)
+            if m and int(m.group(1)) < keep_from:
+                shutil.rmtree(os.path.join(self.dir, n), ignore_errors=True)
+
+    def committed(self, last_committed: int) -> DataFrame | None:
+        """The state as of the last committed batch (what a restarted job resumes from)."""
+        done = [v for v in self.versions() if v <= last_committed]
+        if not done:
+            return None
+        return self.spark.read.parquet(self.path(done[-1])).select(*STATE_COLUMNS)
+
+
+def restored_rows(state: DataFrame) -> list[dict[str, Any]]:
+    """The state's rows as dicts (``latest`` a dict too)."""
+    return state.toArrow().to_pylist()
