@@ -376,7 +376,6 @@ def run(
                     batch_id=batch_id,
                     observations=report.observations,
                     replicas=report.replicas,
-                    changes=len(changes),
                     states=report.statuses,
                     alerts_started=report.started,
                     alerts_resolved=report.resolved,
@@ -385,6 +384,7 @@ def run(
                     spark_ms=round(out.spark_s * 1000),
                     **{k.replace("_s", "_ms"): round(v * 1000) for k, v in out.stages.items()},
                     telemetry_lag_s=float(lag_s),
+                    changes=len(changes),
                 ),
             )
 

@@ -52,3 +52,26 @@ class MultiFeed(threading.Thread):
             return
         finally:
             self.done.set()
+
+
+class RunningJob:
+    """``streaming.job.run`` on a thread (the tests' shared Spark session), alerts to ``stream``."""
+
+    def __init__(self, settings, spark, stream) -> None:
+        from streaming.job import JobHandles, run
+        from streaming.notify import StdoutSink
+
+        self.handles = JobHandles()
+        self.stop = threading.Event()
+        self.result: dict = {}
+
+        def target() -> None:
+            try:
+                self.result["rc"] = run(
+                    settings, spark=spark, handles=self.handles, stop_event=self.stop, sinks=[StdoutSink(stream=stream)]
+                )
+            except BaseException as e:  # reported by the test
+                self.result["error"] = e
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import time
 from datetime import datetime
 
@@ -28,9 +27,9 @@ from isrwatch.telemetry import _obs_dict, decode_record
 from simulator.run import Simulation, now_ms
 from simulator.scenarios import fault_end_ms
 from simulator.spool import SpoolReader, SpoolWriter
-from streaming.job import JobHandles, run
-from streaming.notify import StdoutSink
+from streaming.job import JobHandles
 from streaming.settings import RunSettings
+from tests.streaming.feed import RunningJob
 
 pytestmark = pytest.mark.integration
 
@@ -100,18 +99,8 @@ class _Lines(io.StringIO):
 
 def _run_until(settings: RunSettings, spark, done) -> list[dict]:
     out = _Lines()
-    handles = JobHandles()
-    stop = threading.Event()
-    result: dict = {}
-
-    def target() -> None:
-        try:
-            result["rc"] = run(settings, spark=spark, handles=handles, stop_event=stop, sinks=[StdoutSink(stream=out)])
-        except BaseException as e:  # reported below
-            result["error"] = e
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
+    running = RunningJob(settings, spark, out)
+    handles, stop, result, thread = running.handles, running.stop, running.result, running.thread
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and "error" not in result and thread.is_alive():
         if handles.monitor is not None and done(handles):

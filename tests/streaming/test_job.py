@@ -16,10 +16,8 @@ import requests
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
 from localkafka import free_port as _free_port
 from simulator.run import Simulation, now_ms
-from streaming.job import JobHandles, run
-from streaming.notify import StdoutSink
 from streaming.settings import RunSettings
-from tests.streaming.feed import MultiFeed
+from tests.streaming.feed import MultiFeed, RunningJob
 
 pytestmark = pytest.mark.integration
 
@@ -90,18 +88,8 @@ def job(spark, tmp_path_factory):
         ok_refresh_batches=3,
     )
     out = Lines()
-    handles = JobHandles()
-    stop = threading.Event()
-    result: dict = {}
-
-    def target() -> None:
-        try:
-            result["rc"] = run(settings, spark=spark, handles=handles, stop_event=stop, sinks=[StdoutSink(stream=out)])
-        except BaseException as e:  # reported by the test
-            result["error"] = e
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
+    running = RunningJob(settings, spark, out)
+    handles, stop, result, thread = running.handles, running.stop, running.result, running.thread
     assert handles.ready.wait(120), result.get("error")
     feed.start()
     scraped: dict = {}

@@ -155,3 +155,41 @@ def test_alerts_kept_per_replica_equal_alerts_from_every_status(batches) -> None
         by_key = {a.key: a for a in expected}
         for key, alert in m.book.active.items():  # held alerts carry the current text
             assert (alert.summary, alert.description) == (by_key[key].summary, by_key[key].description)
+
+
+def test_changes_inside_a_batch_fire_and_resolve_at_their_own_times(tmp_path) -> None:
+    """An episode that began and ended inside one batch: its alerts are sent fired
+    (at the crossing) and resolved (at the observation that showed the replica
+    back), once; the batch's end state, ok, raises nothing more. A replay of the
+    batch sends nothing."""
+    from isrwatch.status import evaluate
+    from streaming.state import row_to_aggregate
+
+    def status(t_ms: int, caught_up_ms: int):
+        return evaluate(
+            row_to_aggregate(_row(t_ms, caught_up_ms, 1)), t_ms, RuleConfig(lag_time_max_ms=10_000), Thresholds()
+        )
+
+    clock, sink = Clock(), Collect()
+    m = _monitor(tmp_path, clock, sink)
+    nearing = status(106_000, 100_000)  # 60 %: crossed 50 % at 105 000
+    critical = status(108_500, 100_000)  # 85 %: crossed 80 % at 108 000
+    back = status(109_000, 109_000)
+    end = status(112_000, 111_500)
+    report = m.apply_statuses(0, [(end, 112_000, 40)], [nearing, critical, back])
+    assert (report.started, report.resolved) == (2, 2)
+    events = [
+        (a.name.value, "firing" if a in t.started else "resolved", a.starts_ms, a.ends_ms)
+        for t in sink.transitions
+        for a in (*t.started, *t.resolved)
+    ]
+    assert events == [
+        ("KafkaReplicaNearingIsrShrink", "firing", 105_000, None),
+        ("KafkaReplicaIsrShrinkImminent", "firing", 108_000, None),
+        ("KafkaReplicaNearingIsrShrink", "resolved", 105_000, 109_000),
+        ("KafkaReplicaIsrShrinkImminent", "resolved", 108_000, 109_000),
+    ]
+    assert not m.book.active and m.statuses[("c", "t", 0, 2)].state is State.OK
+    again = _monitor(tmp_path, clock, Collect())  # restarted on the same checkpoint
+    replay = again.apply_statuses(0, [(end, 112_000, 40)], [nearing, critical, back])
+    assert replay.skipped and (replay.started, replay.resolved) == (0, 0)
