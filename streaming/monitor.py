@@ -135,16 +135,8 @@ class Monitor:
             n += max(0, count - self._counts.get(key, 0))
             self._counts[key] = count
             self._last_t[key] = last_t
-            self.statuses[key] = s
             statuses.append(s)
-            pkey = (s.cluster, s.topic, s.partition)
-            self._members.setdefault(pkey, set()).add(s.broker_id)
-            touched.add(pkey)
-            alerts = self._replica_alerts.setdefault(s.cluster, {})
-            if s.state is State.OK:
-                alerts.pop(key, None)
-            else:
-                alerts[key] = replica_alerts(s, self.thresholds)
+            touched.add(self._hold(s))
             if last_t > self.cluster_now.get(s.cluster, -1):
                 self.cluster_now[s.cluster] = last_t
                 self._advanced_wall_ms[s.cluster] = wall
@@ -152,6 +144,19 @@ class Monitor:
         for pkey in touched:
             self._update_partition_alert(pkey)
         return statuses, n
+
+    def _hold(self, s: ReplicaStatus) -> PartitionKey:
+        """Keep ``s`` as its replica's status and the replica alerts it calls for; its partition."""
+        key = (s.cluster, s.topic, s.partition, s.broker_id)
+        self.statuses[key] = s
+        pkey = key[:3]
+        self._members.setdefault(pkey, set()).add(s.broker_id)
+        alerts = self._replica_alerts.setdefault(s.cluster, {})
+        if s.state is State.OK:
+            alerts.pop(key, None)
+        else:
+            alerts[key] = replica_alerts(s, self.thresholds)
+        return pkey
 
     def _update_partition_alert(self, pkey: PartitionKey) -> None:
         cluster, topic, partition = pkey
@@ -231,17 +236,7 @@ class Monitor:
             cluster, at = ordered[i].cluster, ordered[i].eval_ms
             touched: set[PartitionKey] = set()
             while i < len(ordered) and ordered[i].cluster == cluster and ordered[i].eval_ms == at:
-                s = ordered[i]
-                key = (s.cluster, s.topic, s.partition, s.broker_id)
-                self.statuses[key] = s
-                pkey = key[:3]
-                self._members.setdefault(pkey, set()).add(s.broker_id)
-                touched.add(pkey)
-                alerts = self._replica_alerts.setdefault(cluster, {})
-                if s.state is State.OK:
-                    alerts.pop(key, None)
-                else:
-                    alerts[key] = replica_alerts(s, self.thresholds)
+                touched.add(self._hold(ordered[i]))
                 i += 1
             for pkey in touched:
                 self._update_partition_alert(pkey)

@@ -39,13 +39,11 @@ __all__ = [
     "restore_aggregates",
     "restore_statuses",
     "AGG_DIR",
-    "SIDE_DIR",
 ]
 
 log = logging.getLogger(__name__)
 
 AGG_DIR = "aggregates"
-SIDE_DIR = "side"
 
 # The state store value of the aggregation, by position (the buffers of
 # replica_aggregates' columns, in order; max_by keeps (value, ordering)).

@@ -271,8 +271,3 @@ class StateTable:
         if not done:
             return None
         return self.spark.read.parquet(self.path(done[-1])).select(*STATE_COLUMNS)
-
-
-def restored_rows(state: DataFrame) -> list[dict[str, Any]]:
-    """The state's rows as dicts (``latest`` a dict too)."""
-    return state.toArrow().to_pylist()
