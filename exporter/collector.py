@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from exporter.store import PartitionKey, PartitionView, StatusStore, StoreSnapshot
-from isrwatch.status import ReplicaStatus, State
+from isrwatch.status import ReplicaStatus, State, status_key
 
 __all__ = [
     "StoreCollector",
@@ -37,6 +37,8 @@ __all__ = [
     "PARTITION_LABELS",
     "CHANGE_LABELS",
     "REPLICA_GAUGES",
+    "EPISODE_LABELS",
+    "EPISODES_FAMILY",
     "STATE_FAMILY",
     "UPDATED_FAMILY",
     "updated_at",
@@ -66,6 +68,11 @@ REPLICA_GAUGES: tuple[tuple[str, str, Callable[[ReplicaStatus], float]], ...] = 
         lambda s: s.lag_ratio,
     ),
     (
+        "isrwatch_replica_peak_lag_ratio",
+        "Largest lag ratio the follower reached over the telemetry of the job's newest batch that evaluated it",
+        lambda s: s.peak_lag_ratio if s.peak_lag_ratio is not None else s.lag_ratio,
+    ),
+    (
         "isrwatch_replica_time_to_shrink_seconds",
         "Time until the earliest predicted removal from the ISR; 0 when due",
         lambda s: s.time_to_shrink_s,
@@ -85,6 +92,13 @@ REPLICA_GAUGES: tuple[tuple[str, str, Callable[[ReplicaStatus], float]], ...] = 
         "replica.lag.time.max.ms applied to the follower, in seconds (the lag ratio's denominator)",
         lambda s: s.lag_time_max_ms / 1000.0,
     ),
+)
+# Counted per follower, not per leader (a leader change must not reset it).
+EPISODE_LABELS = ("cluster", "topic", "partition", "broker_id")
+EPISODES_FAMILY = (
+    "isrwatch_replica_out_of_sync_episodes",
+    "Times the follower's lag state entered out_of_sync (time since caught up reached replica.lag.time.max.ms, "
+    "or out of the ISR), each counted even when it began and ended between two scrapes",
 )
 STATE_FAMILY = ("isrwatch_replica_state", "1 for the replica's current state, 0 for the others")
 UPDATED_FAMILY = (
@@ -171,6 +185,14 @@ class MetricsView:
             return heapq.nlargest(self.replica_series_top, chosen, key=lambda s: s.lag_ratio)
         return list(chosen)
 
+    def episode_replicas(self, snap: StoreSnapshot, chosen: list[ReplicaStatus]) -> list[ReplicaStatus]:
+        """The replicas that get the out-of-sync episode counter: those with series,
+        and every replica with an episode, whatever the selection (a counter that
+        went away while its replica was ok would hide the fault it counts)."""
+        keys = {status_key(s) for s in chosen}
+        extra = [s for s in snap.statuses() if s.out_of_sync_episodes and status_key(s) not in keys]
+        return [*chosen, *extra]
+
     def at_risk(self, snap: StoreSnapshot, key: PartitionKey, view: PartitionView) -> bool:
         """A follower not ok; or an ISR smaller than the replicas; or a min ISR
         headroom <= 0 (no spare in-sync replica), with the partition's own min ISR,
@@ -232,7 +254,8 @@ class StoreCollector(Collector):
         gauges = [(GaugeMetricFamily(n, h, labels=REPLICA_LABELS), f) for n, h, f in REPLICA_GAUGES]
         state = GaugeMetricFamily(*STATE_FAMILY, labels=[*REPLICA_LABELS, "state"])
         updated = GaugeMetricFamily(*UPDATED_FAMILY, labels=REPLICA_LABELS)
-        for s in self.view.replicas(snap):
+        chosen = self.view.replicas(snap)
+        for s in chosen:
             labels = replica_label_values(s)
             for family, value in gauges:
                 family.add_metric(labels, value(s))
@@ -244,6 +267,10 @@ class StoreCollector(Collector):
         yield from (g for g, _ in gauges)
         yield state
         yield updated
+        episodes = CounterMetricFamily(*EPISODES_FAMILY, labels=EPISODE_LABELS)
+        for s in self.view.episode_replicas(snap, chosen):
+            episodes.add_metric([s.cluster, s.topic, str(s.partition), str(s.broker_id)], s.out_of_sync_episodes)
+        yield episodes
 
     def _partition_families(self, snap: StoreSnapshot, selection: PartitionSelection) -> Iterator[Metric]:
         gauges = [(GaugeMetricFamily(n, h, labels=PARTITION_LABELS), f) for n, h, f in PARTITION_GAUGES]

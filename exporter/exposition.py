@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from exporter.collector import (
     CHANGES_FAMILY,
     CLUSTER_CHANGES_FAMILY,
+    EPISODES_FAMILY,
     PARTITION_GAUGES,
     PARTITIONS_FAMILY,
     REPLICA_GAUGES,
@@ -92,6 +93,11 @@ def render(snap: StoreSnapshot, view: MetricsView) -> str:
         at = updated_at(snap, s)
         if at is not None:
             out.append(f"{name}{{{b}}} {_value(at)}\n")
+    name, help_text = EPISODES_FAMILY
+    _header(out, name + "_total", help_text, "counter")
+    for s in view.episode_replicas(snap, replicas):
+        body = f'cluster="{esc(s.cluster)}",topic="{esc(s.topic)}",partition="{s.partition}",broker_id="{s.broker_id}"'
+        out.append(f"{name}_total{{{body}}} {_value(s.out_of_sync_episodes)}\n")
 
     selection = view.partitions(snap)
     parts = [

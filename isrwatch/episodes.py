@@ -10,14 +10,14 @@ the two to each other. Pure Python, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from isrwatch.rule import Rule, RuleConfig, observed_caught_up_time
 from isrwatch.status import ReplicaAggregate, ReplicaStatus, State, Thresholds, evaluate
 
-__all__ = ["fold", "Change", "state_changes"]
+__all__ = ["fold", "Change", "walk", "state_changes"]
 
 
 def _max(a: int | None, b: int | None) -> int | None:
@@ -97,6 +97,32 @@ class Change:
         return (s.cluster, s.topic, s.partition, s.broker_id)
 
 
+def walk(
+    observations: Iterable[tuple[str, Mapping[str, Any]]],
+    cfg: RuleConfig,
+    th: Thresholds,
+    max_gap_ms: int | None,
+) -> Iterator[tuple[Mapping[str, Any], ReplicaStatus]]:
+    """Each observation of ``observations`` ((cluster, observation) pairs, any
+    order) with its replica's status right after it: replica by replica, in
+    time order. A status's ``out_of_sync_episodes`` counts the times the
+    replica's lag state entered out_of_sync up to it (from ok)."""
+    by_replica: dict[tuple[str, str, int, int], list[Mapping[str, Any]]] = {}
+    for cluster, o in observations:
+        by_replica.setdefault((cluster, o["topic"], int(o["partition"]), int(o["broker_id"])), []).append(o)
+    for key, obs in by_replica.items():
+        obs.sort(key=lambda o: (o["t_ms"], _nulls_first(o.get("leo")), _nulls_first(o.get("leader_leo"))))
+        agg: ReplicaAggregate | None = None
+        lag_before, episodes = State.OK, 0
+        for o in obs:
+            agg = fold(agg, key[0], o, cfg.rule, max_gap_ms)
+            s = evaluate(agg, agg.last_t_ms, cfg, th)
+            if s.lag_state is State.OUT_OF_SYNC and lag_before is not State.OUT_OF_SYNC:
+                episodes += 1
+            lag_before = s.lag_state or s.state
+            yield o, replace(s, out_of_sync_episodes=episodes)
+
+
 def state_changes(
     observations: Iterable[tuple[str, Mapping[str, Any]]],
     cfg: RuleConfig,
@@ -105,21 +131,14 @@ def state_changes(
 ) -> list[Change]:
     """Every change of (state, lag state) of every replica over ``observations``
     ((cluster, observation) pairs, any order), starting from ok, in time order."""
-    by_replica: dict[tuple[str, str, int, int], list[Mapping[str, Any]]] = {}
-    for cluster, o in observations:
-        by_replica.setdefault((cluster, o["topic"], int(o["partition"]), int(o["broker_id"])), []).append(o)
     out = []
-    for key, obs in by_replica.items():
-        obs.sort(key=lambda o: (o["t_ms"], _nulls_first(o.get("leo")), _nulls_first(o.get("leader_leo"))))
-        agg: ReplicaAggregate | None = None
-        before = (State.OK, State.OK)
-        for o in obs:
-            agg = fold(agg, key[0], o, cfg.rule, max_gap_ms)
-            s = evaluate(agg, agg.last_t_ms, cfg, th)
-            now = (s.state, s.lag_state or s.state)
-            if now != before:
-                out.append(Change(s))
-                before = now
+    before: dict[tuple[str, str, int, int], tuple[State, State]] = {}
+    for _, s in walk(observations, cfg, th, max_gap_ms):
+        change = Change(s)
+        now = (s.state, s.lag_state or s.state)
+        if now != before.get(change.key, (State.OK, State.OK)):
+            out.append(change)
+            before[change.key] = now
     out.sort(key=lambda c: (c.status.eval_ms, c.key))
     return out
 

@@ -109,10 +109,19 @@ class ReplicaStatus:
     # The state from the lag ratio alone. Equal to ``state`` except for a
     # stalled follower, whose lag keeps growing while its broker is silent.
     lag_state: State | None = None
+    # The largest lag ratio the replica reached over the telemetry of the batch
+    # this status closes (the job evaluates every observation): a fault that
+    # lived between two scrapes still shows. None: ``lag_ratio``.
+    peak_lag_ratio: float | None = None
+    # Times the replica's lag state entered out_of_sync, since isrwatch first
+    # saw it (the job carries the count in its checkpoint).
+    out_of_sync_episodes: int = 0
 
     def __post_init__(self) -> None:
         if self.lag_state is None:
             object.__setattr__(self, "lag_state", self.state)
+        if self.peak_lag_ratio is None:
+            object.__setattr__(self, "peak_lag_ratio", self.lag_ratio)
 
 
 # ReplicaStatus's field names, in its constructor's order.
@@ -216,6 +225,8 @@ def status_to_json(s: ReplicaStatus) -> dict[str, object]:
 
 
 def status_from_json(d: dict[str, object]) -> ReplicaStatus:
+    """The inverse of ``status_to_json``; a record of an older job (without
+    ``lag_state``, ``peak_lag_ratio`` or ``out_of_sync_episodes``) gets their defaults."""
     lag_state = d.get("lag_state")
     return ReplicaStatus(
         **{**d, "state": State(d["state"]), "lag_state": State(lag_state) if lag_state else None}  # type: ignore[arg-type]

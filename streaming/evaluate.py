@@ -38,6 +38,7 @@ STATUS_COLUMNS = STATUS_FIELDS
 # time (its cluster clock, and forgetting replicas whose telemetry stopped)
 # and how many observations it has had, ever (the batch's observation count).
 EXTRA_COLUMNS = ("last_t_ms", "observations")
+EPISODES = "out_of_sync_episodes"
 
 _STATES = {s.value: s for s in State}
 
@@ -55,16 +56,18 @@ def status_columns(aggs: DataFrame, cfg: RuleConfig, th: Thresholds, keep: Seque
     """``aggs`` (``streaming.state.replica_aggregates``' columns) ->
     ``STATUS_COLUMNS`` + ``EXTRA_COLUMNS``, one row per replica, followed by the
     columns of ``aggs`` named in ``keep`` (other than those)."""
-    first_parts, second_parts, final = _status_exprs(cfg, th, tuple(keep))
+    first_parts, second_parts, final = _status_exprs(cfg, th, tuple(keep), EPISODES in aggs.columns)
     return aggs.select("*", *first_parts).select("*", *second_parts).select(*final)
 
 
 @functools.lru_cache(maxsize=16)
 def _status_exprs(
-    cfg: RuleConfig, th: Thresholds, keep: tuple[str, ...]
+    cfg: RuleConfig, th: Thresholds, keep: tuple[str, ...], has_episodes: bool
 ) -> tuple[list[Column], list[Column], list[Column]]:
     """status_columns' three projections, built once per configuration (each Column
-    costs calls into the JVM: rebuilt every batch, they took most of a second)."""
+    costs calls into the JVM: rebuilt every batch, they took most of a second).
+    ``has_episodes``: the rows carry an ``out_of_sync_episodes`` count (the job's
+    state table does; an aggregate without it counts 0)."""
     latest = F.col("latest")
     reported = latest["lag_time_max_ms"]
     # `agg.lag_time_max_ms or cfg.lag_time_max_ms`: missing or 0 -> the configured one.
@@ -116,6 +119,8 @@ def _status_exprs(
     )
     lag_state = _state(ratio, (isr_size > 0) & ~in_isr, th)
     start = lcu + max_lag
+    lag_ratio = F.when(ratio <= 0, F.lit(0.0)).otherwise(ratio).cast("double")
+    episodes = F.coalesce(F.col(EPISODES), F.lit(0)) if has_episodes else F.lit(0)
     columns = {
         "cluster": F.col("cluster"),
         "topic": F.col("topic"),
@@ -125,7 +130,7 @@ def _status_exprs(
         "eval_ms": now.cast("long"),
         "state": F.when(stalled, F.lit(State.STALLED.value)).otherwise(lag_state),
         "time_since_caught_up_s": F.greatest(F.lit(0), now - lcu) / 1000.0,
-        "lag_ratio": F.when(ratio <= 0, F.lit(0.0)).otherwise(ratio).cast("double"),
+        "lag_ratio": lag_ratio,
         "time_to_shrink_s": F.greatest(F.lit(0), start - now) / 1000.0,
         "offset_lag": offset_lag.cast("long"),
         "in_isr": in_isr,
@@ -135,6 +140,9 @@ def _status_exprs(
         "shrink_window_start_ms": start.cast("long"),
         "shrink_window_end_ms": (start + period).cast("long"),
         "lag_state": lag_state,
+        # One row's peak is its own ratio; streaming.replicas takes the batch's.
+        "peak_lag_ratio": lag_ratio,
+        "out_of_sync_episodes": episodes.cast("long"),
         "last_t_ms": F.col("last_t_ms").cast("long"),
         "observations": F.col("observations").cast("long"),
     }

@@ -182,5 +182,6 @@ def _restored(spark: SparkSession, checkpoint_dir: str) -> DataFrame | None:
         value["known_leader_leo"].alias("known_leader_leo"),
         value["known_leader_leo_t"].alias("known_leader_leo_t"),
         value["observations"].alias("observations"),
+        F.lit(0).cast("long").alias("out_of_sync_episodes"),  # not counted before the state table
     )
     return rows.select(*replicas.STATE_COLUMNS)

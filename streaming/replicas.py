@@ -68,6 +68,7 @@ STATE_COLUMNS = [
     "known_leader_leo",
     "known_leader_leo_t",
     "observations",
+    "out_of_sync_episodes",  # times the lag state entered out_of_sync, ever
 ]
 
 # Running aggregates over a replica's rows, by state column: how two rows combine.
@@ -88,6 +89,7 @@ _COMBINE = {
     "known_leo_t": _MAX,
     "known_leader_leo_t": _MAX,
     "observations": _SUM,
+    "out_of_sync_episodes": _SUM,  # the seed's count (observations add 0; evaluate_batch counts entries)
 }
 
 # Driver-bound flag columns of evaluate_batch's output.
@@ -124,6 +126,7 @@ def _observation_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
         leader_leo.alias("known_leader_leo"),
         F.when(leader_leo.isNotNull(), t).alias("known_leader_leo_t"),
         F.lit(1).cast("long").alias("observations"),
+        F.lit(0).cast("long").alias("out_of_sync_episodes"),
         F.lit(0).alias(SEED),
     ]
 
@@ -144,11 +147,13 @@ def _signature(state: Column, lag_state: Column) -> Column:
 
 _STATE_VALUES = [c for c in STATE_COLUMNS if c not in KEY_COLUMNS]
 _HELPERS = ("_i", "_n", "_m")
+_ENTERED = "_entered"
+_OUT_OF_SYNC = State.OUT_OF_SYNC.value
 
 
 @functools.cache
-def _batch_exprs() -> tuple[list[Column], list[Column], list[Column]]:
-    """(seed columns, running columns, flag columns) of evaluate_batch."""
+def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], dict[str, Column]]:
+    """(seed columns, running columns, flag columns, episode columns) of evaluate_batch."""
     seeds = [*[F.col(c) for c in STATE_COLUMNS], F.lit(1).alias(SEED)]
     # The seed first, then the observations in telemetry time order (ties broken
     # by content, so a replayed batch orders its rows the same way).
@@ -167,12 +172,28 @@ def _batch_exprs() -> tuple[list[Column], list[Column], list[Column]]:
     sig = _signature(F.col("state"), F.col("lag_state"))
     ok = _signature(F.lit(State.OK.value), F.lit(State.OK.value))
     before = F.coalesce(F.lag(sig).over(ordered), ok)
+    observation = F.col(SEED) == 0
+    lag_state = F.col("lag_state")
     flags = [
-        ((F.col(SEED) == 0) & (sig != before)).alias(CHANGE),
+        (observation & (sig != before)).alias(CHANGE),
         (F.col("_i") == F.col("_n")).alias(LAST),
         (F.col("_m") > 0).alias(OBSERVED),
+        (
+            observation
+            & (lag_state == _OUT_OF_SYNC)
+            & (F.coalesce(F.lag(lag_state).over(ordered), F.lit(State.OK.value)) != _OUT_OF_SYNC)
+        )
+        .cast("long")
+        .alias(_ENTERED),
     ]
-    return seeds, running, flags
+    # Over the same window (no second sort): the largest ratio of the batch's
+    # observations so far (the seed's own when it has none), and the episodes.
+    episodes = {
+        "peak_lag_ratio": F.coalesce(F.max(F.when(observation, F.col("lag_ratio"))).over(upto), F.col("lag_ratio")),
+        "out_of_sync_episodes": F.col("out_of_sync_episodes") + F.sum(F.col(_ENTERED)).over(upto),
+    }
+    episodes = {name: c.alias(name) for name, c in episodes.items()}
+    return seeds, running, flags, episodes
 
 
 def evaluate_batch(rows: DataFrame, carried: DataFrame, cfg: RuleConfig, th: Thresholds) -> DataFrame:
@@ -187,11 +208,13 @@ def evaluate_batch(rows: DataFrame, carried: DataFrame, cfg: RuleConfig, th: Thr
     replica has observations in the batch). A replica without observations
     in the batch has its seed alone, unchanged.
     """
-    seeds, running, flags = _batch_exprs()
+    seeds, running, flags, episodes = _batch_exprs()
     both = carried.select(*seeds).unionByName(rows.select(*STATE_COLUMNS, SEED))
     evaluated = evaluate.status_columns(both.select(*running), cfg, th, keep=[*_STATE_VALUES, SEED, *_HELPERS])
     keep = [c for c in evaluated.columns if c not in _HELPERS]
-    return evaluated.select(*keep, *flags)
+    flagged = evaluated.select(*keep, *flags)
+    # The two batch-wide columns replace the single row's, in place (statuses_from_arrow reads by name).
+    return flagged.select(*[episodes.get(c, F.col(c)) for c in flagged.columns if c != _ENTERED])
 
 
 def for_the_driver(
@@ -270,4 +293,7 @@ class StateTable:
         done = [v for v in self.versions() if v <= last_committed]
         if not done:
             return None
-        return self.spark.read.parquet(self.path(done[-1])).select(*STATE_COLUMNS)
+        state = self.spark.read.parquet(self.path(done[-1]))
+        if "out_of_sync_episodes" not in state.columns:  # a version written before the count existed
+            state = state.withColumn("out_of_sync_episodes", F.lit(0).cast("long"))
+        return state.select(*STATE_COLUMNS)

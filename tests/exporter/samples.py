@@ -21,6 +21,8 @@ def replica(
     in_isr: bool = True,
     isr_size: int = 3,
     min_isr: int | None = 2,
+    peak: float | None = None,
+    episodes: int = 0,
 ) -> ReplicaStatus:
     return ReplicaStatus(
         cluster=cluster,
@@ -40,4 +42,6 @@ def replica(
         lag_time_max_ms=30_000,
         shrink_window_start_ms=eval_ms + int((1 - ratio) * 30_000),
         shrink_window_end_ms=eval_ms + int((1 - ratio) * 30_000) + 15_000,
+        peak_lag_ratio=None if peak is None else max(peak, ratio),
+        out_of_sync_episodes=episodes,
     )

@@ -50,6 +50,8 @@ replicas = st.builds(
     in_isr=st.booleans(),
     isr_size=st.integers(1, 4),
     min_isr=st.one_of(st.none(), st.integers(1, 3)),
+    peak=st.one_of(st.none(), st.floats(0, 3, allow_nan=False)),
+    episodes=st.integers(0, 3),
 )
 
 

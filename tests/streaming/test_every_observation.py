@@ -15,15 +15,18 @@ from __future__ import annotations
 import io
 import json
 import time
+import urllib.request
 from datetime import datetime
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from isrwatch.alerts import AlertName, replica_alerts
-from isrwatch.episodes import state_changes
+from isrwatch.episodes import state_changes, walk
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import Thresholds
 from isrwatch.telemetry import _obs_dict, decode_record
+from localkafka.cluster import free_port
 from simulator.run import Simulation, now_ms
 from simulator.scenarios import fault_end_ms
 from simulator.spool import SpoolReader, SpoolWriter
@@ -97,7 +100,8 @@ class _Lines(io.StringIO):
         return [json.loads(x) for x in self.getvalue().splitlines() if x]
 
 
-def _run_until(settings: RunSettings, spark, done) -> list[dict]:
+def _run_until(settings: RunSettings, spark, done, scraped: list | None = None) -> list[dict]:
+    """The job's alert lines once ``done``; ``scraped`` gets its /metrics then."""
     out = _Lines()
     running = RunningJob(settings, spark, out)
     handles, stop, result, thread = running.handles, running.stop, running.result, running.thread
@@ -106,11 +110,33 @@ def _run_until(settings: RunSettings, spark, done) -> list[dict]:
         if handles.monitor is not None and done(handles):
             break
         time.sleep(0.5)
+    if scraped is not None and handles.metrics_port:
+        with urllib.request.urlopen(f"http://127.0.0.1:{handles.metrics_port}/metrics", timeout=10) as r:
+            scraped.append(r.read().decode())
     stop.set()
     thread.join(120)
     assert "error" not in result, result.get("error")
     assert result.get("rc") == 0
     return out.lines()
+
+
+def episode_counters(text: str) -> dict[tuple, float]:
+    """isrwatch_replica_out_of_sync_episodes_total by (cluster, topic, partition, broker)."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "isrwatch_replica_out_of_sync_episodes_total":
+                lab = sample.labels
+                out[(lab["cluster"], lab["topic"], int(lab["partition"]), int(lab["broker_id"]))] = sample.value
+    return out
+
+
+def expected_counters(spool: str, cfg: RuleConfig, th: Thresholds) -> dict[tuple, int]:
+    """The reference's out-of-sync episodes per replica, over the whole spool."""
+    out = {}
+    for _, s in walk(_observations(spool), cfg, th, cfg.lag_time_max_ms // 2):
+        out[(s.cluster, s.topic, s.partition, s.broker_id)] = s.out_of_sync_episodes
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -135,21 +161,28 @@ def test_the_same_alerts_at_the_same_times_however_the_telemetry_is_batched(spar
     settings = RunSettings(
         spool_dir=spool["path"],
         checkpoint_dir=str(spool["base"] / f"ck-{records_per_batch}"),
-        metrics_port=0,
+        metrics_port=free_port(),  # scraped below
         trigger_seconds=0.2 if records_per_batch == 1 else 1.0,
         max_records_per_trigger=records_per_batch * len(SCENARIOS) if records_per_batch == 1 else records_per_batch,
         lag_time_max_ms=LAG_MS,
         stale_after_seconds=600,
     )
+    scraped: list[str] = []
     lines = _run_until(
         settings,
         spark,
         lambda h: (
             len(h.monitor.cluster_now) == len(SCENARIOS) and min(h.monitor.cluster_now.values()) >= spool["end_ms"]
         ),
+        scraped,
     )
     got = job_episodes(lines)
     assert got == expected, f"missing {sorted(expected - got)}; extra {sorted(got - expected)}"
+    # Prometheus sees every out-of-sync episode, ended or not, however batched (item 3).
+    counters = episode_counters(scraped[0])
+    want = {k: n for k, n in expected_counters(spool["path"], cfg, th).items() if n}
+    assert want, "the scenarios have out-of-sync episodes"
+    assert {k: n for k, n in counters.items() if n} == want
 
 
 def test_the_embedded_default_faster_than_real_time_still_alerts(spark, tmp_path) -> None:
