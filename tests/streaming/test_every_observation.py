@@ -6,7 +6,8 @@ first batch (as after a restart, a stall of the job, or a simulator far faster
 than real time). Both must give the replica alerts the Python reference
 (``isrwatch.episodes.state_changes``, the rule folded and evaluated after
 every observation) calls for: the same alerts, started and resolved at the same
-telemetry times. The embedded default at ``--speed 10`` must give the stuck
+telemetry times. So must the job reading telemetry as it is written, at 1, 10
+and 50 x real time, with 1 s and 10 s triggers (the issue's grid). The embedded default at ``--speed 10`` must give the stuck
 follower's alerts that speed 1 gives (it gave none before).
 """
 
@@ -32,7 +33,7 @@ from simulator.scenarios import fault_end_ms
 from simulator.spool import SpoolReader, SpoolWriter
 from streaming.job import JobHandles
 from streaming.settings import RunSettings
-from tests.streaming.feed import RunningJob
+from tests.streaming.feed import MultiFeed, RunningJob
 
 pytestmark = pytest.mark.integration
 
@@ -183,6 +184,49 @@ def test_the_same_alerts_at_the_same_times_however_the_telemetry_is_batched(spar
     want = {k: n for k, n in expected_counters(spool["path"], cfg, th).items() if n}
     assert want, "the scenarios have out-of-sync episodes"
     assert {k: n for k, n in counters.items() if n} == want
+
+
+@pytest.mark.parametrize("trigger", [1, 10])
+@pytest.mark.parametrize("speed", [1, 10, 50])
+def test_every_scenario_at_any_speed_and_trigger_gives_the_reference_alerts(spark, tmp_path, speed, trigger) -> None:
+    """The issue's grid: the telemetry written as it happens at ``speed`` x real time
+    (every scenario, one cluster each, the simulator's one-second rounds) while the
+    job runs with ``trigger``-second batches: the replica alerts the reference calls
+    for over the same observations, at the same telemetry times, whatever the
+    speed and trigger cut the batches."""
+    cfg, th = RuleConfig(Rule.KIP16_REFINED, LAG_MS), Thresholds()
+    # In the past, so that a faster-than-real-time feed does not write future telemetry.
+    start = now_ms() - SIM_SECONDS * 1000 - 10_000
+    end_ms = start + SIM_SECONDS * 1000
+    sims = [Simulation(name, cluster=name, start_ms=start, seed=1, lag_time_max_ms=LAG_MS) for name in SCENARIOS]
+    spool = str(tmp_path / "spool")
+    feed = MultiFeed(spool, sims, float(speed), SIM_SECONDS)
+    settings = RunSettings(
+        spool_dir=spool,
+        checkpoint_dir=str(tmp_path / "ck"),
+        metrics_port=0,
+        trigger_seconds=float(trigger),
+        lag_time_max_ms=LAG_MS,
+        stale_after_seconds=600,
+    )
+    feed.start()
+    try:
+        lines = _run_until(
+            settings,
+            spark,
+            lambda h: (
+                feed.done.is_set()
+                and len(h.monitor.cluster_now) == len(SCENARIOS)
+                and min(h.monitor.cluster_now.values()) >= end_ms - 1_000
+            ),
+        )
+    finally:
+        feed.stop_event.set()
+        feed.join(30)
+    expected = expected_episodes(spool, cfg, th)
+    assert any(e[0] == AlertName.OUT_OF_SYNC.value for e in expected), expected
+    got = job_episodes(lines)
+    assert got == expected, f"missing {sorted(expected - got)}; extra {sorted(got - expected)}"
 
 
 def test_the_embedded_default_faster_than_real_time_still_alerts(spark, tmp_path) -> None:
