@@ -140,6 +140,25 @@ class ClusterProbe:
         self._partitions = _partitions(response)
         return self._partitions
 
+    def answer_times(self, timeout_s: float) -> dict[int, float]:
+        """The brokers (of the newest metadata) that answered a metadata request within
+        ``timeout_s``, each with its answer time in seconds; all asked at once, each on
+        its own connection (``isrwatch doctor``)."""
+        assert self.client is not None
+        deadline = time.monotonic() + timeout_s
+        brokers = sorted(self._brokers)
+        sent: dict[int, tuple[Any, float]] = {}
+        answered: dict[int, float] = {}
+        while len(answered) < len(brokers) and time.monotonic() < deadline:
+            for b in brokers:
+                if b not in sent and self.client.ready(b, metadata_priority=False):
+                    sent[b] = (self.client.send(b, MetadataRequest[0](topics=[])), time.monotonic())
+            self.client.poll(timeout_ms=10)
+            for b, (future, at) in sent.items():
+                if b not in answered and future.is_done and not future.failed():
+                    answered[b] = time.monotonic() - at
+        return answered
+
     def _list_offsets(self, node: int, replica_id: int, parts: list[tuple[str, int]]) -> Any:
         assert self.client is not None
         version = self._version("ListOffsets", ListOffsetsRequest, 5)

@@ -36,6 +36,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "exporter.settings:ExporterSettings",
         "exporter.main:main",
     ),
+    "doctor": (
+        "check the whole path (brokers, isrwatch's topics, telemetry, checkpoint, Alertmanager, exporter)",
+        "doctor.settings:DoctorSettings",
+        "doctor.main:main",
+    ),
     "simulate": (
         "run a simulated cluster and write its telemetry (to Kafka, a spool directory or stdout)",
         "simulator.settings:SimulateSettings",

@@ -34,6 +34,9 @@ __all__ = ["Origin", "check_origin", "default_checkpoint_dir", "checkpoint_offse
 log = logging.getLogger(__name__)
 
 ORIGIN_FILE = "origin.json"
+# The job query's directory in the checkpoint (streaming.query.AGG_DIR; the name of
+# earlier versions' aggregation query, kept so that an upgraded job keeps its offsets).
+QUERY_DIR = "aggregates"
 
 
 @dataclass(frozen=True)
@@ -82,21 +85,35 @@ def default_checkpoint_dir(bootstrap: str, topic: str) -> str:
     return os.path.join(os.path.abspath(base), "isrwatch", "checkpoints", name)
 
 
-def check_origin(checkpoint_dir: str, origin: Origin) -> None:
-    """Record ``origin`` in a new checkpoint; a ConfigError when the checkpoint belongs to another."""
+def recorded_origin(checkpoint_dir: str) -> Origin | None:
+    """What the checkpoint was made for (None: nothing recorded yet); ConfigError when unreadable."""
     path = Path(checkpoint_dir) / "isrwatch" / ORIGIN_FILE
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))
-        made_for = Origin(**{**recorded, "bootstrap_servers": tuple(recorded.get("bootstrap_servers") or ())})
+        return Origin(**{**recorded, "bootstrap_servers": tuple(recorded.get("bootstrap_servers") or ())})
     except FileNotFoundError:
-        made_for = None
+        return None
     except (OSError, ValueError, TypeError) as e:
         raise ConfigError(f"--checkpoint-dir {checkpoint_dir}: {path} is unreadable ({e}); move it away") from None
-    if made_for is not None and not made_for.same_as(origin):
-        raise ConfigError(
-            f"--checkpoint-dir {checkpoint_dir} was made for {made_for.describe()}, not {origin.describe()}: "
-            f"use another --checkpoint-dir, or delete {checkpoint_dir} to start fresh"
-        )
+
+
+def not_made_for(checkpoint_dir: str, made_for: Origin, origin: Origin) -> str | None:
+    """The one-line refusal when a checkpoint made for ``made_for`` is used for ``origin``, else None."""
+    if made_for.same_as(origin):
+        return None
+    return (
+        f"--checkpoint-dir {checkpoint_dir} was made for {made_for.describe()}, not {origin.describe()}: "
+        f"use another --checkpoint-dir, or delete {checkpoint_dir} to start fresh"
+    )
+
+
+def check_origin(checkpoint_dir: str, origin: Origin) -> None:
+    """Record ``origin`` in a new checkpoint; a ConfigError when the checkpoint belongs to another."""
+    path = Path(checkpoint_dir) / "isrwatch" / ORIGIN_FILE
+    made_for = recorded_origin(checkpoint_dir)
+    problem = None if made_for is None else not_made_for(checkpoint_dir, made_for, origin)
+    if problem:
+        raise ConfigError(problem)
     if made_for is None or (origin.cluster_id and not made_for.cluster_id):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{ORIGIN_FILE}.tmp")

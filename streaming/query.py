@@ -25,6 +25,7 @@ from isrwatch.logs import kv
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import ReplicaStatus, Thresholds
 from streaming import evaluate, parse, replicas, state
+from streaming.origin import QUERY_DIR
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,7 +44,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-AGG_DIR = "aggregates"
+AGG_DIR = QUERY_DIR
 
 # The state store value of the aggregation, by position (the buffers of
 # replica_aggregates' columns, in order; max_by keeps (value, ordering)).

@@ -1,0 +1,1 @@
+"""``isrwatch doctor``: checks the whole path, a row a check (docs/doctor.md)."""

@@ -1,0 +1,363 @@
+"""The checks of ``isrwatch doctor``, one ``Row`` each, every one bounded in time.
+
+Kafka is asked with the collector's own client (``collector.probe.ClusterProbe``,
+kafka-python): the cluster's metadata, then every broker on its own connection,
+so that a broker that accepts connections but does not answer (paused, swapping,
+cut off) is named instead of holding the whole check up. The newest telemetry is
+read with confluent-kafka, one bounded poll over every partition at once.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from collector.clientconfig import kafka_python_config, librdkafka_config
+from collector.probe import ClusterProbe, Snapshot
+from isrwatch.exceptions import IsrwatchError
+from isrwatch.settings import kafka_config_pairs
+from streaming import origin as origins
+
+__all__ = ["Row", "OK", "WARN", "FAIL", "SKIP", "run_checks"]
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+
+
+@dataclass(frozen=True)
+class Row:
+    check: str
+    status: str  # OK, WARN, FAIL or SKIP
+    found: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass
+class _Cluster:
+    """One Kafka cluster as the doctor saw it."""
+
+    role: str  # "telemetry cluster" or "watched cluster"
+    bootstrap: str
+    probe: ClusterProbe | None = None
+    snap: Snapshot | None = None
+
+
+def run_checks(settings: Any) -> list[Row]:
+    """Every check for ``settings`` (``doctor.settings.DoctorSettings``), in the order printed."""
+    props = kafka_config_pairs(settings.kafka_config)
+    timeout = settings.timeout_seconds
+    clusters = [_Cluster("telemetry cluster", settings.bootstrap_servers)]
+    watched = settings.watched_bootstrap_servers
+    if watched and watched != settings.bootstrap_servers:
+        clusters.append(_Cluster("watched cluster", watched))
+    rows: list[Row] = []
+    try:
+        for c in clusters:
+            rows += _connect(c, props, timeout)
+            if c.probe is not None:
+                rows += _brokers(c, timeout)
+        tel = clusters[0]
+        if tel.snap is None:
+            rows.append(Row("isrwatch topics", SKIP, "the telemetry cluster did not answer"))
+        else:
+            rows += _topics(tel.snap, settings, on_watched=len(clusters) == 1)
+            newest, telemetry_row = _newest_telemetry(tel.snap, settings, props, timeout)
+            rows.append(telemetry_row)
+            rows.append(_lag_setting(settings, newest))
+        rows.append(_checkpoint(settings, tel))
+    finally:
+        for c in clusters:
+            if c.probe is not None:
+                c.probe.close()
+    rows += [
+        _http_check("alertmanager", url.rstrip("/") + "/api/v2/status", timeout, _am_found)
+        for url in settings.alertmanager_url
+    ] or [Row("alertmanager", SKIP, "no --alertmanager-url: the job prints alerts on stdout only")]
+    rows += [
+        _http_check("exporter", url.rstrip("/") + "/metrics", timeout, _metrics_found) for url in settings.exporter_url
+    ] or [Row("exporter", SKIP, "no --exporter-url given")]
+    return rows
+
+
+# -- Kafka -----------------------------------------------------------------------------
+
+
+def _connect(c: _Cluster, props: dict[str, str], timeout: float) -> list[Row]:
+    started = time.monotonic()
+    probe = ClusterProbe(kafka_python_config(c.bootstrap, props), round_timeout_s=timeout)
+    try:
+        snap = probe.connect(timeout)
+    except IsrwatchError as e:
+        probe.close()
+        return [
+            Row(
+                c.role,
+                FAIL,
+                str(e),
+                "check --bootstrap-servers (host:port of a broker), that Kafka runs, and --kafka-config for "
+                "security settings",
+            )
+        ]
+    c.probe, c.snap = probe, snap
+    leaders = {p.leader for p in snap.partitions}
+    found = (
+        f"{len(snap.brokers)} brokers, {len({p.topic for p in snap.partitions})} topics, metadata in "
+        f"{(time.monotonic() - started) * 1000:.0f} ms"
+    )
+    if -1 in leaders:
+        leaderless = sorted(f"{p.topic}[{p.partition}]" for p in snap.partitions if p.leader == -1)
+        return [Row(c.role, FAIL, f"{found}; no leader for {', '.join(leaderless[:5])}", "a broker is down")]
+    return [Row(c.role, OK, found)]
+
+
+def _brokers(c: _Cluster, timeout: float) -> list[Row]:
+    """A row a broker: does it accept a connection, and answer a metadata request, how fast."""
+    assert c.probe is not None and c.snap is not None
+    answered = c.probe.answer_times(timeout)
+    rows = []
+    for broker, address in sorted(c.snap.brokers.items()):
+        name = f"broker {broker} ({c.role})"
+        if broker in answered:
+            rows.append(Row(name, OK, f"{address} answered in {answered[broker] * 1000:.0f} ms"))
+            continue
+        refused = _tcp_refused(address, timeout)
+        if refused:
+            rows.append(Row(name, FAIL, f"{address} does not accept connections ({refused})", "start the broker"))
+        else:
+            rows.append(
+                Row(
+                    name,
+                    FAIL,
+                    f"{address} accepts connections but did not answer within {timeout:g} s",
+                    "the broker is paused, overloaded or cut off: check its process (state T = stopped), GC "
+                    "and disk; its followers will drop out of the ISR",
+                )
+            )
+    return rows
+
+
+def _tcp_refused(address: str, timeout: float) -> str | None:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return None
+    except OSError as e:
+        return e.strerror or type(e).__name__
+
+
+def _topics(snap: Snapshot, settings: Any, on_watched: bool) -> list[Row]:
+    names = [
+        ("telemetry topic", settings.telemetry_topic),
+        ("state topic", settings.state_topic),
+        ("alerts topic", settings.alerts_topic),
+        ("dead-letter topic", settings.deadletter_topic),
+    ]
+    by_topic: dict[str, list[Any]] = {}
+    for p in snap.partitions:
+        by_topic.setdefault(p.topic, []).append(p)
+    rows = []
+    for role, topic in names:
+        parts = by_topic.get(topic)
+        check = f"{role} {topic}"
+        if not parts:
+            rows.append(
+                Row(
+                    check,
+                    FAIL,
+                    "missing",
+                    "create it before the first start (docs/deploy.md, 'Two layouts': several partitions, spread "
+                    "over the brokers)",
+                )
+            )
+            continue
+        leaders = sorted({p.leader for p in parts})
+        rf = max(len(p.replicas) for p in parts)
+        found = f"{len(parts)} partitions, leaders {','.join(map(str, leaders))}, replication factor {rf}"
+        if len(leaders) < min(2, len(snap.brokers)):
+            rows.append(
+                Row(check, WARN, found, "one broker leads every partition: when it hangs, so does isrwatch's path")
+            )
+        elif on_watched and rf > 1:
+            rows.append(
+                Row(
+                    check,
+                    WARN,
+                    found,
+                    "replicated on the watched cluster: a hung follower holds its records back until the leader "
+                    "drops it (docs/deploy.md, 'Why one replica on the watched cluster')",
+                )
+            )
+        else:
+            rows.append(Row(check, OK, found))
+    return rows
+
+
+def _newest_telemetry(
+    snap: Snapshot, settings: Any, props: dict[str, str], timeout: float
+) -> tuple[dict[str, Any] | None, Row]:
+    """The newest telemetry record (decoded) and the row saying how old it is."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from isrwatch.telemetry import decode_record
+
+    topic = settings.telemetry_topic
+    check = "newest telemetry"
+    parts = [p.partition for p in snap.partitions if p.topic == topic]
+    if not parts:
+        return None, Row(check, SKIP, f"no topic {topic}")
+    ends = {p: snap.hw[(topic, p)] for p in parts if (topic, p) in snap.hw}
+    silent = sorted(set(parts) - set(ends))
+    wanted = [TopicPartition(topic, p, end - 1) for p, end in ends.items() if end > 0]
+    newest: dict[str, Any] | None = None
+    if wanted:
+        consumer = Consumer(
+            librdkafka_config(
+                settings.bootstrap_servers,
+                props,
+                **{"group.id": "isrwatch-doctor", "enable.auto.commit": False, "logger": _quiet()},
+            )
+        )
+        try:
+            consumer.assign(wanted)
+            left = {tp.partition for tp in wanted}
+            deadline = time.monotonic() + timeout
+            while left and time.monotonic() < deadline:
+                for m in consumer.consume(len(left), timeout=min(0.5, max(0.05, deadline - time.monotonic()))):
+                    if m.error() is not None or m.partition() not in left:
+                        continue
+                    left.discard(m.partition())
+                    try:
+                        rec = decode_record(m.value() or b"")
+                    except ValueError:
+                        continue
+                    if newest is None or rec.sent_ms > newest["sent_ms"]:
+                        newest = {"sent_ms": rec.sent_ms, "cluster": rec.cluster, "record": rec}
+            silent += sorted(left)
+        finally:
+            consumer.close()
+    late = f"; partitions {','.join(map(str, sorted(set(silent))))} did not answer" if silent else ""
+    if newest is None:
+        found = "no telemetry record" + late
+        return None, Row(check, FAIL, found, "start isrwatch collect against the watched cluster")
+    age = time.time() - newest["sent_ms"] / 1000
+    found = f"from cluster {newest['cluster']!r}, {age:.1f} s old{late}"
+    if age > settings.stale_after_seconds:
+        return newest, Row(
+            check,
+            FAIL,
+            found,
+            f"older than --stale-after-seconds ({settings.stale_after_seconds:g}): is isrwatch collect running?",
+        )
+    return newest, Row(check, WARN if silent else OK, found, "a leader of the telemetry topic hangs" if silent else "")
+
+
+def _lag_setting(settings: Any, newest: dict[str, Any] | None) -> Row:
+    """The ``replica.lag.time.max.ms`` the collector reports against the job's setting.
+    Kafka before 0.11 has no DescribeConfigs: the brokers' own value is not readable."""
+    check = "replica.lag.time.max.ms"
+    reported = None
+    if newest is not None:
+        values = {o.lag_time_max_ms for o in newest["record"].observations if o.lag_time_max_ms}
+        reported = max(values) if values else None
+    job = settings.lag_time_max_ms
+    if reported is None:
+        return Row(
+            check,
+            SKIP if job else WARN,
+            f"the telemetry does not say; the job uses {job or 30000} ms" + ("" if job else " (its default)"),
+            "" if job else "give isrwatch collect and run --lag-time-max-ms = the brokers' replica.lag.time.max.ms",
+        )
+    if job and job != reported:
+        return Row(
+            check,
+            WARN,
+            f"the collector reports {reported} ms, the job's --lag-time-max-ms is {job} ms (the telemetry's wins)",
+            "set both to the brokers' replica.lag.time.max.ms",
+        )
+    return Row(check, OK, f"{reported} ms (from the collector; the brokers' own is not readable before Kafka 0.11)")
+
+
+# -- the checkpoint --------------------------------------------------------------------
+
+
+def _checkpoint(settings: Any, tel: _Cluster) -> Row:
+    directory = settings.checkpoint_dir or origins.default_checkpoint_dir(
+        settings.bootstrap_servers, settings.telemetry_topic
+    )
+    check = "checkpoint"
+    try:
+        made_for = origins.recorded_origin(directory)
+    except IsrwatchError as e:
+        return Row(check, FAIL, str(e), "")
+    if made_for is None:
+        return Row(check, OK, f"{directory}: none yet (the job starts one)")
+    cluster_id = getattr(tel.probe.client.cluster, "cluster_id", None) if tel.probe and tel.probe.client else None
+    here = origins.kafka_origin(settings.bootstrap_servers, settings.telemetry_topic, cluster_id)
+    problem = origins.not_made_for(directory, made_for, here)
+    if problem:
+        return Row(check, FAIL, f"made for {made_for.describe()}", problem.split(": ", 1)[-1])
+    offsets = origins.checkpoint_offsets(directory, origins.QUERY_DIR)
+    if offsets and tel.snap is not None:
+        topic = settings.telemetry_topic
+        high = {topic: {str(p): hw for (t, p), hw in tel.snap.hw.items() if t == topic}}
+        try:
+            origins.check_offsets(offsets, {}, high, directory)
+        except IsrwatchError as e:
+            return Row(check, FAIL, str(e).split(": ", 1)[0], str(e).split(": ", 1)[-1])
+    return Row(check, OK, f"{directory}: made for {made_for.describe()}")
+
+
+# -- HTTP ------------------------------------------------------------------------------
+
+
+def _http_check(check: str, url: str, timeout: float, found: Callable[[bytes], tuple[str, str]]) -> Row:
+    started = time.monotonic()
+    try:
+        ctx = ssl.create_default_context() if url.startswith("https") else None
+        with urllib.request.urlopen(url, timeout=timeout, context=ctx) as r:  # noqa: S310 (the user's URL)
+            body = r.read(4 << 20)
+    except urllib.error.HTTPError as e:
+        return Row(check, FAIL, f"{url}: HTTP {e.code}", "check the URL (base URL, without a path)")
+    except (OSError, ValueError) as e:
+        reason = getattr(e, "reason", None) or e
+        return Row(check, FAIL, f"{url}: {reason}", "is it running, and is the URL right?")
+    status, text = found(body)
+    return Row(check, status, f"{url}: {text}, in {(time.monotonic() - started) * 1000:.0f} ms")
+
+
+def _am_found(body: bytes) -> tuple[str, str]:
+    try:
+        data = json.loads(body)
+        return OK, f"Alertmanager {data['versionInfo']['version']}, cluster {data['cluster']['status']}"
+    except (ValueError, KeyError, TypeError):
+        return FAIL, "answered, but not as Alertmanager's v2 status"
+
+
+def _metrics_found(body: bytes) -> tuple[str, str]:
+    text = body.decode("utf-8", "replace")
+    up = [line for line in text.splitlines() if line.startswith("isrwatch_up ")]
+    if not up:
+        return FAIL, "answered, but without isrwatch_up: not an isrwatch /metrics"
+    if float(up[0].split()[1]) != 1.0:
+        return FAIL, "isrwatch_up is 0: its input (the state topic or telemetry) is not healthy"
+    return OK, "isrwatch_up 1"
+
+
+def _quiet() -> Any:
+    import logging
+
+    return logging.getLogger("doctor.rdkafka")
+
+
+def summary(rows: Iterable[Row]) -> bool:
+    """True when nothing failed."""
+    return all(r.status != FAIL for r in rows)

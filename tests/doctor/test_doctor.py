@@ -1,0 +1,164 @@
+"""``isrwatch doctor`` against the real thing (issue 18): a real 3-broker Kafka 0.9
+cluster with isrwatch's topics laid out as docs/deploy.md says, the real collector
+feeding telemetry, a real exporter and a real Alertmanager. Healthy, every row
+passes; then each fault the issue names is named in its row, with a non-zero exit,
+within 30 s: a broker paused, a missing telemetry topic, another cluster's
+checkpoint, Alertmanager stopped, a bootstrap address where nothing listens.
+
+The doctor runs as the user runs it: ``python -m isrwatch doctor ... --format json``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from localkafka import free_port
+from streaming.origin import check_origin, kafka_origin
+from tests.e2e.pipeline import Pipeline, until
+from tests.support.alertmanager import Alertmanager
+
+LAG_MS = 10_000
+
+
+def doctor(pipe: Pipeline, *extra: str, bootstrap: str | None = None) -> tuple[int, dict[str, dict], float]:
+    """(exit code, rows by check, seconds) of one ``isrwatch doctor`` run."""
+    argv = [
+        sys.executable,
+        "-m",
+        "isrwatch",
+        "doctor",
+        "--bootstrap-servers",
+        bootstrap or pipe.cluster.bootstrap_servers,
+        *pipe.cluster.kafka_config_flags(),
+        "--telemetry-topic",
+        pipe.telemetry_topic,
+        "--state-topic",
+        pipe.state_topic,
+        "--alerts-topic",
+        pipe.alerts_topic,
+        "--deadletter-topic",
+        pipe.deadletter_topic,
+        "--lag-time-max-ms",
+        str(LAG_MS),
+        "--format",
+        "json",
+        *extra,
+    ]
+    started = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - started
+    assert "Traceback" not in done.stderr, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] == (done.returncode == 0)
+    return done.returncode, {r["check"]: r for r in report["checks"]}, took
+
+
+def failed(rows: dict[str, dict]) -> set[str]:
+    return {name for name, r in rows.items() if r["status"] == "fail"}
+
+
+def test_doctor_passes_a_healthy_path_and_names_each_fault(kafka_cluster_factory, tmp_path) -> None:
+    cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=60_000)
+    cluster.create_topic("orders", partitions=3, replication_factor=3)  # the watched topic: followers to observe
+    pipe = Pipeline(cluster, tmp_path)
+    pipe.create_topics()
+    pipe.start_collector()
+    pipe.start_exporter()
+    am = Alertmanager().start()
+    checkpoint = tmp_path / "checkpoint"
+    try:
+        exporter_url = f"http://127.0.0.1:{pipe.exporter_port}"
+
+        def exporter_up() -> bool:
+            try:
+                with urllib.request.urlopen(exporter_url + "/metrics", timeout=2) as r:
+                    return b"\nisrwatch_up 1.0" in r.read()
+            except OSError:
+                return False
+
+        until("the exporter to reach the state topic", exporter_up, 60, pipe)
+        common = ["--alertmanager-url", am.url, "--exporter-url", exporter_url, "--checkpoint-dir", str(checkpoint)]
+
+        # Healthy: every row passes (the collector's telemetry is fresh, the topics spread over the brokers).
+        def healthy() -> bool:
+            rc, rows, _ = doctor(pipe, *common)
+            return rc == 0 and rows["newest telemetry"]["status"] == "ok"
+
+        until("the collector's first telemetry", healthy, 60, pipe)
+        rc, rows, took = doctor(pipe, *common)
+        assert rc == 0, rows
+        assert {r["status"] for r in rows.values()} == {"ok"}, rows
+        assert {f"broker {b} (telemetry cluster)" for b in (1, 2, 3)} <= set(rows)
+        assert took < 30
+
+        # Another cluster's (here: another topic's) checkpoint, recorded by the job's own code.
+        other = tmp_path / "other-checkpoint"
+        check_origin(str(other), kafka_origin(cluster.bootstrap_servers, "isr.telemetry-elsewhere", None))
+        rc, rows, took = doctor(pipe, "--checkpoint-dir", str(other))
+        assert rc != 0 and failed(rows) == {"checkpoint"}, rows
+        assert "isr.telemetry-elsewhere" in rows["checkpoint"]["found"]
+        assert took < 30
+
+        # A telemetry topic that does not exist.
+        rc, rows, took = doctor(pipe, "--telemetry-topic", "isr.telemetry-missing")
+        assert rc != 0 and "telemetry topic isr.telemetry-missing" in failed(rows), rows
+        assert took < 30
+
+        # Alertmanager stopped.
+        am.stop()
+        rc, rows, took = doctor(pipe, "--alertmanager-url", am.url)
+        assert rc != 0 and failed(rows) == {"alertmanager"}, rows
+        assert took < 30
+
+        # A broker paused: named in its own row, the others answer.
+        cluster.pause(2)
+        try:
+            rc, rows, took = doctor(pipe)
+        finally:
+            cluster.resume(2)
+        assert rc != 0 and "broker 2 (telemetry cluster)" in failed(rows), rows
+        assert "did not answer" in rows["broker 2 (telemetry cluster)"]["found"]
+        assert rows["broker 1 (telemetry cluster)"]["status"] == "ok", rows
+        assert took < 30
+
+        # A bootstrap address where nothing listens.
+        nobody = f"127.0.0.1:{free_port()}"
+        rc, rows, took = doctor(pipe, bootstrap=nobody)
+        assert rc != 0 and nobody in rows["telemetry cluster"]["found"], rows
+        assert took < 30
+    finally:
+        am.close()
+        pipe.close()
+
+
+@pytest.mark.parametrize("fmt", ["table"])
+def test_the_table_says_what_failed_and_what_to_do(fmt, tmp_path) -> None:
+    """No Kafka at all: one row names the address, the summary line names the failed check."""
+    nobody = f"127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "isrwatch",
+            "doctor",
+            "--bootstrap-servers",
+            nobody,
+            "--timeout-seconds",
+            "2",
+            "--checkpoint-dir",
+            str(tmp_path / "ck"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done
+    assert "CHECK" in done.stdout and "WHAT TO DO" in done.stdout
+    assert nobody in done.stdout and "failed: telemetry cluster" in done.stdout
+    assert "Traceback" not in done.stderr
