@@ -21,6 +21,7 @@ __all__ = [
     "DEPLOY",
     "DASHBOARDS",
     "RULES_FILE",
+    "RULE_RUNBOOK_URL",
     "CONTRACT_METRICS",
     "PIPELINE_METRICS",
     "PanelQuery",
@@ -38,6 +39,8 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 DASHBOARDS = DEPLOY / "grafana" / "dashboards"
 RULES_FILE = DEPLOY / "prometheus" / "rules" / "isrwatch-alerts.yml"
+# Every alert rule's runbook_url before its "#anchor": the URL of the recording rule isrwatch:runbook_url.
+RULE_RUNBOOK_URL = '{{ with query "isrwatch:runbook_url" }}{{ (index . 0).Labels.url }}{{ end }}'
 
 # DESIGN.md "Contracts" (counters as exposed, with _total).
 CONTRACT_METRICS = frozenset(

@@ -7,8 +7,8 @@ import re
 
 import yaml
 
-from isrwatch.alerts import RUNBOOK_BASE, AlertName
-from tests.deploy.panels import REPO, RULES_FILE
+from isrwatch.alerts import AlertName
+from tests.deploy.panels import REPO, RULE_RUNBOOK_URL, RULES_FILE
 
 RUNBOOK = REPO / "docs" / "runbook.md"
 
@@ -41,10 +41,14 @@ def test_rule_runbook_urls_point_at_sections() -> None:
     urls = [r["annotations"]["runbook_url"] for g in groups for r in g["rules"] if "alert" in r]
     assert len(urls) == len(AlertName)
     for url in urls:
-        base, _, anchor = url.partition("#")
-        assert base == RUNBOOK_BASE
-        assert base.endswith("docs/runbook.md")
+        base, _, anchor = url.rpartition("#")
+        assert base == RULE_RUNBOOK_URL  # every rule from the one place
         assert anchor in found, url
+    # The one place: a recording rule whose url label is isrwatch's own runbook page.
+    recorded = [r for g in groups for r in g["rules"] if r.get("record") == "isrwatch:runbook_url"]
+    assert len(recorded) == 1
+    url = re.search(r'"url", "([^"]+)"', recorded[0]["expr"])
+    assert url and url.group(1).endswith("/runbook"), recorded
 
 
 def test_internal_links_resolve() -> None:
