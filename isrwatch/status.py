@@ -4,14 +4,16 @@
 state store (monotone max / max_by aggregates of the observations).
 ``evaluate`` turns it into a ``ReplicaStatus`` at the cluster's telemetry
 clock: the gauges, the state topic and the alerts are all made from that.
-Pure Python, no I/O.
+Pure Python; no I/O but reading the state record's own JSON Schema.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from isrwatch.rule import Rule, RuleConfig, check_period_ms
@@ -27,6 +29,7 @@ __all__ = [
     "status_key",
     "status_to_json",
     "status_from_json",
+    "json_schema",
 ]
 
 
@@ -231,3 +234,9 @@ def status_from_json(d: dict[str, object]) -> ReplicaStatus:
     return ReplicaStatus(
         **{**d, "state": State(d["state"]), "lag_state": State(lag_state) if lag_state else None}  # type: ignore[arg-type]
     )
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of a state topic record (``status_to_json``'s output;
+    ``isrwatch/schema/state-v1.schema.json``, docs/state-topic.md)."""
+    return dict(json.loads(resources.files("isrwatch").joinpath("schema/state-v1.schema.json").read_text()))

@@ -26,7 +26,6 @@ import json
 import logging
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from isrwatch.logs import kv, setup_logging  # noqa: E402
+from localkafka.cluster import free_port  # noqa: E402
 
 __all__ = ["main", "record", "draw"]
 
@@ -97,12 +97,6 @@ def legend(fmt: str, labels: dict[str, str]) -> str:
 # --- a real run --------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _prometheus(workdir: Path, job_port: int) -> Iterator[str]:
     exe = shutil.which("prometheus")
@@ -121,7 +115,7 @@ def _prometheus(workdir: Path, job_port: int) -> Iterator[str]:
             group["interval"] = "1s"
         (workdir / "rules" / rules.name).write_text(yaml.safe_dump(data, sort_keys=False))
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     with (workdir / "prometheus.log").open("wb") as out:
         proc = subprocess.Popen(
@@ -178,7 +172,7 @@ def record() -> dict[str, Any]:
 
     work = Path(tempfile.mkdtemp(prefix="isrwatch-draw-"))
     try:
-        job_port = _free_port()
+        job_port = free_port()
         spool = work / "spool"
         spool.mkdir()
         (work / "prometheus").mkdir()

@@ -4,6 +4,7 @@ loaded by a real Prometheus."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -142,3 +143,27 @@ def test_real_prometheus_loads_the_rules(tmp_path: Path) -> None:
         names = {r["name"] for r in rules}
         assert {a.value for a in AlertName} <= names
         assert {"isrwatch:replicas_by_state:count", "isrwatch:replica_lag_time_max_seconds:max"} <= names
+
+
+def test_rule_thresholds_are_the_jobs_defaults() -> None:
+    """The rules restate the job's --nearing-ratio, --critical-ratio and
+    --stale-after-seconds defaults: a change to one must show here."""
+    from isrwatch.status import Thresholds
+    from streaming.settings import RunSettings
+
+    defaults = RunSettings()
+    assert (defaults.nearing_ratio, defaults.critical_ratio) == (
+        Thresholds().nearing_ratio,
+        Thresholds().critical_ratio,
+    )
+    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
+    exprs = {r["alert"]: " ".join(r["expr"].split()) for g in groups for r in g["rules"] if "alert" in r}
+
+    def threshold(name: str, op: str) -> float:
+        found = re.findall(rf"\) {re.escape(op)} ([0-9.]+)", exprs[name])
+        assert len(found) == 1, (name, exprs[name])
+        return float(found[0])
+
+    assert threshold(AlertName.NEARING.value, ">=") == defaults.nearing_ratio
+    assert threshold(AlertName.IMMINENT.value, ">=") == defaults.critical_ratio
+    assert threshold(AlertName.TELEMETRY_STALE.value, ">") == defaults.stale_after_seconds

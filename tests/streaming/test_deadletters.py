@@ -11,12 +11,12 @@ import base64
 import hashlib
 import json
 import os
-import socket
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from localkafka.cluster import free_port
 from streaming.outputs import DeadLetterFile, KafkaDeadLetters, encode_deadletter, payload_bytes
 
 
@@ -85,19 +85,13 @@ def test_a_full_disk_is_counted_not_raised(caplog) -> None:
     sink.close()
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_dead_letter_kafka_refuses_or_never_delivers_is_counted_not_raised(caplog) -> None:
     from confluent_kafka import Producer
 
     from streaming.producer import OutputProducer
 
     # As the job wires it; no broker behind the address.
-    raw = Producer({"bootstrap.servers": f"127.0.0.1:{_closed_port()}", "message.timeout.ms": "1500", "log_level": "0"})
+    raw = Producer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "message.timeout.ms": "1500", "log_level": "0"})
     producer = OutputProducer(raw)
     # A limit above librdkafka's message.max.bytes: the producer itself refuses the big one.
     sink = KafkaDeadLetters(producer, "isr.deadletter", max_bytes=4_000_000)
