@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import strategies as st
+
 from isrwatch.status import ReplicaStatus, State
 
-__all__ = ["replica"]
+__all__ = ["replica", "replica_statuses"]
 
 
 def replica(
@@ -44,4 +46,25 @@ def replica(
         shrink_window_end_ms=eval_ms + int((1 - ratio) * 30_000) + 15_000,
         peak_lag_ratio=None if peak is None else max(peak, ratio),
         out_of_sync_episodes=episodes,
+    )
+
+
+def replica_statuses() -> st.SearchStrategy[ReplicaStatus]:
+    """Any status ``replica`` makes: every state, odd names, ratios past 1, episodes."""
+    return st.builds(
+        replica,
+        broker_id=st.integers(1, 4),
+        state=st.sampled_from(list(State)),
+        cluster=st.sampled_from(["prod", 'we"ird\\name\nx', "dr-site"]),
+        topic=st.sampled_from(["orders", "payments.v2", "_internal"]),
+        partition=st.integers(0, 3),
+        leader_id=st.integers(1, 4),
+        eval_ms=st.integers(1_600_000_000_000, 1_600_000_100_000),
+        ratio=st.floats(0, 3, allow_nan=False),
+        offset_lag=st.integers(0, 10**12),
+        in_isr=st.booleans(),
+        isr_size=st.integers(1, 4),
+        min_isr=st.one_of(st.none(), st.integers(1, 3)),
+        peak=st.one_of(st.none(), st.floats(0, 3, allow_nan=False)),
+        episodes=st.integers(0, 3),
     )

@@ -10,8 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.collector import MetricsView, StoreCollector
 from exporter.exposition import render
 from exporter.store import StatusStore
-from isrwatch.status import State
-from tests.exporter.samples import replica
+from tests.exporter.samples import replica_statuses
 
 Sample = tuple[str, tuple[tuple[str, str], ...], float]
 
@@ -36,23 +35,7 @@ def both(store: StatusStore, view: MetricsView) -> tuple[tuple[set[str], list[Sa
     return parsed(render(store.snapshot(), view)), parsed(generate_latest(reg).decode())
 
 
-replicas = st.builds(
-    replica,
-    broker_id=st.integers(1, 4),
-    state=st.sampled_from(list(State)),
-    cluster=st.sampled_from(["prod", 'we"ird\\name\nx', "dr-site"]),
-    topic=st.sampled_from(["orders", "payments.v2", "_internal"]),
-    partition=st.integers(0, 3),
-    leader_id=st.integers(1, 4),
-    eval_ms=st.integers(1_600_000_000_000, 1_600_000_100_000),
-    ratio=st.floats(0, 3, allow_nan=False),
-    offset_lag=st.integers(0, 10**12),
-    in_isr=st.booleans(),
-    isr_size=st.integers(1, 4),
-    min_isr=st.one_of(st.none(), st.integers(1, 3)),
-    peak=st.one_of(st.none(), st.floats(0, 3, allow_nan=False)),
-    episodes=st.integers(0, 3),
-)
+replicas = replica_statuses()
 
 
 @settings(max_examples=60, deadline=None)

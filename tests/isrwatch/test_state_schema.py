@@ -9,27 +9,13 @@ import json
 import jsonschema
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from isrwatch.status import STATUS_FIELDS, ReplicaStatus, State, json_schema, status_from_json, status_to_json
-from tests.exporter.samples import replica
+from tests.exporter.samples import replica, replica_statuses
 
 SCHEMA = json_schema()
 
-statuses = st.builds(
-    replica,
-    broker_id=st.integers(0, 9),
-    state=st.sampled_from(list(State)),
-    partition=st.integers(0, 50),
-    leader_id=st.integers(-1, 9),
-    ratio=st.floats(0, 5, allow_nan=False),
-    offset_lag=st.integers(0, 10**12),
-    in_isr=st.booleans(),
-    isr_size=st.integers(0, 5),
-    min_isr=st.one_of(st.none(), st.integers(1, 3)),
-    peak=st.one_of(st.none(), st.floats(0, 5, allow_nan=False)),
-    episodes=st.integers(0, 100),
-)
+statuses = replica_statuses()
 
 
 def test_the_schema_names_every_field_of_the_record_and_requires_those_without_a_default() -> None:
