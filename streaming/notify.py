@@ -30,7 +30,7 @@ from isrwatch.alerts import RUNBOOK_BASE, Alert, Transition
 from isrwatch.logs import kv
 from isrwatch.settings import Secret
 
-__all__ = ["Sink", "StdoutSink", "AlertmanagerSink", "KafkaAlertsSink", "FanoutSink", "alert_event", "alert_id"]
+__all__ = ["Sink", "StdoutSink", "AlertmanagerSink", "KafkaAlertsSink", "alert_event", "alert_id"]
 
 log = logging.getLogger(__name__)
 
@@ -125,21 +125,6 @@ class KafkaAlertsSink:
         left = self.producer.flush(self.flush_timeout_s)
         if left:
             log.warning(kv(event="alerts_topic_unflushed", topic=self.topic, records=left))
-
-
-@dataclass
-class FanoutSink:
-    """Sends every transition to each of ``sinks``."""
-
-    sinks: Sequence[Sink]
-
-    def send(self, transition: Transition, now_ms: int) -> None:
-        for sink in self.sinks:
-            sink.send(transition, now_ms)
-
-    def close(self) -> None:
-        for sink in self.sinks:
-            sink.close()
 
 
 def _iso(seconds: float) -> str:

@@ -169,3 +169,24 @@ def check_offsets(
                         hint="retention removed them before the job read them; reading resumes at the first offset",
                     )
                 )
+
+
+def check_checkpoint(settings: Any, checkpoint_dir: str, spool_dir: str | None, timeout_s: float) -> None:
+    """At the job's start: the checkpoint belongs to this telemetry (``settings``:
+    ``streaming.settings.RunSettings``), and its offsets still exist."""
+    from isrwatch.settings import kafka_config_pairs
+
+    if not settings.bootstrap_servers:
+        origin = Origin("spool", spool_dir=os.path.abspath(spool_dir)) if spool_dir else Origin("simulator")
+        check_origin(checkpoint_dir, origin)
+        return
+    from streaming.source_kafka import describe_topic
+
+    options = {"kafka.bootstrap.servers": settings.bootstrap_servers, "subscribe": settings.telemetry_topic}
+    options.update({f"kafka.{k}": v for k, v in kafka_config_pairs(settings.kafka_config).items()})
+    cluster_id, low, high = describe_topic(options, settings.telemetry_topic, timeout_s)
+    check_origin(checkpoint_dir, kafka_origin(settings.bootstrap_servers, settings.telemetry_topic, cluster_id))
+    # The job's one query (an older checkpoint's side/ query no longer runs: its offsets do not matter).
+    offsets = checkpoint_offsets(checkpoint_dir, QUERY_DIR)
+    if offsets:
+        check_offsets(offsets, low, high, checkpoint_dir)

@@ -34,17 +34,18 @@ if TYPE_CHECKING:
 __all__ = [
     "start_job",
     "start_aggregates",
-    "side_batch",
     "last_committed",
     "restore_state",
     "restore_aggregates",
     "restore_statuses",
     "AGG_DIR",
+    "JOB_QUERY",
 ]
 
 log = logging.getLogger(__name__)
 
 AGG_DIR = QUERY_DIR
+JOB_QUERY = "isrwatch"  # the job's one query (its name in Spark's UI, events and logs)
 
 # The state store value of the aggregation, by position (the buffers of
 # replica_aggregates' columns, in order; max_by keeps (value, ordering)).
@@ -90,7 +91,7 @@ def start_job(
     ``<dir>/aggregates``, the directory of the aggregation it replaced, so a job
     upgraded in place continues from its offsets (``restore_state``)."""
     return (
-        raw.writeStream.queryName("isrwatch")
+        raw.writeStream.queryName(JOB_QUERY)
         .foreachBatch(handle)
         .option("checkpointLocation", os.path.join(checkpoint_dir, AGG_DIR))
         .trigger(processingTime=f"{trigger_seconds} seconds")
@@ -126,20 +127,6 @@ def restore_state(spark: SparkSession, checkpoint_dir: str) -> DataFrame | None:
     table.write(old, done)
     log.info("state_migrated %s", kv(checkpoint=checkpoint_dir, batch_id=done, source="statestore"))
     return table.committed(done)
-
-
-def side_batch(batch: DataFrame, future_tolerance_ms: int | None) -> dict[str, Any]:
-    """Dead letters (dicts with ``DEADLETTER_COLUMNS``) and ISR changes (dicts:
-    cluster, topic, partition, shrink, expand) of one side batch: one Spark
-    action, one scan, no shuffle."""
-    items = parse.side_items(parse.parse_records(batch), future_tolerance_ms)
-    out: dict[str, Any] = {"deadletters": [], "isr_changes": []}
-    for row in items.toArrow().to_pylist():
-        if row["kind"] == "deadletter":
-            out["deadletters"].append({k: row[k] for k in parse.DEADLETTER_COLUMNS})
-        else:
-            out["isr_changes"].append({k: row[k] for k in ("cluster", "topic", "partition", "shrink", "expand")})
-    return out
 
 
 def restore_aggregates(spark: SparkSession, checkpoint_dir: str) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from isrwatch.alerts import Alert, AlertBook, AlertName, replica_alerts
 from isrwatch.status import ReplicaStatus, State
-from streaming.notify import AlertmanagerSink, FanoutSink, KafkaAlertsSink, StdoutSink, alert_event, alert_id
+from streaming.notify import AlertmanagerSink, KafkaAlertsSink, StdoutSink, alert_event, alert_id
 
 
 def status(state: State, eval_ms: int, ratio: float = 0.0, broker_id: int = 2) -> ReplicaStatus:
@@ -88,11 +88,16 @@ class RecordingProducer:
 def test_kafka_alerts_sink_writes_each_transition_keyed_by_alert_identity() -> None:
     producer = RecordingProducer()
     out = io.StringIO()
-    sink = FanoutSink([KafkaAlertsSink(producer, "isr.alerts"), StdoutSink(out)])
+    sinks = [KafkaAlertsSink(producer, "isr.alerts"), StdoutSink(out)]  # as the monitor holds them
     book = AlertBook()
-    sink.send(book.update(replica_alerts(status(State.STALLED, 1_000)), 1_000), 1_000)
-    sink.send(book.update([], 2_000), 2_000)
-    sink.close()
+    for t, now in (
+        (book.update(replica_alerts(status(State.STALLED, 1_000)), 1_000), 1_000),
+        (book.update([], 2_000), 2_000),
+    ):
+        for sink in sinks:
+            sink.send(t, now)
+    for sink in sinks:
+        sink.close()
     assert producer.flushed
     assert [(t, k.decode(), json.loads(v)["status"]) for t, k, v in producer.records] == [
         (

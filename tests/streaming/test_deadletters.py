@@ -21,7 +21,7 @@ from streaming.outputs import DeadLetterFile, KafkaDeadLetters, encode_deadlette
 
 
 def letter(raw: bytes | None, **over) -> dict:
-    """A record-level dead letter as ``streaming.query.side_batch`` makes it (encoded as Spark does)."""
+    """A record-level dead letter as ``streaming.batch.evaluate_records`` makes it (encoded as Spark does)."""
     if raw is None:
         payload, encoding = None, None
     else:

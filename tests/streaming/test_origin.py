@@ -76,7 +76,7 @@ def test_job_on_a_checkpoint_of_another_topic_exits_with_that_message(kafka_clus
     """Real cluster: the checkpoint records its origin at the first start (done here through the
     job's own start-up check, which runs before Spark); the real command then refuses another topic."""
     from localkafka import COMPAT_CONFIG
-    from streaming.job import _check_checkpoint
+    from streaming.origin import check_checkpoint
     from streaming.settings import RunSettings
 
     first, second = unique_name("telemetry"), unique_name("telemetry")
@@ -86,7 +86,7 @@ def test_job_on_a_checkpoint_of_another_topic_exits_with_that_message(kafka_clus
     settings = RunSettings(
         bootstrap_servers=kafka_cluster.bootstrap_servers, kafka_config=compat, telemetry_topic=first
     )
-    _check_checkpoint(settings, str(ckpt), None)
+    check_checkpoint(settings, str(ckpt), None, 15.0)
     assert json.loads((ckpt / "isrwatch" / "origin.json").read_text())["topic"] == first
     done = subprocess.run(
         [sys.executable, "-m", "isrwatch", "run", "--bootstrap-servers", kafka_cluster.bootstrap_servers,

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from isrwatch.telemetry import IsrChange, Observation, TelemetryRecord, encode_record
-from streaming import parse, query
+from streaming import parse
+from tests.streaming.rare import rare_rows
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,7 @@ def test_reasons(spark) -> None:
     rows += [(None, good, "spool", 0, 100, None), (None, mixed, "spool", 0, 101, None)]
     batch = spark.createDataFrame(rows, RAW)
 
-    out = query.side_batch(batch, future_tolerance_ms=60_000)
+    out = rare_rows(batch, future_tolerance_ms=60_000)
     by_offset: dict[int, list[str]] = {}
     for d in out["deadletters"]:
         assert set(d) == set(parse.DEADLETTER_COLUMNS)
@@ -74,4 +75,4 @@ def test_future_check_off_for_fast_simulators(spark) -> None:
     now = int(time.time() * 1000)
     v = _record([_obs(t_ms=now + 3_600_000, prev_t_ms=now)])
     batch = spark.createDataFrame([(None, v, "spool", 0, 0, None)], RAW)
-    assert query.side_batch(batch, future_tolerance_ms=None)["deadletters"] == []
+    assert rare_rows(batch, future_tolerance_ms=None)["deadletters"] == []

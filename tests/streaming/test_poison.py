@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from isrwatch.rule import Rule
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
-from streaming import parse, query, state
+from streaming import parse, state
 from streaming.outputs import DeadLetterFile, payload_bytes
+from tests.streaming.rare import rare_rows
 
 pytestmark = pytest.mark.integration
 
@@ -65,10 +66,10 @@ FIXED: list[tuple[bytes | None, str]] = [
 
 
 def _side_and_aggregates(spark, rows):
-    """The side query's output, the aggregation of the batch (as the driver
+    """The batch's rare rows as the job gets them, the aggregation of the batch (as the driver
     gets both: Arrow to Python) and the offsets whose observations were read."""
     batch = spark.createDataFrame(rows, RAW)
-    out = query.side_batch(batch, FUTURE_TOLERANCE_MS)
+    out = rare_rows(batch, FUTURE_TOLERANCE_MS)
     obs = parse.observations(parse.parse_records(batch), FUTURE_TOLERANCE_MS)
     aggs = state.replica_aggregates(parse.good_observations(obs), Rule.KIP16_REFINED).toArrow().to_pylist()
     read = {r["source_offset"] for r in obs.where("reason is null").select("source_offset").distinct().collect()}

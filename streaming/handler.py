@@ -1,0 +1,115 @@
+"""The driver's work for one micro-batch (the query's ``foreachBatch``).
+
+``BatchHandler`` has Spark evaluate the batch (``streaming.batch``), moves the
+alerts and the statuses through the monitor, writes the batch's dead letters
+and ISR-change counts once (``DriverCheckpoint.save_side``: a batch Spark runs
+again does not write them twice), writes the state version, and logs one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from isrwatch.logs import kv
+from isrwatch.rule import RuleConfig
+from isrwatch.status import Thresholds
+from streaming.batch import BatchOutput, evaluate_records, split_driver_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["BatchHandler"]
+
+# The job's logger: operators, the benchmarks and the tests read "streaming.job batch ..." lines.
+log = logging.getLogger("streaming.job")
+
+
+@dataclass
+class BatchHandler:
+    cfg: RuleConfig
+    th: Thresholds
+    table: Any  # streaming.replicas.StateTable
+    monitor: Any  # streaming.monitor.Monitor
+    store: Any  # exporter.store.StatusStore
+    deadletters: Any  # streaming.outputs.DeadLetterFile or KafkaDeadLetters
+    checkpoint: Any  # streaming.checkpoint.DriverCheckpoint
+    producer: Any  # streaming.producer.OutputProducer, or None
+    future_tolerance_ms: int | None
+    max_gap_ms: int
+    refresh_batches: int
+    side_counts: dict[str, int]  # dead letters by reason, for the embedder (JobHandles)
+    side_done: int = field(init=False)  # the last batch whose rare rows were written
+
+    def __post_init__(self) -> None:
+        self.side_done = self.checkpoint.load_side()
+
+    def __call__(self, raw_batch: DataFrame, batch_id: int) -> None:
+        t0 = time.monotonic()
+        out = evaluate_records(
+            raw_batch,
+            batch_id,
+            self.table,
+            self.cfg,
+            self.th,
+            future_tolerance_ms=self.future_tolerance_ms,
+            max_gap_ms=self.max_gap_ms,
+            not_ok_keys=self.monitor.not_ok_keys(),
+            refresh_batches=self.refresh_batches,
+        )
+        try:
+            assert out.table is not None
+            changes, finals = split_driver_rows(out.table)
+            report = self.monitor.apply_statuses(batch_id, finals, changes)
+            dead = self._write_side(out, batch_id) if batch_id > self.side_done else {}
+        finally:
+            out.finish()
+        elapsed = time.monotonic() - t0
+        self.store.record_batch(elapsed, report.observations, dead)
+        if self.producer is not None:
+            self.store.set_outputs({t: (o.pending, o.dropped + o.failed) for t, o in self.producer.stats().items()})
+        wall_ms = int(time.time() * 1000)
+        lag_s = max(((wall_ms - t) / 1000 for t in report.clusters.values()), default=0.0)
+        # The field order is kept: operators and tests parse "batch_id= observations= replicas= states=".
+        log.info(
+            "batch %s",
+            kv(
+                batch_id=batch_id,
+                observations=report.observations,
+                replicas=report.replicas,
+                states=report.statuses,
+                alerts_started=report.started,
+                alerts_resolved=report.resolved,
+                deadletters=sum(dead.values()),
+                batch_ms=round(elapsed * 1000),
+                spark_ms=round(out.spark_s * 1000),
+                **{k.replace("_s", "_ms"): round(v * 1000) for k, v in out.stages.items()},
+                telemetry_lag_s=float(lag_s),
+                changes=len(changes),
+            ),
+        )
+
+    def _write_side(self, out: BatchOutput, batch_id: int) -> dict[str, int]:
+        """Dead letters and ISR change counts of a batch not handled before; by reason."""
+        try:  # the sinks log and count what they cannot write; a batch that failed here would fail again
+            written = self.deadletters.write(out.deadletters)
+        except Exception:
+            written = 0
+            self.deadletters.failed += len(out.deadletters)
+            log.exception("deadletters_lost %s", kv(batch_id=batch_id, count=len(out.deadletters)))
+        by_reason: dict[str, int] = {}
+        for d in out.deadletters:
+            by_reason[d["reason"]] = by_reason.get(d["reason"], 0) + 1
+            self.side_counts[d["reason"]] = self.side_counts.get(d["reason"], 0) + 1
+        for c in out.isr_changes:
+            for change in ("shrink", "expand"):
+                if c[change]:
+                    self.store.add_isr_changes(c["cluster"], c["topic"], int(c["partition"]), change, int(c[change]))
+        self.checkpoint.save_side(batch_id)
+        if out.deadletters:
+            log.warning(
+                "deadletters %s", kv(batch_id=batch_id, count=len(out.deadletters), written=written, **by_reason)
+            )
+        return by_reason

@@ -1,0 +1,60 @@
+"""What the job knows of its query, from Spark's own events.
+
+``QueryEvents`` is a ``StreamingQueryListener``: Spark calls it (on a thread of
+its own) when the job's query starts, completes a micro-batch, finds no new
+data, or ends. The job waits on its events instead of polling the query's
+status: ``ready`` once the query has looked at its source a first time (the
+embedded simulator starts then), ``ended`` with the reason when it stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+__all__ = ["QueryEvents"]
+
+log = logging.getLogger(__name__)
+
+
+class QueryEvents(StreamingQueryListener):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.id: str | None = None
+        self.ready = threading.Event()  # a first trigger ran (a batch, or no new data)
+        self.ended = threading.Event()
+        self.error: str | None = None  # why the query ended, when it failed
+        self.batches = 0
+        self.input_rows = 0
+
+    def _mine(self, query_id: Any) -> bool:
+        return self.id is not None and str(query_id) == self.id
+
+    def onQueryStarted(self, event: Any) -> None:
+        if event.name == self.name:
+            self.id = str(event.id)
+
+    def onQueryProgress(self, event: Any) -> None:
+        if self._mine(event.progress.id):
+            self.batches += 1
+            self.input_rows += int(event.progress.numInputRows or 0)
+            self.ready.set()
+
+    def onQueryIdle(self, event: Any) -> None:
+        if self._mine(event.id):
+            self.ready.set()
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if self._mine(event.id):
+            self.error = event.exception
+            self.ended.set()
+            self.ready.set()
+
+    def failure(self) -> str | None:
+        """One line saying why the query ended, or None while it runs."""
+        if not self.ended.is_set():
+            return None
+        return f"query {self.name} stopped: {(self.error or 'no reason given').splitlines()[0]}"

@@ -1,0 +1,29 @@
+"""The rare rows of one raw batch (dead letters, ISR changes) as the job gets them:
+``streaming.batch.evaluate_records`` on a state table of the test's own."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import Thresholds
+from streaming.batch import evaluate_records
+from streaming.replicas import StateTable
+
+
+def rare_rows(batch: Any, future_tolerance_ms: int | None) -> dict[str, list[dict[str, Any]]]:
+    """{"deadletters": [...], "isr_changes": [...]} of ``batch`` (the Kafka source's columns)."""
+    with tempfile.TemporaryDirectory(prefix="isrwatch-rare-") as checkpoint:
+        table = StateTable(batch.sparkSession, checkpoint)
+        out = evaluate_records(
+            batch,
+            0,
+            table,
+            RuleConfig(Rule.KIP16_REFINED, 10_000),
+            Thresholds(),
+            future_tolerance_ms=future_tolerance_ms,
+            max_gap_ms=None,
+        )
+        out.finish()
+    return {"deadletters": out.deadletters, "isr_changes": out.isr_changes}

@@ -1,0 +1,75 @@
+"""The job as an object with a life cycle (``streaming.job.Job``), on real Spark and
+a real spool: it starts, reports progress through Spark's own query events
+(``streaming.listener.QueryEvents``), stops on request, and releases everything
+it made; a failing micro-batch ends ``await_stop`` with the reason."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from isrwatch.exceptions import IsrwatchError
+from simulator.run import Simulation, now_ms
+from simulator.spool import SpoolWriter
+from streaming.job import Job
+from streaming.settings import RunSettings
+
+pytestmark = pytest.mark.integration
+
+
+def _spool_with_telemetry(path: str, seconds: int = 5) -> int:
+    """A few rounds of the steady scenario (in the past, all there at once); their observations."""
+    sim = Simulation("steady", cluster="lifecycle", start_ms=now_ms() - 60_000, seed=1, lag_time_max_ms=10_000)
+    writer = SpoolWriter(path)
+    for _, records in sim.rounds(seconds):
+        writer.append(records)
+    return seconds
+
+
+def _listeners(spark) -> int:
+    return len(spark.streams._jsqm.listListeners())
+
+
+def test_a_job_starts_reports_progress_from_sparks_events_and_releases_everything(spark, tmp_path) -> None:
+    spool = str(tmp_path / "spool")
+    _spool_with_telemetry(spool)
+    settings = RunSettings(spool_dir=spool, checkpoint_dir=str(tmp_path / "ck"), metrics_port=0, trigger_seconds=0.5)
+    before = _listeners(spark)
+    stop = threading.Event()
+    job = Job(settings, spark=spark, stop_event=stop)
+    with job:
+        job.start()
+        assert _listeners(spark) == before + 1
+        deadline = time.monotonic() + 120
+        while job.events.input_rows == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        # Progress as Spark reports it: a micro-batch with the spool's records.
+        assert job.events.batches >= 1 and job.events.input_rows > 0
+        assert job.events.ready.is_set() and not job.events.ended.is_set()
+        assert job.monitor.statuses, "the batch reached the driver"
+        stop.set()
+        job.await_stop()  # returns at once: stopping was asked for
+        query = job.query
+    # Released: the query stopped (Spark said so), the listener gone, the session still usable.
+    assert not query.isActive
+    assert _listeners(spark) == before
+    assert spark.range(3).count() == 3
+
+
+def test_a_failing_micro_batch_ends_the_job_with_the_reason(spark, tmp_path, monkeypatch) -> None:
+    from streaming import handler
+
+    def fail(self, raw_batch, batch_id):
+        raise RuntimeError("a batch that cannot be handled")
+
+    monkeypatch.setattr(handler.BatchHandler, "__call__", fail)
+    spool = str(tmp_path / "spool")
+    _spool_with_telemetry(spool)
+    settings = RunSettings(spool_dir=spool, checkpoint_dir=str(tmp_path / "ck"), metrics_port=0, trigger_seconds=0.5)
+    with Job(settings, spark=spark) as job:
+        job.start()
+        with pytest.raises(IsrwatchError, match="query isrwatch stopped"):
+            job.await_stop()
+        assert job.events.ended.wait(10) and job.events.error  # Spark's terminated event, with its reason
