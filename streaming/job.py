@@ -86,7 +86,7 @@ def run(settings: RunSettings, **options: Any) -> int:
     with Job(settings, **options) as job:
         job.start()
         job.await_stop()
-    return 0
+    return 130 if job.signalled == signal.SIGINT else 0  # Ctrl-C: the shell's convention
 
 
 class Job:
@@ -114,8 +114,9 @@ class Job:
         self.spark = spark
         self.handles = handles or JobHandles()
         self.stop_event = stop_event or threading.Event()
+        self.signalled: int | None = None  # the signal that stopped the job
         # From the start: a SIGTERM while Spark starts ends the job through the same clean-up.
-        _install_sigterm(self.stop_event)
+        _install_signals(self)
         self.truth_file = truth_file
         self.sinks = sinks
         self.cfg, self.th = _rule_config(settings)
@@ -316,6 +317,7 @@ class Job:
         self._on_close("scratch", shutil.rmtree, scratch, True)
         self.spark = build_session(self.settings.spark_master, self.settings.shuffle_partitions, scratch_dir=scratch)
         self._on_close("spark", self.spark.stop, jvm=True)
+        _install_signals(self)  # over PySpark's SIGINT handler
         return self.spark
 
     # -- run -------------------------------------------------------------------------------
@@ -370,11 +372,31 @@ def _stopped(checkpoint_dir: str, temporary: bool) -> None:
     log.info("stopped %s", kv(checkpoint=checkpoint_dir, **extra))
 
 
-def _install_sigterm(stop_event: threading.Event) -> None:
+def _install_signals(job: Job) -> None:
+    """SIGTERM and Ctrl-C (SIGINT) ask the job to stop, through the same clean-up as
+    ``--duration``; a second Ctrl-C gives up waiting (KeyboardInterrupt, exit 130).
+
+    Installed before Spark starts and again once it has: PySpark installs its own
+    SIGINT handler, which cancels Spark's jobs and raises KeyboardInterrupt inside
+    whatever call into the JVM the main thread is making (a traceback, not a stop).
+    A signal sent to the whole process group (a terminal's Ctrl-C, systemd) ends the
+    JVM too: Py4J's own error logs of the calls that then fail are left out."""
     if threading.current_thread() is not threading.main_thread():
         return
 
-    def on_term(signum: int, frame: Any) -> None:
-        stop_event.set()
+    def on_signal(signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and job.stop_event.is_set():
+            raise KeyboardInterrupt
+        if not job.stop_event.is_set():
+            job.signalled = signum
+            log.info("stopping %s", kv(signal=signal.Signals(signum).name))
+            logging.getLogger().addFilter(_without_py4j_send_errors)
+        job.stop_event.set()
 
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
+def _without_py4j_send_errors(record: logging.LogRecord) -> bool:
+    """Py4J logs a failed call into the JVM on the root logger, traceback and all."""
+    return not (record.name == "root" and str(record.msg).startswith("Exception while sending command"))

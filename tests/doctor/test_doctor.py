@@ -97,12 +97,12 @@ def test_doctor_passes_a_healthy_path_and_names_each_fault(kafka_cluster_factory
         assert {f"broker {b} (telemetry cluster)" for b in (1, 2, 3)} <= set(rows)
         assert took < 30
 
-        # Another cluster's (here: another topic's) checkpoint, recorded by the job's own code.
+        # Another cluster's checkpoint (same topic name), recorded by the job's own code.
         other = tmp_path / "other-checkpoint"
-        check_origin(str(other), kafka_origin(cluster.bootstrap_servers, "isr.telemetry-elsewhere", None))
+        check_origin(str(other), kafka_origin("kafka-elsewhere:9092", pipe.telemetry_topic, None))
         rc, rows, took = doctor(pipe, "--checkpoint-dir", str(other))
         assert rc != 0 and failed(rows) == {"checkpoint"}, rows
-        assert "isr.telemetry-elsewhere" in rows["checkpoint"]["found"]
+        assert "kafka-elsewhere:9092" in rows["checkpoint"]["found"]
         assert took < 30
 
         # A telemetry topic that does not exist.
