@@ -92,31 +92,43 @@ def run_checks(settings: Any) -> list[Row]:
 
 
 def _connect(c: _Cluster, props: dict[str, str], timeout: float) -> list[Row]:
+    """The cluster's metadata from the first bootstrap server that answers, each tried on
+    its own (a paused one must not hide the others)."""
     started = time.monotonic()
-    probe = ClusterProbe(kafka_python_config(c.bootstrap, props), round_timeout_s=timeout)
-    try:
-        snap = probe.connect(timeout)
-    except IsrwatchError as e:
-        probe.close()
+    silent: list[str] = []
+    reason = ""
+    for server in [s.strip() for s in c.bootstrap.split(",") if s.strip()]:
+        probe = ClusterProbe(kafka_python_config(server, props), round_timeout_s=timeout)
+        try:
+            snap = probe.connect(timeout)
+        except IsrwatchError as e:
+            probe.close()
+            silent.append(server)
+            reason = str(e)
+            continue
+        c.probe, c.snap = probe, snap
+        break
+    if c.snap is None:
         return [
             Row(
                 c.role,
                 FAIL,
-                str(e),
+                reason if len(silent) == 1 else f"no answer from {', '.join(silent)} ({reason})",
                 "check --bootstrap-servers (host:port of a broker), that Kafka runs, and --kafka-config for "
                 "security settings",
             )
         ]
-    c.probe, c.snap = probe, snap
+    snap = c.snap
     leaders = {p.leader for p in snap.partitions}
     found = (
         f"{len(snap.brokers)} brokers, {len({p.topic for p in snap.partitions})} topics, metadata in "
         f"{(time.monotonic() - started) * 1000:.0f} ms"
+        + (f" (no answer from bootstrap {', '.join(silent)})" if silent else "")
     )
     if -1 in leaders:
         leaderless = sorted(f"{p.topic}[{p.partition}]" for p in snap.partitions if p.leader == -1)
         return [Row(c.role, FAIL, f"{found}; no leader for {', '.join(leaderless[:5])}", "a broker is down")]
-    return [Row(c.role, OK, found)]
+    return [Row(c.role, WARN if silent else OK, found, "a bootstrap server did not answer" if silent else "")]
 
 
 def _brokers(c: _Cluster, timeout: float) -> list[Row]:
