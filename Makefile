@@ -41,9 +41,9 @@ run: install ## run the streaming job on the embedded simulator (SCENARIO=stuck-
 	$(ISRWATCH) run --simulate $(SCENARIO) $(if $(DURATION),--duration $(DURATION))
 
 test: install ## run every test (unit, property, Spark, real Kafka/Prometheus/Alertmanager) but the long campaigns
-	$(PY) -m pytest tests -m "not campaign"; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+	$(PY) -m pytest tests -m "not campaign" --durations=30; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
-campaign: install ## the long fault campaigns on real Kafka: every broker paused in turn, telemetry gaps (~20 min)
+campaign: install ## the long campaigns left out of make test: poison records on real Kafka (~5 min)
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m campaign; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 test-unit: install ## fast tests only (nothing started)

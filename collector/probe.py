@@ -86,6 +86,14 @@ class ClusterProbe:
         self.close()
         raise UnreachableError(f"cannot reach Kafka at {servers}: no metadata answer in {timeout_s:.0f} s")
 
+    @property
+    def cluster_id(self) -> str | None:
+        """The cluster id from the newest metadata (None: not connected, or a broker before
+        Kafka 0.10.1, whose metadata carries none)."""
+        if self.client is None:
+            return None
+        return getattr(self.client.cluster, "cluster_id", None)
+
     def close(self) -> None:
         if self.client is not None:
             self.client.close()

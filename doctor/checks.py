@@ -312,7 +312,7 @@ def _checkpoint(settings: Any, tel: _Cluster) -> Row:
         return Row(check, FAIL, str(e), "")
     if made_for is None:
         return Row(check, OK, f"{directory}: none yet (the job starts one)")
-    cluster_id = getattr(tel.probe.client.cluster, "cluster_id", None) if tel.probe and tel.probe.client else None
+    cluster_id = tel.probe.cluster_id if tel.probe else None
     here = origins.kafka_origin(settings.bootstrap_servers, settings.telemetry_topic, cluster_id)
     problem = origins.not_made_for(directory, made_for, here)
     if problem:

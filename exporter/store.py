@@ -144,6 +144,8 @@ class StatusStore:
     _last_batch_s: float | None = None
     _deadletters: dict[str, int] = field(default_factory=dict, repr=False)
     _outputs: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
+    # read at every snapshot when set (the job's producer: pending now, not as of the last batch)
+    _outputs_source: Callable[[], dict[str, tuple[int, int]]] | None = field(default=None, repr=False)
 
     def update(self, statuses: Iterable[ReplicaStatus]) -> None:
         """Replace each given replica's status (newer or not: last write wins)."""
@@ -245,6 +247,12 @@ class StatusStore:
         with self._lock:
             self._outputs = dict(outputs)
 
+    def read_outputs_from(self, source: Callable[[], dict[str, tuple[int, int]]]) -> None:
+        """Read the output topics' counts from ``source`` at every snapshot (a scrape): a
+        record counted as pending is one still unacknowledged when /metrics is read."""
+        with self._lock:
+            self._outputs_source = source
+
     def declare_deadletter_reasons(self, reasons: Iterable[str]) -> None:
         """Serve the dead-letter counter at 0 for every reason the feeding side
         knows, so a dashboard by reason has series before the first rejection
@@ -260,6 +268,11 @@ class StatusStore:
 
     def snapshot(self) -> StoreSnapshot:
         horizon = self.clock() - self.recent_change_s
+        source = self._outputs_source
+        if source is not None:
+            outputs = source()  # outside the lock: it may serve the producer's delivery reports
+            with self._lock:
+                self._outputs = dict(outputs)
         with self._lock:
             for pkey in [k for k, t in self._changed_at.items() if t < horizon]:
                 del self._changed_at[pkey]  # keeps the dict to the recent changes

@@ -36,7 +36,6 @@ class BatchHandler:
     store: Any  # exporter.store.StatusStore
     deadletters: Any  # streaming.outputs.DeadLetterFile or KafkaDeadLetters
     checkpoint: Any  # streaming.checkpoint.DriverCheckpoint
-    producer: Any  # streaming.producer.OutputProducer, or None
     future_tolerance_ms: int | None
     max_gap_ms: int
     refresh_batches: int
@@ -68,8 +67,6 @@ class BatchHandler:
             out.finish()
         elapsed = time.monotonic() - t0
         self.store.record_batch(elapsed, report.observations, dead)
-        if self.producer is not None:
-            self.store.set_outputs({t: (o.pending, o.dropped + o.failed) for t, o in self.producer.stats().items()})
         wall_ms = int(time.time() * 1000)
         lag_s = max(((wall_ms - t) / 1000 for t in report.clusters.values()), default=0.0)
         # The field order is kept: operators and tests parse "batch_id= observations= replicas= states=".

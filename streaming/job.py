@@ -179,6 +179,9 @@ class Job:
             )
         store = StatusStore()
         store.declare_deadletter_reasons(REASONS)  # the counter by reason starts at 0
+        if producer is not None:
+            out = producer
+            store.read_outputs_from(lambda: {t: (o.pending, o.dropped + o.failed) for t, o in out.stats().items()})
         handles.store = store
         # The job serves what it computes itself, in Kafka mode too: the state topic (and the
         # exporter reading it) waits on its partitions' leaders, this does not (docs/deploy.md).
@@ -239,7 +242,6 @@ class Job:
             store=store,
             deadletters=deadletters,
             checkpoint=ckpt,
-            producer=producer,
             future_tolerance_ms=None if (not self.kafka_mode and settings.speed > 1) else FUTURE_TOLERANCE_MS,
             max_gap_ms=settings.observation_gap_ms or self.cfg.lag_time_max_ms // 2,
             refresh_batches=settings.ok_refresh_batches,

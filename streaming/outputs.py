@@ -225,10 +225,15 @@ def make_producer(bootstrap_servers: str, kafka_config: list[str]) -> Any:
     except ImportError as e:  # pragma: no cover - a dependency of the package
         raise IsrwatchError(f"confluent-kafka is not installed: {e}") from None
     # socket.timeout.ms: a hung broker must not hold the job's outputs for librdkafka's default minute.
+    # One request in flight per broker: a request that times out against a hung leader is sent
+    # again, and with several in flight a retried older state record could land after a newer
+    # one of the same replica, which compaction would then keep (Kafka 0.9 has no idempotent
+    # producer to order them).
     conf = {
         "bootstrap.servers": bootstrap_servers,
         "linger.ms": "50",
         "socket.timeout.ms": "10000",
+        "max.in.flight.requests.per.connection": "1",
         **kafka_config_pairs(kafka_config),
     }
     try:

@@ -53,7 +53,10 @@ class OutputProducer:
         self._inflight: dict[str, int] = {}
         self._dropped: dict[str, int] = {}
         self._failed: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the held records
+        # the counts: delivery reports run in whichever thread polls (a batch, a stale alert
+        # from the job's timer, a /metrics scrape), never while librdkafka is called under it
+        self._count_lock = threading.Lock()
         self._last_log = 0.0
 
     def __len__(self) -> int:
@@ -78,7 +81,8 @@ class OutputProducer:
             self.producer.produce(topic, key=key, value=value, on_delivery=self._delivered)
         except BufferError:
             return False
-        self._inflight[topic] = self._inflight.get(topic, 0) + 1
+        with self._count_lock:
+            self._inflight[topic] = self._inflight.get(topic, 0) + 1
         return True
 
     def _offer_held(self) -> None:
@@ -96,9 +100,11 @@ class OutputProducer:
 
     def _delivered(self, err: Any, msg: Any) -> None:
         topic = msg.topic()
-        self._inflight[topic] = self._inflight.get(topic, 1) - 1
+        with self._count_lock:
+            self._inflight[topic] = self._inflight.get(topic, 1) - 1
+            if err is not None:
+                self._failed[topic] = self._failed.get(topic, 0) + 1
         if err is not None:
-            self._failed[topic] = self._failed.get(topic, 0) + 1
             now = time.monotonic()
             if now - self._last_log > 10:
                 self._last_log = now
@@ -127,17 +133,20 @@ class OutputProducer:
                 return len(self)
 
     def stats(self) -> dict[str, OutputStats]:
-        """Per topic: pending, dropped, failed."""
+        """Per topic: pending, dropped, failed, as of now (delivery reports that librdkafka
+        has ready are served first, so a record already acknowledged is not pending)."""
+        self.producer.poll(0)
         with self._lock:
             held: dict[str, int] = {}
             for topic, _ in self._keyed:
                 held[topic] = held.get(topic, 0) + 1
             for topic, _, _ in self._queued:
                 held[topic] = held.get(topic, 0) + 1
-            topics = set(self._inflight) | set(held) | set(self._dropped) | set(self._failed)
-            return {
-                t: OutputStats(
-                    max(0, self._inflight.get(t, 0)) + held.get(t, 0), self._dropped.get(t, 0), self._failed.get(t, 0)
-                )
-                for t in sorted(topics)
-            }
+            dropped = dict(self._dropped)
+        with self._count_lock:
+            inflight, failed = dict(self._inflight), dict(self._failed)
+        topics = set(inflight) | set(held) | set(dropped) | set(failed)
+        return {
+            t: OutputStats(max(0, inflight.get(t, 0)) + held.get(t, 0), dropped.get(t, 0), failed.get(t, 0))
+            for t in sorted(topics)
+        }

@@ -123,6 +123,11 @@ def restore_state(spark: SparkSession, checkpoint_dir: str) -> DataFrame | None:
         return state
     old = _restored(spark, checkpoint_dir)
     if old is None:
+        # committed batches and no state of any kind: the state table was removed by hand
+        log.warning(
+            "state_missing %s",
+            kv(checkpoint=checkpoint_dir, batch_id=done, hint="the replicas' state starts empty from the next batch"),
+        )
         return None
     table.write(old, done)
     log.info("state_migrated %s", kv(checkpoint=checkpoint_dir, batch_id=done, source="statestore"))
@@ -149,6 +154,8 @@ def _restored(spark: SparkSession, checkpoint_dir: str) -> DataFrame | None:
     if not os.path.isdir(os.path.join(path, "commits")) or not any(
         not n.startswith(".") for n in os.listdir(os.path.join(path, "commits"))
     ):
+        return None
+    if not os.path.isdir(os.path.join(path, "state")):  # the one query keeps no Spark state store
         return None
     # The state reader needs the driver's state store coordinator, which the
     # streaming query manager starts: make sure it exists before any query does.

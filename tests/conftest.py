@@ -25,11 +25,12 @@ SHARED_BROKER_SETTINGS: dict[str, Any] = {
 }
 
 
-# Long fault campaigns (minutes each, timing-sensitive on a loaded 2-core machine): run by
-# `make campaign`, left out of `make test` (docs/validation.md says why).
+# Long campaigns, run by `make campaign`, left out of `make test`.
 # test_poison_records.py: two job starts on real Kafka (5-8 min); the poison-record fix itself is
 # covered in make test by tests/streaming/test_poison.py and test_deadletters.py.
-CAMPAIGN_FILES = {"test_broker_pauses.py", "test_telemetry_gap.py", "test_poison_records.py"}
+# (The broker pauses and the telemetry gaps, issues 9 and 17, are in make test: ~4, ~4 and
+# ~6.5 min.)
+CAMPAIGN_FILES = {"test_poison_records.py"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

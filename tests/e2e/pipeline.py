@@ -7,10 +7,10 @@
   ``isrwatch collect`` and ``isrwatch run --bootstrap-servers`` as child processes. The job's stdout (alert JSON lines,
   no Alertmanager URL) is read by a thread that stamps each line with the wall
   time it arrived; its stderr (logs) goes to a file.
-* ``ProduceLoad``: a producer thread (confluent-kafka, acks=1) at a given rate.
 * ``until``: event-based waiting that fails with the job's log tail.
-* ``write_result``: one JSON file per test in ``$ISRWATCH_VALIDATION_OUT``
-  (default ``<tmp>/isrwatch-validation``); ``tools/validation_table.py`` prints them.
+
+Produce load and reading topics back: ``tests.e2e.kafka_io``; the brokers' truth and
+the validation results: ``tests.e2e.results``.
 """
 
 from __future__ import annotations
@@ -22,37 +22,25 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from isrwatch.alerts import AlertName
-
 __all__ = [
     "Pipeline",
-    "ProduceLoad",
     "AlertEvent",
     "until",
-    "results_dir",
-    "write_result",
-    "RESULTS_ENV",
     "COLLECT_INTERVAL_S",
     "LAG_MS",
     "ZK_SESSION_MS",
-    "Shrinks",
-    "first_event",
-    "nearing_row",
-    "read_topic",
     "TOPIC_PARTITIONS",
 ]
 
-RESULTS_ENV = "ISRWATCH_VALIDATION_OUT"
 COLLECT_INTERVAL_S = 0.5
 # replica.lag.time.max.ms of the fault tests. Measured on the shared 2-core machine
 # (load average up to 19), the job's telemetry-to-stdout latency reached 10 s: with
@@ -193,7 +181,13 @@ class Pipeline:
     """Collector and job on one LocalKafka cluster, each as a real ``isrwatch`` process."""
 
     def __init__(
-        self, cluster: Any, workdir: Path, *, job_args: Iterable[str] = (), telemetry_cluster: Any = None
+        self,
+        cluster: Any,
+        workdir: Path,
+        *,
+        job_args: Iterable[str] = (),
+        telemetry_cluster: Any = None,
+        state_topic_config: dict[str, Any] | None = None,
     ) -> None:
         self.cluster = cluster
         # where isrwatch's own topics live: the watched cluster, or a separate one
@@ -210,12 +204,14 @@ class Pipeline:
 
         self.metrics_port = free_port()  # the job's own /metrics
         self.job_args = list(job_args)
+        # compacted, as docs/deploy.md tells a user to create it
+        self.state_topic_config = {"cleanup.policy": "compact", **(state_topic_config or {})}
         self.events: list[AlertEvent] = []
         self._lock = threading.Lock()
         self.collector: _Child | None = None
         self.job: _Child | None = None
-        self.exporter: _Child | None = None
-        self.exporter_port: int | None = None
+        self.exporters: list[_Child] = []
+        self.exporter_port: int | None = None  # the first exporter's
         self.job_runs = 0
         self._old_job_logs: list[str] = []
 
@@ -223,7 +219,8 @@ class Pipeline:
 
     def create_topics(self) -> None:
         for t in self.topics():
-            self.telemetry_cluster.create_topic(t, partitions=TOPIC_PARTITIONS, replication_factor=1)
+            config = self.state_topic_config if t == self.state_topic else None
+            self.telemetry_cluster.create_topic(t, partitions=TOPIC_PARTITIONS, replication_factor=1, config=config)
 
     def topics(self) -> tuple[str, ...]:
         return (self.telemetry_topic, self.state_topic, self.alerts_topic, self.deadletter_topic)
@@ -297,11 +294,14 @@ class Pipeline:
         self.start_job()
         return self
 
-    def start_exporter(self) -> None:
-        """``isrwatch exporter`` on the state topic, on a free loopback port (``exporter_port``)."""
+    def start_exporter(self) -> int:
+        """``isrwatch exporter`` on the state topic, on a free loopback port, returned (the
+        first one's is ``exporter_port``); each one reads the topic from its beginning."""
         from localkafka import free_port
 
-        self.exporter_port = free_port()
+        port = free_port()
+        if self.exporter_port is None:
+            self.exporter_port = port
         argv = [
             sys.executable,
             "-m",
@@ -315,15 +315,17 @@ class Pipeline:
             "--host",
             "127.0.0.1",
             "--port",
-            str(self.exporter_port),
+            str(port),
         ]
-        self.exporter = _Child("exporter", argv, self.workdir, None)
+        name = "exporter" if not self.exporters else f"exporter-{len(self.exporters) + 1}"
+        self.exporters.append(_Child(name, argv, self.workdir, None))
+        return port
 
     def children(self) -> list[_Child]:
-        return [c for c in (self.collector, self.job, self.exporter) if c is not None]
+        return [c for c in (self.collector, self.job, *self.exporters) if c is not None]
 
     def close(self) -> None:
-        for child in (self.exporter, self.job, self.collector):
+        for child in (*reversed(self.exporters), self.job, self.collector):
             if child is not None:
                 child.stop()
 
@@ -367,165 +369,3 @@ class Pipeline:
 
     def tails(self) -> str:
         return "\n".join(c.tail() for c in self.children())
-
-
-class ProduceLoad(threading.Thread):
-    """Produces ``rate`` messages/s of ``size`` bytes round-robin over ``partitions`` until stopped."""
-
-    def __init__(self, cluster: Any, topic: str, partitions: int, rate: float, size: int = 200) -> None:
-        super().__init__(name=f"load-{topic}", daemon=True)
-        from confluent_kafka import Producer
-
-        self.producer = Producer(
-            cluster.client_config(**{"acks": "1", "linger.ms": "5", "queue.buffering.max.kbytes": "65536"})
-        )
-        self.topic = topic
-        self.partitions = partitions
-        self.rate = rate
-        self.payload = os.urandom(size // 2).hex().encode()[:size]
-        self.stop_event = threading.Event()
-        self.sent = 0
-
-    def set_rate(self, rate: float) -> None:
-        self.rate = rate
-
-    def run(self) -> None:
-        tick = 0.02
-        next_t = time.monotonic()
-        owed = 0.0
-        while not self.stop_event.is_set():
-            owed += self.rate * tick
-            while owed >= 1:
-                try:
-                    self.producer.produce(self.topic, self.payload, partition=self.sent % self.partitions)
-                except BufferError:
-                    self.producer.poll(0.05)
-                    continue
-                self.sent += 1
-                owed -= 1
-            self.producer.poll(0)
-            next_t += tick
-            self.stop_event.wait(max(0.0, next_t - time.monotonic()))
-            if next_t < time.monotonic() - 1:
-                next_t, owed = time.monotonic(), 0.0  # behind by a second: do not pile up
-
-    def burst(self, count: int) -> None:
-        """``count`` messages at once, from the caller's thread."""
-        for i in range(count):
-            while True:
-                try:
-                    self.producer.produce(self.topic, self.payload, partition=i % self.partitions)
-                    break
-                except BufferError:
-                    self.producer.poll(0.05)
-        self.producer.flush(60)
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(10)
-        self.producer.flush(30)
-
-    def __enter__(self) -> ProduceLoad:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def read_topic(cluster: Any, topic: str, timeout_s: float = 120.0) -> list[bytes | None]:
-    """Every record value of every partition of ``topic`` up to its end offsets now (fails if one is short)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer(cluster.client_config(**{"group.id": f"read-{topic}", "enable.auto.commit": False}))
-    out: list[bytes | None] = []
-    try:
-        md = c.list_topics(topic, timeout=30).topics[topic]
-        deadline = time.monotonic() + timeout_s
-        for p in sorted(md.partitions):
-            _, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            c.assign([TopicPartition(topic, p, 0)])
-            seen = 0
-            while seen < high and time.monotonic() < deadline:
-                m = c.poll(1.0)
-                if m is not None and m.error() is None:
-                    out.append(m.value())
-                    seen += 1
-            assert seen == high, f"read {seen} of {high} records of {topic}[{p}]"
-    finally:
-        c.close()
-    return out
-
-
-def results_dir() -> Path:
-    path = Path(os.environ.get(RESULTS_ENV) or Path(tempfile.gettempdir()) / "isrwatch-validation")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def write_result(test: str, result: dict[str, Any]) -> Path:
-    """One test's measurements as ``<results dir>/<test>.json``."""
-    path = results_dir() / f"{test}.json"
-    path.write_text(json.dumps({"test": test, "recorded_at": time.time(), **result}, indent=2, sort_keys=True) + "\n")
-    return path
-
-
-@dataclass
-class Shrinks:
-    """The leaders' ``Shrinking ISR`` lines for one topic, by (partition, removed broker)."""
-
-    lines: list[Any] = field(default_factory=list)
-
-    @classmethod
-    def read(cls, cluster: Any, topic: str, since: float) -> Shrinks:
-        return cls([c for c in cluster.isr_shrinks(since) if c.topic == topic])
-
-    def first(self, partition: int, broker_id: int) -> float | None:
-        times = [
-            c.time
-            for c in self.lines
-            if c.partition == partition and broker_id in c.isr_before and broker_id not in c.isr_after
-        ]
-        return min(times) if times else None
-
-
-def first_event(pipe: Pipeline, name: AlertName, status: str, topic: str, broker: int) -> dict[int, AlertEvent]:
-    """partition -> the first ``name``/``status`` event of ``broker``'s replica."""
-    out: dict[int, AlertEvent] = {}
-    for e in pipe.alerts(name.value, status):
-        t, p, b = e.replica
-        if t == topic and b == broker and p not in out:
-            out[p] = e
-    return out
-
-
-def nearing_row(
-    scenario: str,
-    topic: str,
-    partition: int,
-    broker_id: int,
-    fault_at: float,
-    e: AlertEvent | None,
-    shrink: float | None,
-) -> dict[str, Any]:
-    """One row of the validation table (tools/validation_table.py): a follower's first
-    ``KafkaReplicaNearingIsrShrink`` against the leader's logged shrink. The predicted
-    crossing of lag/2 is the start of the predicted window minus lag/2."""
-    window = e.window if e else None
-    crossing = window[0] - LAG_MS / 2000 if window else None
-    return {
-        "scenario": scenario,
-        "topic": topic,
-        "partition": partition,
-        "broker_id": broker_id,
-        "alert": AlertName.NEARING.value,
-        "fault_at": fault_at,
-        "predicted_crossing_at": crossing,
-        "predicted_window": window,
-        "alert_starts_at": e.starts_at if e else None,
-        "alert_arrived": e.arrived if e else None,
-        "offset_lag_at_alert": e.offset_lag if e else None,
-        "shrink_at": shrink,
-        "lead_s": (shrink - crossing) if crossing and shrink else None,
-        "arrival_lead_s": (shrink - e.arrived) if e and shrink else None,
-    }

@@ -12,7 +12,9 @@ from __future__ import annotations
 import time
 
 from isrwatch.alerts import AlertName
-from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, ProduceLoad, until, write_result
+from tests.e2e.kafka_io import ProduceLoad
+from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
+from tests.e2e.results import write_result
 
 BURST = 50_000
 MESSAGE_BYTES = 1000

@@ -31,16 +31,9 @@ from collections import Counter
 
 from isrwatch.alerts import AlertName
 from isrwatch.telemetry import decode_record
-from tests.e2e.pipeline import (
-    COLLECT_INTERVAL_S,
-    ZK_SESSION_MS,
-    AlertEvent,
-    Pipeline,
-    ProduceLoad,
-    read_topic,
-    until,
-    write_result,
-)
+from tests.e2e.kafka_io import ProduceLoad, read_topic
+from tests.e2e.pipeline import COLLECT_INTERVAL_S, ZK_SESSION_MS, AlertEvent, Pipeline, until
+from tests.e2e.results import write_result
 
 PAUSED = 3
 PAUSE_S = 25

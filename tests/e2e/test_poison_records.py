@@ -1,7 +1,7 @@
 """Issue 14's first finding, as a regression: records of random bytes produced
 to the real telemetry topic while the real pipeline runs.
 
-Before the fix the side query failed on the first record that was not UTF-8
+Before the fix the job's side query (since folded into its one query) failed on the first record that was not UTF-8
 (``UnicodeDecodeError`` turning the dead letters into Python strings), the job
 exited (``query isrwatch_side stopped``) with nothing dead-lettered, and its
 checkpoint still pointed before the record, so every restart failed again.
@@ -15,9 +15,10 @@ Real parts: the shared 3-broker Kafka 0.9 cluster, ``isrwatch collect`` and
   decodes back to the record's bytes (a prefix, size and hash when too big
   for one dead letter);
 * the job keeps running and keeps evaluating the collector's telemetry;
-* a restart on the same checkpoint, rewound to the state a crash inside the
-  batch that read the poison leaves (that batch's offsets planned, not
-  committed), reads the poison again, dead-letters it again and keeps running.
+* the same records produced again and the job killed (SIGKILL) inside the batch
+  that reads them (its offsets planned, not committed): restarted on the same
+  checkpoint, it reads them again, dead-letters them and keeps running; the
+  first ones, committed before the crash, are not dead-lettered twice.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from streaming.origin import QUERY_DIR
 from streaming.outputs import payload_bytes
 from streaming.parse import REASONS, RECORD_REASONS
-from tests.e2e.pipeline import TOPIC_PARTITIONS, Pipeline, read_topic, until
+from tests.e2e.kafka_io import read_topic
+from tests.e2e.pipeline import TOPIC_PARTITIONS, Pipeline, until
 
 SEED = 14
 
@@ -107,25 +110,36 @@ def check_letter(d: dict, value: bytes | None) -> None:
         assert kept == value, d
 
 
-def rewind_side_query(checkpoint: Path, topic: str, poison: dict[tuple[int, int], bytes | None]) -> int:
-    """Leave the side query's checkpoint as a crash inside the first batch that
-    read poison leaves it: that batch planned (offsets/N), not committed, nothing
-    after it; and the driver's side.json before it. Returns N."""
-    side = checkpoint / "side"
-    batches = sorted(int(p.name) for p in (side / "offsets").iterdir() if p.name.isdigit())
+def batch_reading(query: Path, topic: str, poison: dict[tuple[int, int], bytes | None]) -> int | None:
+    """The first batch Spark has planned (``offsets/N`` written) whose range covers a poison record."""
+    for f in sorted((query / "offsets").iterdir(), key=lambda f: int(f.name) if f.name.isdigit() else -1):
+        if not f.name.isdigit():
+            continue
+        try:
+            end = json.loads(f.read_text().splitlines()[-1]).get(topic, {})
+        except (ValueError, IndexError):
+            continue
+        if any(int(end.get(str(p), 0)) > o for p, o in poison):
+            return int(f.name)
+    return None
 
-    def reads_poison(n: int) -> bool:
-        end = json.loads((side / "offsets" / str(n)).read_text().splitlines()[-1])[topic]
-        return any(int(end.get(str(p), 0)) > o for p, o in poison)
 
-    first = next(n for n in batches if reads_poison(n))
-    for kind, after in (("offsets", first), ("commits", first - 1)):
-        for p in (side / kind).iterdir():
-            n = p.name.lstrip(".").split(".")[0]
-            if n.isdigit() and int(n) > after:
-                p.unlink()
-    (checkpoint / "isrwatch" / "side.json").write_text(json.dumps({"batch_id": first - 1}))
-    return first
+def kill_inside_the_batch_reading(pipe: Pipeline, poison: dict[tuple[int, int], bytes | None]) -> int:
+    """SIGKILL the job as soon as Spark has planned the batch that reads ``poison``, before
+    that batch commits: the crash a poison record used to cause. Returns the batch id."""
+    assert pipe.job is not None
+    query = pipe.checkpoint_dir / QUERY_DIR
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        n = batch_reading(query, pipe.telemetry_topic, poison)
+        if n is not None:
+            pipe.job.kill()
+            # a batch takes a second or more here; polled every 20 ms, it cannot have committed
+            assert not (query / "commits" / str(n)).exists(), f"batch {n} committed before the kill"
+            return n
+        pipe.check_alive("a batch planned over the second poison")
+        time.sleep(0.02)
+    raise AssertionError("no batch planned over the second poison within 120 s")
 
 
 def test_poison_records_are_dead_lettered_and_never_stop_the_job(kafka_cluster, unique_name, tmp_path) -> None:
@@ -160,24 +174,23 @@ def test_poison_records_are_dead_lettered_and_never_stop_the_job(kafka_cluster, 
         assert pipe.batches()[-1][1] > 0, "the collector's telemetry is still read"
         assert "UnicodeDecodeError" not in pipe.job_log()
 
-        # A crash inside the batch that read the poison, then a restart on the same checkpoint.
-        assert pipe.job is not None
-        pipe.job.kill()
-        rewound = rewind_side_query(pipe.checkpoint_dir, pipe.telemetry_topic, poison)
+        # The same records again, and the job killed inside the batch that reads them, before it
+        # commits; restarted on the same checkpoint, it reads them again and goes on.
+        second = produce(cluster, pipe.telemetry_topic, poison_values())
+        crashed = kill_inside_the_batch_reading(pipe, second)
         pipe.start_job()
 
-        # Every poison record is read again from the rewound batch on, and dead-lettered again.
-        def twice() -> bool:
-            return all(len(ds) >= 2 for ds in letters_by_position().values())
-
-        until("the poison dead-lettered again", every(5, twice), 240, pipe)
+        until("the second poison dead-lettered", every(5, lambda: set(letters_by_position()) >= set(second)), 240, pipe)
         seen = len(pipe.batches())
         until("the restarted job to go on evaluating", lambda: len(pipe.batches()) > seen + 2, 120, pipe)
         letters = letters_by_position()
-        assert set(letters) == set(poison)
-        for pos, ds in letters.items():
-            assert len(ds) == 2, ds
-            for d in ds:
-                check_letter(d, poison[pos])
-        assert f"deadletters batch_id={rewound} " in pipe.job.log(), "the rewound batch was run again"
+        assert set(letters) == set(poison) | set(second)
+        for pos in poison:
+            assert len(letters[pos]) == 1, f"committed before the crash, dead-lettered again: {letters[pos]}"
+        for pos, value in second.items():
+            # once; twice if the killed batch had already written it (a batch run again writes again)
+            assert 1 <= len(letters[pos]) <= 2, letters[pos]
+            for d in letters[pos]:
+                check_letter(d, value)
+        assert f"deadletters batch_id={crashed} " in pipe.job.log(), "the killed batch was run again"
         assert "UnicodeDecodeError" not in pipe.job_log()

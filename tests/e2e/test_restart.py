@@ -25,7 +25,9 @@ from pathlib import Path
 import pytest
 
 from isrwatch.alerts import AlertName
-from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, ProduceLoad, read_topic, until, write_result
+from tests.e2e.kafka_io import ProduceLoad, read_topic
+from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, until
+from tests.e2e.results import write_result
 
 PAUSED = 3
 

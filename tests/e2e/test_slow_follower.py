@@ -16,18 +16,9 @@ from __future__ import annotations
 import time
 
 from isrwatch.alerts import AlertName
-from tests.e2e.pipeline import (
-    COLLECT_INTERVAL_S,
-    LAG_MS,
-    ZK_SESSION_MS,
-    Pipeline,
-    ProduceLoad,
-    Shrinks,
-    first_event,
-    nearing_row,
-    until,
-    write_result,
-)
+from tests.e2e.kafka_io import ProduceLoad
+from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
+from tests.e2e.results import Shrinks, first_event, nearing_row, write_result
 
 FETCH_MAX_BYTES = 2048
 FETCH_WAIT_MS = 100

@@ -17,16 +17,9 @@ import time
 
 from confluent_kafka import Producer
 
-from tests.e2e.pipeline import (
-    COLLECT_INTERVAL_S,
-    LAG_MS,
-    ZK_SESSION_MS,
-    Pipeline,
-    ProduceLoad,
-    read_topic,
-    until,
-    write_result,
-)
+from tests.e2e.kafka_io import ProduceLoad, read_topic
+from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
+from tests.e2e.results import write_result
 
 STEADY_S = 120
 RATE = 200

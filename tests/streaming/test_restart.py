@@ -81,3 +81,18 @@ def test_restart_repeats_nothing_and_loses_nothing(spark, tmp_path) -> None:
     rows = restore_aggregates(spark, str(ckpt))
     got = Counter({(r["topic"], r["partition"], r["broker_id"]): r["observations"] for r in rows})
     assert got == expected
+
+
+def test_a_checkpoint_without_its_state_table_starts_empty_with_a_warning(spark, tmp_path, caplog) -> None:
+    # Committed batches, and neither the state table nor an older job's state store (removed
+    # by hand): the job says so and starts the replicas' state empty, instead of failing on
+    # a Spark state store that never existed.
+    from streaming.origin import QUERY_DIR
+    from streaming.query import restore_state
+
+    commits = tmp_path / QUERY_DIR / "commits"
+    commits.mkdir(parents=True)
+    (commits / "7").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    with caplog.at_level("WARNING", logger="streaming.query"):
+        assert restore_state(spark, str(tmp_path)) is None
+    assert "state_missing" in caplog.text and "batch_id=7" in caplog.text

@@ -1,0 +1,114 @@
+"""Kafka traffic for the e2e tests: produce load, and reading a topic back.
+
+* ``ProduceLoad``: a producer thread (confluent-kafka, acks=1) at a given rate.
+* ``read_records`` / ``read_topic``: every record of a topic up to its end offsets now.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+__all__ = ["ProduceLoad", "read_records", "read_topic"]
+
+
+class ProduceLoad(threading.Thread):
+    """Produces ``rate`` messages/s of ``size`` bytes round-robin over ``partitions`` until stopped."""
+
+    def __init__(self, cluster: Any, topic: str, partitions: int, rate: float, size: int = 200) -> None:
+        super().__init__(name=f"load-{topic}", daemon=True)
+        from confluent_kafka import Producer
+
+        self.producer = Producer(
+            cluster.client_config(**{"acks": "1", "linger.ms": "5", "queue.buffering.max.kbytes": "65536"})
+        )
+        self.topic = topic
+        self.partitions = partitions
+        self.rate = rate
+        self.payload = os.urandom(size // 2).hex().encode()[:size]
+        self.stop_event = threading.Event()
+        self.sent = 0
+
+    def set_rate(self, rate: float) -> None:
+        self.rate = rate
+
+    def run(self) -> None:
+        tick = 0.02
+        next_t = time.monotonic()
+        owed = 0.0
+        while not self.stop_event.is_set():
+            owed += self.rate * tick
+            while owed >= 1:
+                try:
+                    self.producer.produce(self.topic, self.payload, partition=self.sent % self.partitions)
+                except BufferError:
+                    self.producer.poll(0.05)
+                    continue
+                self.sent += 1
+                owed -= 1
+            self.producer.poll(0)
+            next_t += tick
+            self.stop_event.wait(max(0.0, next_t - time.monotonic()))
+            if next_t < time.monotonic() - 1:
+                next_t, owed = time.monotonic(), 0.0  # behind by a second: do not pile up
+
+    def burst(self, count: int) -> None:
+        """``count`` messages at once, from the caller's thread."""
+        for i in range(count):
+            while True:
+                try:
+                    self.producer.produce(self.topic, self.payload, partition=i % self.partitions)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+        self.producer.flush(60)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(10)
+        self.producer.flush(30)
+
+    def __enter__(self) -> ProduceLoad:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def read_topic(cluster: Any, topic: str, timeout_s: float = 120.0) -> list[bytes | None]:
+    """Every record value of every partition of ``topic`` up to its end offsets now (fails if
+    one is short; for a topic that is not compacted)."""
+    records = read_records(cluster, topic, timeout_s)
+    return [value for *_, value in records]
+
+
+def read_records(
+    cluster: Any, topic: str, timeout_s: float = 120.0, *, compacted: bool = False
+) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """(partition, offset, key, value) of every record of ``topic`` up to its end offsets now,
+    in offset order per partition. Unless ``compacted``, every offset must be there."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(cluster.client_config(**{"group.id": f"read-{topic}", "enable.auto.commit": False}))
+    out: list[tuple[int, int, bytes | None, bytes | None]] = []
+    try:
+        md = c.list_topics(topic, timeout=30).topics[topic]
+        deadline = time.monotonic() + timeout_s
+        for p in sorted(md.partitions):
+            _, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            c.assign([TopicPartition(topic, p, 0)])
+            seen, next_offset = 0, 0
+            while next_offset < high and time.monotonic() < deadline:
+                m = c.poll(1.0)
+                if m is not None and m.error() is None and m.offset() < high:
+                    out.append((p, m.offset(), m.key(), m.value()))
+                    seen += 1
+                    next_offset = m.offset() + 1
+            assert next_offset >= high, f"read up to offset {next_offset} of {high} of {topic}[{p}]"
+            assert compacted or seen == high, f"read {seen} of {high} records of {topic}[{p}]"
+    finally:
+        c.close()
+    return out

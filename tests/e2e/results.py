@@ -1,0 +1,101 @@
+"""What the e2e tests measure, against what the brokers did.
+
+* ``Shrinks``: the leaders' logged ISR shrinks (the truth).
+* ``first_event`` / ``nearing_row``: a follower's first alert against its shrink, as a row
+  of the validation table (``tools/validation_table.py``).
+* ``write_result``: one JSON file per test in ``$ISRWATCH_VALIDATION_OUT`` (default
+  ``<tmp>/isrwatch-validation``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from isrwatch.alerts import AlertName
+from tests.e2e.pipeline import LAG_MS, AlertEvent, Pipeline
+
+__all__ = ["RESULTS_ENV", "Shrinks", "first_event", "nearing_row", "results_dir", "write_result"]
+
+RESULTS_ENV = "ISRWATCH_VALIDATION_OUT"
+
+
+def results_dir() -> Path:
+    path = Path(os.environ.get(RESULTS_ENV) or Path(tempfile.gettempdir()) / "isrwatch-validation")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_result(test: str, result: dict[str, Any]) -> Path:
+    """One test's measurements as ``<results dir>/<test>.json``."""
+    path = results_dir() / f"{test}.json"
+    path.write_text(json.dumps({"test": test, "recorded_at": time.time(), **result}, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+@dataclass
+class Shrinks:
+    """The leaders' ``Shrinking ISR`` lines for one topic, by (partition, removed broker)."""
+
+    lines: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, cluster: Any, topic: str, since: float) -> Shrinks:
+        return cls([c for c in cluster.isr_shrinks(since) if c.topic == topic])
+
+    def first(self, partition: int, broker_id: int) -> float | None:
+        times = [
+            c.time
+            for c in self.lines
+            if c.partition == partition and broker_id in c.isr_before and broker_id not in c.isr_after
+        ]
+        return min(times) if times else None
+
+
+def first_event(
+    pipe: Pipeline, name: AlertName, status: str, topic: str, broker: int, since: float = 0.0
+) -> dict[int, AlertEvent]:
+    """partition -> the first ``name``/``status`` event of ``broker``'s replica printed at or after ``since``."""
+    out: dict[int, AlertEvent] = {}
+    for e in pipe.alerts(name.value, status):
+        t, p, b = e.replica
+        if t == topic and b == broker and p not in out and e.arrived >= since:
+            out[p] = e
+    return out
+
+
+def nearing_row(
+    scenario: str,
+    topic: str,
+    partition: int,
+    broker_id: int,
+    fault_at: float,
+    e: AlertEvent | None,
+    shrink: float | None,
+) -> dict[str, Any]:
+    """One row of the validation table (tools/validation_table.py): a follower's first
+    ``KafkaReplicaNearingIsrShrink`` against the leader's logged shrink. The predicted
+    crossing of lag/2 is the start of the predicted window minus lag/2."""
+    window = e.window if e else None
+    crossing = window[0] - LAG_MS / 2000 if window else None
+    return {
+        "scenario": scenario,
+        "topic": topic,
+        "partition": partition,
+        "broker_id": broker_id,
+        "alert": AlertName.NEARING.value,
+        "fault_at": fault_at,
+        "predicted_crossing_at": crossing,
+        "predicted_window": window,
+        "alert_starts_at": e.starts_at if e else None,
+        "alert_arrived": e.arrived if e else None,
+        "offset_lag_at_alert": e.offset_lag if e else None,
+        "shrink_at": shrink,
+        "lead_s": (shrink - crossing) if crossing and shrink else None,
+        "arrival_lead_s": (shrink - e.arrived) if e and shrink else None,
+    }
