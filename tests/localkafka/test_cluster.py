@@ -136,7 +136,7 @@ def test_close_after_crash_of_a_paused_broker_still_cleans_up(kafka_cluster_fact
 def test_free_port_is_outside_the_ephemeral_range_and_not_handed_out_twice() -> None:
     import socket
 
-    from localkafka.cluster import _ephemeral_low, free_port
+    from localkafka.ports import _ephemeral_low, free_port
 
     ports = [free_port() for _ in range(50)]
     assert len(set(ports)) == len(ports)

