@@ -4,7 +4,11 @@ Nothing starts unless a test asks for ``kafka_cluster`` (one cluster for the
 whole session, default broker settings) or ``kafka_cluster_factory`` (a fresh
 cluster per call, with the broker settings the test needs, e.g. a short
 ``replica.lag.time.max.ms`` and a long ZooKeeper session for pause tests).
-Tests that use either are marked ``integration`` automatically.
+Test tiers (markers): ``kafka`` (a real Kafka cluster: added to every test that uses
+either fixture), ``spark`` (a real Spark: added to every test that uses the ``spark``
+fixture; modules that start the job another way say ``pytestmark = pytest.mark.spark``),
+``services`` (a real Prometheus or Alertmanager, said by the module). Any of the three
+makes a test ``integration``; ``make test-unit`` runs the others.
 """
 
 from __future__ import annotations
@@ -33,9 +37,17 @@ SHARED_BROKER_SETTINGS: dict[str, Any] = {
 CAMPAIGN_FILES = {"test_poison_records.py"}
 
 
+TIERS = ("kafka", "spark", "services")
+TIER_FIXTURES = {"kafka": KAFKA_FIXTURES, "spark": {"spark"}}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if KAFKA_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for tier, names in TIER_FIXTURES.items():
+            if fixtures & names:
+                item.add_marker(getattr(pytest.mark, tier))
+        if any(item.get_closest_marker(tier) for tier in TIERS):
             item.add_marker(pytest.mark.integration)
         if item.path.name in CAMPAIGN_FILES:
             item.add_marker(pytest.mark.campaign)

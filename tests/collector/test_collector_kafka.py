@@ -17,7 +17,7 @@ from isrwatch.exceptions import UnreachableError
 from isrwatch.telemetry import json_schema
 from localkafka import COMPAT_CONFIG, free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.kafka
 
 COMPAT = [f"{k}={v}" for k, v in COMPAT_CONFIG.items()]
 

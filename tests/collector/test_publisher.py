@@ -85,7 +85,7 @@ def _read_all(cluster, topic: str, partitions: int) -> dict[int, list[int]]:
     return out
 
 
-@pytest.mark.integration
+@pytest.mark.kafka
 def test_records_go_around_a_hung_leader_and_none_is_lost(kafka_cluster, unique_name):
     """Three partitions placed by Kafka's own assignment (one replica each: a replicated
     partition's high watermark would also wait for the hung broker as a follower); the

@@ -110,7 +110,7 @@ def _wait_for(url: str, expected: dict[tuple[str, str, str, str], str]) -> dict[
     return seen
 
 
-@pytest.mark.integration
+@pytest.mark.services
 @pytest.mark.skipif(
     binary("alertmanager", "prometheus-alertmanager") is None,
     reason="alertmanager not installed (Debian package prometheus-alertmanager; `make system-packages`)",

@@ -241,7 +241,7 @@ def _keep_fresh(stack: Stack) -> None:
     stack.store.add_isr_changes("c1", "orders", 0, "expand")
 
 
-@pytest.mark.integration
+@pytest.mark.services
 def test_every_panel_query_returns_data(stack: Stack) -> None:
     queries = panel_queries()
     empty: list[str] = []
@@ -260,7 +260,7 @@ def test_every_panel_query_returns_data(stack: Stack) -> None:
     assert {r["metric"]["broker_id"] for r in _query(stack.prom, lag.expr)} == {"3"}
 
 
-@pytest.mark.integration
+@pytest.mark.services
 def test_rule_alerts_fire_for_the_faulty_replica_only(stack: Stack) -> None:
     expected = {
         (name, "c1", "orders", "0", "2", "1")

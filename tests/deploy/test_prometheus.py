@@ -115,7 +115,7 @@ def test_rules_read_only_known_metrics() -> None:
         assert not unknown, f"{rule.get('alert') or rule.get('record')}: unknown metrics {unknown}"
 
 
-@pytest.mark.integration
+@pytest.mark.services
 @pytest.mark.skipif(binary("prometheus") is None, reason="prometheus not installed (`make system-packages`)")
 def test_real_prometheus_loads_the_rules(tmp_path: Path) -> None:
     """The shipped prometheus.yml (service targets swapped for nothing) and rules

@@ -37,95 +37,25 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
-import yaml
 
 from isrwatch.alerts import AlertName
-from tests.deploy.panels import DEPLOY, RULES_FILE, rules_with_interval
 from tests.deploy.services import prometheus
+from tests.e2e.gauges import GaugeWatch, prometheus_config
 from tests.e2e.kafka_io import ProduceLoad, read_records
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import Shrinks, first_event, nearing_row, write_result
-from tests.e2e_observability.running_job import parse_metrics
 
 DATA_PARTITIONS = 3
 AGREE_S = 10.0
-NEARING = AlertName.NEARING.value
 # Longest stretch without a completed micro-batch while a broker is paused: the trigger
 # is 1 s, planning waits --partition-answer-ms (1 s) for a hung leader and a read task
 # 3 s (streaming.deferred); batches take 2-9 s on this 2-core machine under load (load
 # average 10: 11.3 s measured once). Before the fix the job stood still for the whole pause.
 MAX_BATCH_GAP_S = 15.0
-
-
-class GaugeWatch(threading.Thread):
-    """Every 0.5 s: which followers of ``topic`` the job's /metrics and the exporter's show at
-    lag ratio >= 0.5, and which Prometheus has ``KafkaReplicaNearingIsrShrink`` firing for;
-    ``first(kind, partition, broker, after)`` is the first such time after ``after``."""
-
-    def __init__(self, topic: str, job_url: str, exporter_url: str, prom_url: str) -> None:
-        super().__init__(name="gauge-watch", daemon=True)
-        self.topic = topic
-        self.urls = {"job": job_url, "exporter": exporter_url}
-        self.prom_url = prom_url
-        self.seen: dict[tuple[str, int, int], list[float]] = {}
-        self.stop_event = threading.Event()
-
-    def scrape(self, kind: str) -> dict[Any, float]:
-        try:
-            return parse_metrics(requests.get(self.urls[kind], timeout=2).text)
-        except requests.RequestException:
-            return {}
-
-    def run(self) -> None:
-        while not self.stop_event.wait(0.5):
-            now = time.time()
-            for kind in self.urls:
-                for (name, labels), value in self.scrape(kind).items():
-                    lab = dict(labels)
-                    if name == "isrwatch_replica_lag_ratio" and lab.get("topic") == self.topic and value >= 0.5:
-                        self.seen.setdefault((kind, int(lab["partition"]), int(lab["broker_id"])), []).append(now)
-            try:
-                alerts = requests.get(f"{self.prom_url}/api/v1/alerts", timeout=2).json()["data"]["alerts"]
-            except (requests.RequestException, ValueError, KeyError):
-                continue
-            for a in alerts:
-                lab = a["labels"]
-                if a["state"] == "firing" and lab.get("alertname") == NEARING and lab.get("topic") == self.topic:
-                    self.seen.setdefault(("prometheus", int(lab["partition"]), int(lab["broker_id"])), []).append(now)
-
-    def first(self, kind: str, partition: int, broker: int, after: float) -> float | None:
-        return next((t for t in self.seen.get((kind, partition, broker), []) if t >= after), None)
-
-    def states(self, kind: str) -> dict[tuple[int, int], str]:
-        """(partition, broker) -> current state of every follower of ``topic``."""
-        out = {}
-        for (name, labels), value in self.scrape(kind).items():
-            lab = dict(labels)
-            if name == "isrwatch_replica_state" and lab.get("topic") == self.topic and value == 1:
-                out[(int(lab["partition"]), int(lab["broker_id"]))] = lab["state"]
-        return out
-
-
-def _prometheus_config(workdir: Path, targets: list[str]) -> Path:
-    """The shipped prometheus.yml and rules, scraping ``targets`` every second."""
-    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    config["global"].update({"scrape_interval": "1s", "evaluation_interval": "1s"})
-    config["alerting"] = {"alertmanagers": []}
-    config["scrape_configs"] = [
-        {"job_name": f"isrwatch-{i}", "static_configs": [{"targets": [t]}]} for i, t in enumerate(targets)
-    ]
-    (workdir / "rules").mkdir()
-    (workdir / "rules" / RULES_FILE.name).write_text(rules_with_interval("1s"))
-    path = workdir / "prometheus.yml"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def _layout(cluster: Any, topic: str) -> dict[int, tuple[int, tuple[int, ...]]]:
@@ -363,7 +293,7 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, k
             prom_dir = tmp_path / "prometheus"
             prom_dir.mkdir()
             prom = stack.enter_context(
-                prometheus(_prometheus_config(prom_dir, [job_url[7:-8], exporter_url[7:-8]]), prom_dir)
+                prometheus(prometheus_config(prom_dir, [job_url[7:-8], exporter_url[7:-8]]), prom_dir)
             )
             watch = GaugeWatch(topic, job_url, exporter_url, prom.url)
             watch.start()

@@ -30,7 +30,8 @@ from tests.e2e_observability.running_job import JobProcess, running_job
 from tests.support.alertmanager import Alertmanager, alertmanager_binary, free_port
 
 pytestmark = [
-    pytest.mark.integration,
+    pytest.mark.services,
+    pytest.mark.spark,
     pytest.mark.skipif(alertmanager_binary() is None, reason="alertmanager not installed (Debian package)"),
 ]
 

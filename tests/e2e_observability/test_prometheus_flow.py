@@ -35,7 +35,8 @@ from tests.deploy.services import Service, binary, free_port, prometheus
 from tests.e2e_observability.running_job import JobProcess, running_job
 
 pytestmark = [
-    pytest.mark.integration,
+    pytest.mark.services,
+    pytest.mark.spark,
     pytest.mark.skipif(binary("prometheus") is None, reason="prometheus not installed (Debian package)"),
 ]
 

@@ -22,7 +22,7 @@ from isrwatch.status import ReplicaStatus, State, status_key, status_to_json
 from localkafka import free_port
 from tests.exporter.samples import replica
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.kafka
 
 T0 = 1_700_000_000_000
 

@@ -13,7 +13,7 @@ import pytest
 
 from localkafka import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.spark
 
 ISRWATCH = str(Path(sys.executable).with_name("isrwatch"))
 

@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 
 from localkafka import COMPAT_CONFIG
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
 @pytest.fixture(scope="module")

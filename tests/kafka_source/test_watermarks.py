@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 from streaming.source_kafka import consumer_config
 from streaming.watermarks import Watermarks
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.kafka
 
 
 def test_a_paused_leader_makes_only_its_own_partitions_late(kafka_cluster, unique_name):

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from localkafka import LocalKafka, LocalKafkaError
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.kafka
 
 
 def _produce(cluster: LocalKafka, topic: str, n: int, size: int = 10) -> None:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.kafka
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -17,7 +17,7 @@ from streaming.notify import AlertmanagerSink
 from tests.support.alertmanager import Alertmanager, alertmanager  # noqa: F401
 from tests.support.tcp_proxy import TcpProxy
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.services
 
 CONTRACT_LABELS = {"alertname", "severity", "cluster", "topic", "partition", "broker_id", "leader_id"}
 

@@ -35,7 +35,7 @@ from streaming.job import JobHandles
 from streaming.settings import RunSettings
 from tests.streaming.feed import MultiFeed, RunningJob
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.spark
 
 SCENARIOS = ("stuck-follower", "steady", "burst", "low-volume", "broker-pause")
 SIM_SECONDS = 68

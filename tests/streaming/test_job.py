@@ -19,7 +19,7 @@ from simulator.run import Simulation, now_ms
 from streaming.settings import RunSettings
 from tests.streaming.feed import MultiFeed, RunningJob
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.spark
 
 SCENARIOS = ("stuck-follower", "steady", "burst", "low-volume", "broker-pause")
 SIM_SECONDS = 68

@@ -16,7 +16,7 @@ from simulator.spool import SpoolWriter
 from streaming.job import Job
 from streaming.settings import RunSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.spark
 
 
 def _spool_with_telemetry(path: str, seconds: int = 5) -> int:

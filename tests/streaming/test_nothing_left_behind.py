@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.spark
 
 ISRWATCH = str(Path(sys.executable).with_name("isrwatch"))
 

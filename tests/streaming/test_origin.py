@@ -71,7 +71,7 @@ def test_offsets_past_the_end_stop_the_job_and_deleted_ones_are_logged(tmp_path,
     assert "telemetry_deleted_unread" in caplog.text and "records=8" in caplog.text
 
 
-@pytest.mark.integration
+@pytest.mark.kafka
 def test_job_on_a_checkpoint_of_another_topic_exits_with_that_message(kafka_cluster, unique_name, tmp_path):
     """Real cluster: the checkpoint records its origin at the first start (done here through the
     job's own start-up check, which runs before Spark); the real command then refuses another topic."""

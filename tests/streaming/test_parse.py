@@ -11,7 +11,7 @@ from isrwatch.telemetry import IsrChange, Observation, TelemetryRecord, encode_r
 from streaming import parse
 from tests.streaming.rare import rare_rows
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.spark
 
 RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 

@@ -23,7 +23,7 @@ from streaming import parse, state
 from streaming.outputs import DeadLetterFile, payload_bytes
 from tests.streaming.rare import rare_rows
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.spark
 
 RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 FUTURE_TOLERANCE_MS = 300_000  # the job's, in Kafka mode

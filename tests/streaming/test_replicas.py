@@ -14,7 +14,7 @@ from streaming import evaluate, replicas
 
 from .test_state import OBS_SCHEMA, _rows, fetch_histories
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.spark
 
 TH = Thresholds(nearing_ratio=0.5, critical_ratio=0.8, stall_after_ms=3000)
 

@@ -15,7 +15,7 @@ import pytest
 from simulator.run import Simulation, now_ms
 from simulator.spool import SpoolWriter
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.spark
 
 SIM_SECONDS = 70
 

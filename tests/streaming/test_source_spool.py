@@ -7,7 +7,7 @@ import pytest
 from simulator.spool import SpoolWriter
 from streaming.source import spool_stream
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.spark
 
 
 def _run_once(spark, raw, checkpoint):

@@ -11,7 +11,7 @@ from isrwatch.rule import FollowerState, Rule, RuleConfig, caught_up_time, obser
 from isrwatch.telemetry import SPARK_SCHEMA_DDL
 from streaming import state
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.spark
 
 OBS_DDL = SPARK_SCHEMA_DDL.split("observations ARRAY<STRUCT<", 1)[1].split(">>, isr_changes", 1)[0]
 OBS_SCHEMA = "cluster STRING, " + OBS_DDL.replace(": ", " ")

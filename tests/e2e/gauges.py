@@ -1,0 +1,89 @@
+"""What an operator looks at during the e2e faults: the job's and the exporter's /metrics and a
+real Prometheus with the shipped rules (issue 17).
+
+* ``GaugeWatch``: a thread that every 0.5 s notes which followers each of them shows at lag
+  ratio >= 0.5 (Prometheus: ``KafkaReplicaNearingIsrShrink`` firing).
+* ``prometheus_config``: the shipped prometheus.yml and rules, scraping given targets every second.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from isrwatch.alerts import AlertName
+from tests.deploy.panels import DEPLOY, RULES_FILE, rules_with_interval
+from tests.e2e_observability.running_job import parse_metrics
+
+__all__ = ["GaugeWatch", "prometheus_config"]
+
+NEARING = AlertName.NEARING.value
+
+
+class GaugeWatch(threading.Thread):
+    """Every 0.5 s: which followers of ``topic`` the job's /metrics and the exporter's show at
+    lag ratio >= 0.5, and which Prometheus has ``KafkaReplicaNearingIsrShrink`` firing for;
+    ``first(kind, partition, broker, after)`` is the first such time after ``after``."""
+
+    def __init__(self, topic: str, job_url: str, exporter_url: str, prom_url: str) -> None:
+        super().__init__(name="gauge-watch", daemon=True)
+        self.topic = topic
+        self.urls = {"job": job_url, "exporter": exporter_url}
+        self.prom_url = prom_url
+        self.seen: dict[tuple[str, int, int], list[float]] = {}
+        self.stop_event = threading.Event()
+
+    def scrape(self, kind: str) -> dict[Any, float]:
+        try:
+            return parse_metrics(requests.get(self.urls[kind], timeout=2).text)
+        except requests.RequestException:
+            return {}
+
+    def run(self) -> None:
+        while not self.stop_event.wait(0.5):
+            now = time.time()
+            for kind in self.urls:
+                for (name, labels), value in self.scrape(kind).items():
+                    lab = dict(labels)
+                    if name == "isrwatch_replica_lag_ratio" and lab.get("topic") == self.topic and value >= 0.5:
+                        self.seen.setdefault((kind, int(lab["partition"]), int(lab["broker_id"])), []).append(now)
+            try:
+                alerts = requests.get(f"{self.prom_url}/api/v1/alerts", timeout=2).json()["data"]["alerts"]
+            except (requests.RequestException, ValueError, KeyError):
+                continue
+            for a in alerts:
+                lab = a["labels"]
+                if a["state"] == "firing" and lab.get("alertname") == NEARING and lab.get("topic") == self.topic:
+                    self.seen.setdefault(("prometheus", int(lab["partition"]), int(lab["broker_id"])), []).append(now)
+
+    def first(self, kind: str, partition: int, broker: int, after: float) -> float | None:
+        return next((t for t in self.seen.get((kind, partition, broker), []) if t >= after), None)
+
+    def states(self, kind: str) -> dict[tuple[int, int], str]:
+        """(partition, broker) -> current state of every follower of ``topic``."""
+        out = {}
+        for (name, labels), value in self.scrape(kind).items():
+            lab = dict(labels)
+            if name == "isrwatch_replica_state" and lab.get("topic") == self.topic and value == 1:
+                out[(int(lab["partition"]), int(lab["broker_id"]))] = lab["state"]
+        return out
+
+
+def prometheus_config(workdir: Path, targets: list[str]) -> Path:
+    """The shipped prometheus.yml and rules, scraping ``targets`` every second."""
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    config["global"].update({"scrape_interval": "1s", "evaluation_interval": "1s"})
+    config["alerting"] = {"alertmanagers": []}
+    config["scrape_configs"] = [
+        {"job_name": f"isrwatch-{i}", "static_configs": [{"targets": [t]}]} for i, t in enumerate(targets)
+    ]
+    (workdir / "rules").mkdir()
+    (workdir / "rules" / RULES_FILE.name).write_text(rules_with_interval("1s"))
+    path = workdir / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    return path
