@@ -18,6 +18,7 @@ from pyspark.sql.datasource import InputPartition
 
 from isrwatch.logs import kv
 from streaming.deferred import SHORT_READ_S, Deferred
+from streaming.source_spool import raw_arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -86,16 +87,7 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
     import pyarrow as pa
     from confluent_kafka import KafkaError, TopicPartition
 
-    schema = pa.schema(
-        [
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("timestamp", pa.timestamp("us", tz="UTC")),
-        ]
-    )
+    schema = raw_arrow_schema()
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
     offsets: list[int] = []

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-__all__ = ["FORMAT", "RAW_SCHEMA", "SpoolDataSource", "SpoolStreamReader", "register"]
+__all__ = ["FORMAT", "RAW_SCHEMA", "SpoolDataSource", "SpoolStreamReader", "raw_arrow_schema", "register"]
 
 FORMAT = "isrwatch-spool"
 
@@ -50,6 +50,23 @@ RAW_SCHEMA = StructType(
         StructField("timestamp", TimestampType()),
     ]
 )
+
+
+def raw_arrow_schema() -> pa.Schema:
+    """``RAW_SCHEMA`` as the Arrow schema of the record batches a read task hands Spark."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+
 
 # Records per Arrow batch handed to Spark.
 _ARROW_ROWS = 4096
@@ -104,16 +121,7 @@ class SpoolStreamReader(DataSourceStreamReader):
 
         assert isinstance(partition, SpoolRange)
         topic = f"spool:{self.path}"
-        schema = pa.schema(
-            [
-                ("key", pa.binary()),
-                ("value", pa.binary()),
-                ("topic", pa.string()),
-                ("partition", pa.int32()),
-                ("offset", pa.int64()),
-                ("timestamp", pa.timestamp("us", tz="UTC")),
-            ]
-        )
+        schema = raw_arrow_schema()
         offsets: list[int] = []
         values: list[bytes] = []
 
