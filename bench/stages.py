@@ -9,7 +9,7 @@ For a fleet of N replicas and a batch of B observations (whole rounds of
 * ``aggregate``: ``streaming.state.replica_aggregates`` of the parsed rows
   (batch, no state store);
 * before: the updated aggregates to the driver as dicts (``toArrow().to_pylist()``)
-  and ``Monitor.apply_batch`` evaluating them in Python (the job until
+  evaluated there in Python (``isrwatch.status.evaluate``, the job until
   issue 5's fix), beside
 * now: ``streaming.evaluate.status_columns`` (Spark evaluates) ``.toArrow()``,
   ``statuses_from_arrow`` and ``Monitor.apply_statuses`` (as ``streaming.job``
@@ -43,6 +43,38 @@ def _timed(fn: Any) -> tuple[float, Any]:
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
+
+
+def _evaluated_in_python(rows: list[dict[str, Any]], cfg: Any, th: Any) -> list[tuple[Any, int, int]]:
+    """The aggregates' rows evaluated on the driver with ``isrwatch.status.evaluate`` (the
+    job until issue 5's fix), as ``Monitor.apply_statuses`` takes them."""
+    from isrwatch.status import evaluate
+    from streaming.state import row_to_aggregate
+
+    items = []
+    for row in rows:
+        agg = row_to_aggregate(row)
+        items.append((evaluate(agg, agg.last_t_ms, cfg, th), agg.last_t_ms, int(row.get("observations") or 0)))
+    return items
+
+
+def _start_aggregates(raw: Any, checkpoint_dir: str, handle: Any) -> Any:
+    """The aggregation query of the two-query job (before the one-pass job of issue 19):
+    parse, ``streaming.state.replica_aggregates`` with Spark's state store, every
+    micro-batch as fast as it comes to ``handle``."""
+    from isrwatch.rule import Rule
+    from streaming import parse, state
+
+    obs = parse.good_observations(parse.observations(parse.parse_records(raw), None))
+    return (
+        state.replica_aggregates(obs, Rule.KIP16_REFINED)
+        .writeStream.queryName("bench_aggregates")
+        .outputMode("update")
+        .foreachBatch(handle)
+        .option("checkpointLocation", os.path.join(checkpoint_dir, "aggregates"))
+        .trigger(processingTime="0.001 seconds")
+        .start()
+    )
 
 
 def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int = 12) -> dict[str, float]:
@@ -100,7 +132,9 @@ def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int 
     out["to_arrow_s"], table = _timed(cached.toArrow)
     out["to_pylist_s"], rows = _timed(table.to_pylist)
     before = Monitor(cfg, th, default_min_isr=1, stale_after_s=15, store=StatusStore(), sinks=[])
-    out["monitor_python_evaluation_s"], _ = _timed(lambda: before.apply_batch(0, rows))
+    out["monitor_python_evaluation_s"], _ = _timed(
+        lambda: before.apply_statuses(0, _evaluated_in_python(rows, cfg, th))
+    )
     # Now (streaming.job): Spark evaluates, the driver takes statuses in.
     statuses_df = evaluate.status_columns(cached, cfg, th)
     out["evaluate_in_spark_to_arrow_s"], table = _timed(statuses_df.toArrow)
@@ -134,16 +168,16 @@ def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int 
 
 
 def _without_side(spark: Any, kafka: Any, records: list[bytes], obs_n: int) -> dict[str, float]:
-    """What-if: the job's aggregation query and driver (``streaming.query.start_aggregates``,
-    ``Monitor.apply_batch`` with the state topic, as ``streaming.job`` wires them) without the
-    side query, beside the whole job, on the same topic."""
+    """What-if, measured before the one-pass job: the two-query job's aggregation query and
+    driver (``_start_aggregates``, ``Monitor.apply_statuses`` with the state topic) without
+    its side query, beside the whole job, on the same topic."""
     import tempfile
     import threading
 
     from exporter.store import StatusStore
     from isrwatch.rule import Rule, RuleConfig
     from isrwatch.status import Thresholds
-    from streaming import evaluate, query
+    from streaming import evaluate
     from streaming.monitor import Monitor
     from streaming.outputs import KafkaStates, make_producer
     from streaming.source import kafka_stream
@@ -176,9 +210,7 @@ def _without_side(spark: Any, kafka: Any, records: list[bytes], obs_n: int) -> d
             ends.append((time.perf_counter(), report.observations))
             cond.notify_all()
 
-    q = query.start_aggregates(
-        kafka_stream(spark, settings, ckpt)("aggregates"), Rule.KIP16_REFINED, None, ckpt, 0.001, handle
-    )
+    q = _start_aggregates(kafka_stream(spark, settings, ckpt)("aggregates"), ckpt, handle)
     try:
         with cond:
             while sum(n for _, n in ends) < obs_n and q.isActive:

@@ -23,15 +23,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from isrwatch.alerts import Alert, AlertBook, AlertName, Transition, partition_alert, replica_alerts, stale_alert
 from isrwatch.rule import RuleConfig
-from isrwatch.status import ReplicaStatus, State, Thresholds, evaluate, status_key
+from isrwatch.status import ReplicaStatus, State, Thresholds, status_key
 from streaming.checkpoint import DriverCheckpoint
-from streaming.state import row_to_aggregate
 
 __all__ = ["Monitor", "BatchReport", "REPLICA_SCOPE", "STALE_SCOPE"]
 
@@ -175,17 +174,6 @@ class Monitor:
             return frozenset(f"{c}/{t}/{p}/{b}" for alerts in self._replica_alerts.values() for c, t, p, b in alerts)
 
     # -- per batch --------------------------------------------------------
-
-    def apply_batch(self, batch_id: int, rows: Sequence[Mapping[str, Any]]) -> BatchReport:
-        """One batch of the aggregation's rows, evaluated here with
-        ``isrwatch.status.evaluate`` (the reference; the job has Spark evaluate
-        them and calls ``apply_statuses``)."""
-        items = []
-        for row in rows:
-            agg = row_to_aggregate(row)
-            status = evaluate(agg, agg.last_t_ms, self.cfg, self.thresholds)
-            items.append((status, agg.last_t_ms, int(row.get("observations") or 0)))
-        return self.apply_statuses(batch_id, items)
 
     def apply_statuses(
         self, batch_id: int, items: Iterable[Evaluated], changes: Sequence[ReplicaStatus] = ()

@@ -8,8 +8,8 @@ table, ``streaming.replicas``).
 
 ``restore_statuses`` reads the state as of the last committed batch back
 when a job restarts, evaluated; a checkpoint of the earlier two-query job
-(the RocksDB aggregation ``start_aggregates``, still used by the benchmarks
-as the baseline) is migrated from Spark's state store once.
+(a RocksDB aggregation, ``streaming.state.replica_aggregates``) is migrated
+from Spark's state store once.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 import pyspark.sql.functions as F
 
 from isrwatch.logs import kv
-from isrwatch.rule import Rule, RuleConfig
+from isrwatch.rule import RuleConfig
 from isrwatch.status import ReplicaStatus, Thresholds
-from streaming import evaluate, parse, replicas, state
+from streaming import evaluate, replicas
 from streaming.origin import QUERY_DIR
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "start_job",
-    "start_aggregates",
     "last_committed",
     "restore_state",
     "restore_aggregates",
@@ -57,30 +56,6 @@ _STATE_VALUE = (
     "known_leo:bigint, known_leo_t:bigint, known_leader_leo:bigint, known_leader_leo_t:bigint, "
     "observations:bigint>"
 )
-
-
-def start_aggregates(
-    raw: DataFrame,
-    rule: Rule,
-    future_tolerance_ms: int | None,
-    checkpoint_dir: str,
-    trigger_seconds: float,
-    handle: Callable[[DataFrame, int], None],
-    max_gap_ms: int | None = None,
-) -> StreamingQuery:
-    """``max_gap_ms``: observations of a replica further apart than this are a gap
-    in the evidence, not time out of sync (``isrwatch.rule.observed_caught_up_time``)."""
-    records = parse.parse_records(raw)
-    obs = parse.good_observations(parse.observations(records, future_tolerance_ms))
-    aggs = state.replica_aggregates(obs, rule, max_gap_ms=max_gap_ms)
-    return (
-        aggs.writeStream.queryName("isrwatch_aggregates")
-        .outputMode("update")
-        .foreachBatch(handle)
-        .option("checkpointLocation", os.path.join(checkpoint_dir, AGG_DIR))
-        .trigger(processingTime=f"{trigger_seconds} seconds")
-        .start()
-    )
 
 
 def start_job(

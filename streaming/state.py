@@ -1,13 +1,18 @@
-"""Per-replica KIP-16 state as one Spark aggregation.
+"""The replica key and KIP-16's caught-up time as Spark expressions, and the
+aggregation of earlier versions.
 
-Each observation carries the follower's previous observation (``prev_*``),
-so ``lastCaughtUpTimeMs`` is a plain max over observations
+Each observation carries the follower's previous observation (``prev_*``), so
+``lastCaughtUpTimeMs`` is a plain max over observations
 (``isrwatch.rule.observed_caught_up_time``: the broker's rule, with gaps in the
-evidence not read as lag); everything else the evaluation needs is a
-min, a max or a ``max_by``. Spark keeps these per replica in its state store
-(RocksDB) with its own aggregation, in the JVM: ``replica_aggregates`` builds
-that query part; ``row_to_aggregate`` turns one output row back into
-``isrwatch.status.ReplicaAggregate`` on the driver.
+evidence not read as lag): ``caught_up_time_expr``, which the job's per-observation
+state (``streaming.replicas``) uses.
+
+``replica_aggregates`` is the two-query job's per-replica aggregation (min, max and
+``max_by`` over all observations, in Spark's state store): the benchmarks' baseline
+(``bench.stages``, ``bench.throughput``'s ceiling), property-tested against the Python
+reference like the rest; a checkpoint of that job is read once by
+``streaming.query.restore_state``. ``row_to_aggregate`` turns one of its rows into
+``isrwatch.status.ReplicaAggregate``.
 """
 
 from __future__ import annotations

@@ -39,6 +39,19 @@ def _row(t_ms: int, caught_up_ms: int, n: int) -> dict:
     }  # fmt: skip
 
 
+def _apply(m: Monitor, batch_id: int, rows: list[dict]):
+    """One batch of aggregate rows, each evaluated with the Python reference
+    (``isrwatch.status.evaluate``) at its newest observation, into the monitor."""
+    from isrwatch.status import evaluate
+    from streaming.state import row_to_aggregate
+
+    items = []
+    for row in rows:
+        agg = row_to_aggregate(row)
+        items.append((evaluate(agg, agg.last_t_ms, m.cfg, m.thresholds), agg.last_t_ms, int(row["observations"])))
+    return m.apply_statuses(batch_id, items)
+
+
 def _monitor(tmp_path, clock, sink, **extra) -> Monitor:
     """A monitor on a 10 s lag time; checkpointed under ``tmp_path`` unless it is None."""
     return Monitor(
@@ -57,7 +70,7 @@ def _monitor(tmp_path, clock, sink, **extra) -> Monitor:
 def test_stale_telemetry_raises_one_alert_and_freezes_ages(tmp_path) -> None:
     clock, sink = Clock(), Collect()
     m = _monitor(tmp_path, clock, sink)
-    m.apply_batch(0, [_row(100_000, 99_000, 5)])
+    _apply(m, 0, [_row(100_000, 99_000, 5)])
     clock.t += 10
     assert not m.check_stale().started
     clock.t += 10  # 20 s without the cluster's clock moving
@@ -66,20 +79,20 @@ def test_stale_telemetry_raises_one_alert_and_freezes_ages(tmp_path) -> None:
     assert not m.check_stale().started  # held, not re-raised
     # The replica's age did not move with the wall clock.
     assert m.statuses[("c", "t", 0, 2)].time_since_caught_up_s == 1.0
-    m.apply_batch(1, [_row(101_000, 100_500, 6)])
+    _apply(m, 1, [_row(101_000, 100_500, 6)])
     assert [a.name.value for a in m.check_stale().resolved] == ["IsrwatchTelemetryStale"]
 
 
 def test_a_replayed_batch_announces_nothing_again(tmp_path) -> None:
     clock, sink = Clock(), Collect()
     m = _monitor(tmp_path, clock, sink)
-    report = m.apply_batch(0, [_row(100_000, 91_000, 5)])  # 9 s behind: nearing + imminent
+    report = _apply(m, 0, [_row(100_000, 91_000, 5)])  # 9 s behind: nearing + imminent
     assert report.started == 2
     again = _monitor(tmp_path, clock, Collect())  # a restarted job, same checkpoint
     assert len(again.book.active) == 2 and again.handled_batch == 0
-    replay = again.apply_batch(0, [_row(100_000, 91_000, 5)])
+    replay = _apply(again, 0, [_row(100_000, 91_000, 5)])
     assert replay.skipped and replay.started == 0
-    nxt = again.apply_batch(1, [_row(102_000, 91_000, 7)])  # now out of sync: only the new one starts
+    nxt = _apply(again, 1, [_row(102_000, 91_000, 7)])  # now out of sync: only the new one starts
     assert nxt.started == 1 and nxt.observations == 2
 
 
@@ -101,7 +114,7 @@ def test_states_and_forgotten_replicas_reach_the_state_topic(tmp_path) -> None:
 
     producer = Producer()
     m = _monitor(None, Clock(), Collect(), state_topic=KafkaStates(producer, "isr.replica-state"))
-    m.apply_batch(0, [_row(100_000, 99_000, 5)])
+    _apply(m, 0, [_row(100_000, 99_000, 5)])
     assert [(t, k) for t, k, v in producer.records] == [("isr.replica-state", b"c/t/0/2")]
     assert producer.records[0][2] is not None
     m.cluster_now["c"] = 100_000 + 20 * 60_000  # the cluster went on without this replica
@@ -147,7 +160,7 @@ def test_alerts_kept_per_replica_equal_alerts_from_every_status(batches) -> None
         rows = {}
         for cluster, partition, broker, behind, isr, answered in batch:
             rows[(cluster, partition, broker)] = _any_row(cluster, partition, broker, t, behind, isr, answered)
-        m.apply_batch(batch_id, list(rows.values()))
+        _apply(m, batch_id, list(rows.values()))
         everything = list(m.statuses.values())
         expected = [a for s in everything for a in replica_alerts(s)] + partition_alerts(everything, 1)
         assert set(m.book.active) == {a.key for a in expected}
