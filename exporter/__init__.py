@@ -7,8 +7,8 @@ them fast for large fleets, ``server`` serves them, ``consumer`` reads the
 state topic and ``main`` is ``isrwatch exporter``.
 """
 
-from exporter.collector import MetricsView, StoreCollector
 from exporter.exposition import render
+from exporter.families import MetricsView, StoreCollector
 from exporter.server import MetricsServer, registry_for, serve
 from exporter.store import PartitionView, StatusStore, StoreSnapshot
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from exporter.collector import (
+from exporter.families import (
     CHANGES_FAMILY,
     CLUSTER_CHANGES_FAMILY,
     EPISODES_FAMILY,

@@ -20,8 +20,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from exporter.collector import MetricsView, StoreCollector
 from exporter.exposition import CONTENT_TYPE, render
+from exporter.families import MetricsView, StoreCollector
 from exporter.runbook import runbook_html
 from exporter.store import StatusStore
 from isrwatch.logs import kv

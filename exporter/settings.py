@@ -16,7 +16,7 @@ __all__ = [
     "not_negative",
 ]
 
-# Same values as exporter.collector.REPLICA_SERIES and PARTITION_SERIES (kept here so --help stays cheap).
+# Same values as exporter.families.REPLICA_SERIES and PARTITION_SERIES (kept here so --help stays cheap).
 REPLICA_SERIES = ("all", "not-ok")
 PARTITION_SERIES = ("all", "at-risk")
 PARTITION_SERIES_HELP = (

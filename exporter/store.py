@@ -1,6 +1,6 @@
 """The latest replica statuses and pipeline counters, shared between the
 writers (the streaming job's sinks, the exporter's state-topic consumer) and
-the scrape (``exporter.collector``).
+the scrape (``exporter.families``).
 
 Statuses are grouped by partition; each partition's entry is an immutable
 ``PartitionView`` replaced as a whole on every change, so ``snapshot()`` is a
@@ -37,7 +37,7 @@ class PartitionView:
     replicas: MappingProxyType[int, ReplicaStatus]  # broker_id -> status
     newest: ReplicaStatus  # evaluated last: its ISR, leader and min ISR are current
     leaving: int  # in-ISR followers predicted to leave
-    # At risk (exporter.collector.MetricsView.at_risk) when the min ISR the
+    # At risk (exporter.families.MetricsView.at_risk) when the min ISR the
     # exporter assumes is at least this (0: whatever it assumes). Precomputed
     # so a scrape tests 500k partitions with one comparison each.
     risk_min_isr: int

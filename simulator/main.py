@@ -13,7 +13,7 @@ from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
 from simulator.run import Pacer, Simulation
 from simulator.settings import SimulateSettings
-from simulator.sinks import KafkaSink, Sink, SpoolSink, StreamSink
+from simulator.sinks import KafkaSink, SpoolSink, StreamSink, TelemetrySink
 from simulator.truth import write_truth
 
 __all__ = ["main", "PROGRESS_EVERY_S"]
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 10.0
 
 
-def _sink(settings: SimulateSettings) -> Sink:
+def _sink(settings: SimulateSettings) -> TelemetrySink:
     if settings.spool_dir:
         return SpoolSink(settings.spool_dir)
     if settings.bootstrap_servers:
@@ -64,7 +64,7 @@ def _simulation(settings: SimulateSettings) -> Simulation:
         raise ConfigError(str(e)) from None
 
 
-def _simulate(settings: SimulateSettings, sim: Simulation, sink: Sink) -> int:
+def _simulate(settings: SimulateSettings, sim: Simulation, sink: TelemetrySink) -> int:
     log.info(
         "simulating %s",
         kv(

@@ -10,12 +10,12 @@ from isrwatch.exceptions import UnreachableError
 from isrwatch.logs import kv
 from simulator.spool import SpoolWriter
 
-__all__ = ["Sink", "SpoolSink", "KafkaSink", "StreamSink"]
+__all__ = ["TelemetrySink", "SpoolSink", "KafkaSink", "StreamSink"]
 
 log = logging.getLogger(__name__)
 
 
-class Sink(Protocol):
+class TelemetrySink(Protocol):
     def write(self, records: list[bytes]) -> None: ...
 
     def close(self) -> None: ...

@@ -31,6 +31,7 @@ from isrwatch.alerts import Alert, AlertBook, AlertName, Transition, partition_a
 from isrwatch.rule import RuleConfig
 from isrwatch.status import ReplicaStatus, State, Thresholds, status_key
 from streaming.checkpoint import DriverCheckpoint
+from streaming.notify import AlertSink
 
 __all__ = ["Monitor", "BatchReport", "REPLICA_SCOPE", "STALE_SCOPE"]
 
@@ -43,10 +44,6 @@ Evaluated = tuple[ReplicaStatus, int, int]
 
 STALE_SCOPE = {AlertName.TELEMETRY_STALE.value}
 REPLICA_SCOPE = {n.value for n in AlertName} - STALE_SCOPE
-
-
-class Sink(Protocol):
-    def send(self, transition: Transition, now_ms: int) -> None: ...
 
 
 class StatusOutput(Protocol):
@@ -82,7 +79,7 @@ class Monitor:
         default_min_isr: int,
         stale_after_s: float,
         store: Any,
-        sinks: Sequence[Sink],
+        sinks: Sequence[AlertSink],
         state_topic: Any | None = None,
         checkpoint: DriverCheckpoint | None = None,
         wall_clock: Any = time.time,

@@ -30,14 +30,16 @@ from isrwatch.alerts import RUNBOOK_BASE, Alert, Transition
 from isrwatch.logs import kv
 from isrwatch.settings import Secret
 
-__all__ = ["Sink", "StdoutSink", "AlertmanagerSink", "KafkaAlertsSink", "alert_event", "alert_id"]
+__all__ = ["AlertSink", "StdoutSink", "AlertmanagerSink", "KafkaAlertsSink", "alert_event", "alert_id"]
 
 log = logging.getLogger(__name__)
 
 AlertKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
-class Sink(Protocol):
+class AlertSink(Protocol):
+    """Where alert transitions go (stdout, Alertmanager, the alerts topic)."""
+
     def send(self, transition: Transition, now_ms: int) -> None: ...
 
     def close(self) -> None: ...

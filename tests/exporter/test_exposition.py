@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.collector import MetricsView, StoreCollector
 from exporter.exposition import render
+from exporter.families import MetricsView, StoreCollector
 from exporter.store import StatusStore
 from tests.exporter.samples import replica_statuses
 

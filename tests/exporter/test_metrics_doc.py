@@ -8,7 +8,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from exporter.collector import StoreCollector
+from exporter.families import StoreCollector
 from exporter.store import StatusStore
 from isrwatch.status import State
 from tests.exporter.samples import replica

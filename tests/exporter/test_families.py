@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.collector import StoreCollector
+from exporter.families import StoreCollector
 from exporter.store import StatusStore
 from isrwatch.status import State
 from tests.exporter.samples import replica
