@@ -18,12 +18,12 @@ from typing import IO, Any
 
 from isrwatch.logs import kv
 from isrwatch.rule import Rule, RuleConfig
+from isrwatch.spool import SpoolWriter
 from simulator.cluster import ClusterSpec
 from simulator.model import Engine
 from simulator.observer import MODES, FetchObserver, PollObserver, encode_round
 from simulator.profiles import ProduceProfile
 from simulator.scenarios import Scenario, build_scenario
-from simulator.spool import SpoolWriter
 from simulator.truth import TrueChange, write_truth
 
 __all__ = ["Simulation", "iter_records", "feed_spool", "now_ms"]

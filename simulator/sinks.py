@@ -8,7 +8,7 @@ from typing import IO, Any, Protocol
 
 from isrwatch.exceptions import UnreachableError
 from isrwatch.logs import kv
-from simulator.spool import SpoolWriter
+from isrwatch.spool import SpoolWriter
 
 __all__ = ["TelemetrySink", "SpoolSink", "KafkaSink", "StreamSink"]
 

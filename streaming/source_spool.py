@@ -1,5 +1,5 @@
 """The embedded default's telemetry source: a PySpark Python streaming data
-source over the simulator's spool directory (``simulator.spool``).
+source over a spool directory (``isrwatch.spool``, written by the simulator).
 
 Format name ``isrwatch-spool``; options ``path`` (the spool directory) and
 ``maxRecordsPerTrigger``. Offsets are ``{"offset": N}`` (record index in the
@@ -99,7 +99,7 @@ class SpoolStreamReader(DataSourceStreamReader):
         self._planned = 0
 
     def _reader(self) -> Any:
-        from simulator.spool import SpoolReader
+        from isrwatch.spool import SpoolReader
 
         return SpoolReader(self.path)
 

@@ -10,10 +10,10 @@ import pytest
 
 from isrwatch.cli import main as cli_main
 from isrwatch.exceptions import UnreachableError
+from isrwatch.spool import SpoolReader
 from isrwatch.telemetry import decode_record
 from simulator import feed_spool, iter_records, read_truth
 from simulator.sinks import KafkaSink
-from simulator.spool import SpoolReader
 from tests.simulator.replay import START_MS, observations
 
 

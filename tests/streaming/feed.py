@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from isrwatch.spool import SpoolWriter
 from simulator.run import Pacer, Simulation
-from simulator.spool import SpoolWriter
 
 
 class MultiFeed(threading.Thread):

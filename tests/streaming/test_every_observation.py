@@ -25,12 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from isrwatch.alerts import AlertName, replica_alerts
 from isrwatch.episodes import state_changes, walk
 from isrwatch.rule import Rule, RuleConfig
+from isrwatch.spool import SpoolReader, SpoolWriter
 from isrwatch.status import Thresholds
 from isrwatch.telemetry import _obs_dict, decode_record
 from localkafka import free_port
 from simulator.run import Simulation, now_ms
 from simulator.scenarios import fault_end_ms
-from simulator.spool import SpoolReader, SpoolWriter
 from streaming.job import JobHandles
 from streaming.settings import RunSettings
 from tests.streaming.feed import MultiFeed, RunningJob

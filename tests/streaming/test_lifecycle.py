@@ -11,8 +11,8 @@ import time
 import pytest
 
 from isrwatch.exceptions import IsrwatchError
+from isrwatch.spool import SpoolWriter
 from simulator.run import Simulation, now_ms
-from simulator.spool import SpoolWriter
 from streaming.job import Job
 from streaming.settings import RunSettings
 

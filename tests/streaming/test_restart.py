@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
+from isrwatch.spool import SpoolWriter
 from simulator.run import Simulation, now_ms
-from simulator.spool import SpoolWriter
 
 pytestmark = pytest.mark.spark
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.spool import SpoolWriter
+from isrwatch.spool import SpoolWriter
 from streaming.source import spool_stream
 
 pytestmark = pytest.mark.spark
