@@ -113,7 +113,7 @@ class StateTopicConsumer:
         except KafkaException as e:
             log.warning(kv(event="state_topic_metadata_failed", topic=self.topic, error=e))
             self._last_error = str(e)
-            self.store.set_up(False)
+            self.store.health.set_up(False)
             return 0
         self._reachable()
         topic = meta.topics.get(self.topic)
@@ -164,7 +164,7 @@ class StateTopicConsumer:
     def _reachable(self) -> None:
         if self._last_error is not None:
             self._last_error = None
-            self.store.set_up(True)
+            self.store.health.set_up(True)
             log.info(kv(event="state_topic_reachable", topic=self.topic))
 
     def _on_error(self, err: KafkaError) -> None:
@@ -172,7 +172,7 @@ class StateTopicConsumer:
             if self._last_error is None:
                 log.warning(kv(event="state_topic_unreachable", topic=self.topic, error=err.str()))
             self._last_error = err.str()
-            self.store.set_up(False)
+            self.store.health.set_up(False)
         else:
             log.warning(kv(event="state_topic_error", topic=self.topic, error=err.str()))
 

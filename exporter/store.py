@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from exporter.health import Health
 from isrwatch.status import ReplicaStatus, State, status_key
 
 __all__ = ["StatusStore", "StoreSnapshot", "PartitionView", "PartitionKey", "LEAVING", "NEVER"]
@@ -117,7 +118,9 @@ def _split_key(key: str) -> tuple[PartitionKey, int]:
 
 @dataclass
 class StatusStore:
-    """Thread-safe; every method is cheap (proportional to its arguments).
+    """The replicas' newest statuses and the ISR change counters, for /metrics.
+
+    Thread-safe; every method is cheap (proportional to its arguments).
 
     ``derive_isr_changes``: count ``isrwatch_isr_changes_total`` from the
     replicas' ``in_isr`` flips between updates (the exporter, which only sees
@@ -138,14 +141,8 @@ class StatusStore:
     _cluster_isr_changes: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     _changed_at: dict[PartitionKey, float] = field(default_factory=dict, repr=False)  # clock of the last change
     _cluster_partitions: dict[str, int] = field(default_factory=dict, repr=False)
-    _up: bool = True
-    _batches: int = 0
-    _observations: int = 0
-    _last_batch_s: float | None = None
-    _deadletters: dict[str, int] = field(default_factory=dict, repr=False)
-    _outputs: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
-    # read at every snapshot when set (the job's producer: pending now, not as of the last batch)
-    _outputs_source: Callable[[], dict[str, tuple[int, int]]] | None = field(default=None, repr=False)
+    # how the process feeding this store is doing (exporter.health), served with its data
+    health: Health = field(default_factory=Health)
 
     def update(self, statuses: Iterable[ReplicaStatus]) -> None:
         """Replace each given replica's status (newer or not: last write wins)."""
@@ -233,46 +230,9 @@ class StatusStore:
         self._cluster_isr_changes[ck] = self._cluster_isr_changes.get(ck, 0) + n
         self._changed_at[pkey] = self.clock()
 
-    def record_batch(self, duration_s: float, observations: int, deadletters_by_reason: dict[str, int]) -> None:
-        """One micro-batch of the streaming job is done."""
-        with self._lock:
-            self._batches += 1
-            self._observations += observations
-            self._last_batch_s = duration_s
-            for reason, n in deadletters_by_reason.items():
-                self._deadletters[reason] = self._deadletters.get(reason, 0) + n
-
-    def set_outputs(self, outputs: dict[str, tuple[int, int]]) -> None:
-        """The job's output topics: topic -> (records pending, records lost so far)."""
-        with self._lock:
-            self._outputs = dict(outputs)
-
-    def read_outputs_from(self, source: Callable[[], dict[str, tuple[int, int]]]) -> None:
-        """Read the output topics' counts from ``source`` at every snapshot (a scrape): a
-        record counted as pending is one still unacknowledged when /metrics is read."""
-        with self._lock:
-            self._outputs_source = source
-
-    def declare_deadletter_reasons(self, reasons: Iterable[str]) -> None:
-        """Serve the dead-letter counter at 0 for every reason the feeding side
-        knows, so a dashboard by reason has series before the first rejection
-        (and a rate sees the first one)."""
-        with self._lock:
-            for reason in reasons:
-                self._deadletters.setdefault(reason, 0)
-
-    def set_up(self, up: bool) -> None:
-        """Whether the feeding side (job, state-topic consumer) is healthy."""
-        with self._lock:
-            self._up = up
-
     def snapshot(self) -> StoreSnapshot:
         horizon = self.clock() - self.recent_change_s
-        source = self._outputs_source
-        if source is not None:
-            outputs = source()  # outside the lock: it may serve the producer's delivery reports
-            with self._lock:
-                self._outputs = dict(outputs)
+        health = self.health.snapshot()
         with self._lock:
             for pkey in [k for k, t in self._changed_at.items() if t < horizon]:
                 del self._changed_at[pkey]  # keeps the dict to the recent changes
@@ -280,13 +240,13 @@ class StatusStore:
                 partitions=dict(self._partitions),
                 telemetry_ms=dict(self._telemetry_ms),
                 isr_changes=dict(self._isr_changes),
-                up=self._up,
-                batches=self._batches,
-                observations=self._observations,
-                last_batch_s=self._last_batch_s,
-                deadletters=dict(self._deadletters),
+                up=health.up,
+                batches=health.batches,
+                observations=health.observations,
+                last_batch_s=health.last_batch_s,
+                deadletters=health.deadletters,
                 cluster_isr_changes=dict(self._cluster_isr_changes),
                 recently_changed=frozenset(self._changed_at),
                 cluster_partitions=dict(self._cluster_partitions),
-                outputs=dict(self._outputs),
+                outputs=health.outputs,
             )

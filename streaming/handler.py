@@ -66,7 +66,7 @@ class BatchHandler:
         finally:
             out.finish()
         elapsed = time.monotonic() - t0
-        self.store.record_batch(elapsed, report.observations, dead)
+        self.store.health.record_batch(elapsed, report.observations, dead)
         wall_ms = int(time.time() * 1000)
         lag_s = max(((wall_ms - t) / 1000 for t in report.clusters.values()), default=0.0)
         # The field order is kept: operators and tests parse "batch_id= observations= replicas= states=".

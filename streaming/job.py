@@ -178,10 +178,12 @@ class Job:
                 latest_wins={settings.state_topic},
             )
         store = StatusStore()
-        store.declare_deadletter_reasons(REASONS)  # the counter by reason starts at 0
+        store.health.declare_deadletter_reasons(REASONS)  # the counter by reason starts at 0
         if producer is not None:
             out = producer
-            store.read_outputs_from(lambda: {t: (o.pending, o.dropped + o.failed) for t, o in out.stats().items()})
+            store.health.read_outputs_from(
+                lambda: {t: (o.pending, o.dropped + o.failed) for t, o in out.stats().items()}
+            )
         handles.store = store
         # The job serves what it computes itself, in Kafka mode too: the state topic (and the
         # exporter reading it) waits on its partitions' leaders, this does not (docs/deploy.md).

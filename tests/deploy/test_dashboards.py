@@ -210,7 +210,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ]
     )
     store.add_isr_changes("c1", "orders", 0, "shrink")
-    store.record_batch(0.8, 1200, {"schema": 1})
+    store.health.record_batch(0.8, 1200, {"schema": 1})
     server = serve(store, "127.0.0.1", 0)
     try:
         config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
@@ -237,7 +237,7 @@ def _query(prom: Service, expr: str) -> list[dict]:
 def _keep_fresh(stack: Stack) -> None:
     """Counters move and telemetry stays current, like a running job."""
     stack.store.set_telemetry_time("c1", int(time.time() * 1000))
-    stack.store.record_batch(0.7, 900, {"schema": 1})
+    stack.store.health.record_batch(0.7, 900, {"schema": 1})
     stack.store.add_isr_changes("c1", "orders", 0, "expand")
 
 

@@ -57,8 +57,8 @@ def test_render_matches_the_collector(statuses, changes, batches, view) -> None:
     for change, n in changes:
         store.add_isr_changes('we"ird\\name\nx', "orders", 1, change, n)
     for duration, observations in batches:
-        store.record_batch(duration, observations, {"bad_json": 1, "unknown version": observations % 3})
+        store.health.record_batch(duration, observations, {"bad_json": 1, "unknown version": observations % 3})
     if len(statuses) % 2:
-        store.set_up(False)
+        store.health.set_up(False)
     fast, reference = both(store, view)
     assert fast == reference

@@ -115,7 +115,7 @@ def test_isr_changes_telemetry_time_and_up(store: StatusStore) -> None:
     assert get("isrwatch_isr_changes_total", {**base, "change": "expand"}) == 1
     assert get("isrwatch_telemetry_last_timestamp_seconds", {"cluster": "prod"}) == pytest.approx(T0 / 1000 + 2.5)
     assert get("isrwatch_up") == 1
-    store.set_up(False)
+    store.health.set_up(False)
     assert get("isrwatch_up") == 0
     with pytest.raises(ValueError, match="shrink"):
         store.add_isr_changes("prod", "orders", 0, "grow")  # type: ignore[arg-type]
@@ -136,9 +136,9 @@ def test_isr_changes_derived_from_in_isr_flips() -> None:
 def test_job_metrics_appear_with_the_first_batch(store: StatusStore) -> None:
     reg = registry(store)
     assert reg.get_sample_value("isrwatch_job_batches_total") is None
-    store.record_batch(0.9, 1200, {})
-    store.record_batch(1.25, 800, {"bad_json": 2, "unknown_version": 1})
-    store.record_batch(0.5, 10, {"bad_json": 1})
+    store.health.record_batch(0.9, 1200, {})
+    store.health.record_batch(1.25, 800, {"bad_json": 2, "unknown_version": 1})
+    store.health.record_batch(0.5, 10, {"bad_json": 1})
     get = reg.get_sample_value
     assert get("isrwatch_job_batch_duration_seconds") == 0.5
     assert get("isrwatch_job_batches_total") == 3

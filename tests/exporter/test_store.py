@@ -90,10 +90,10 @@ def test_snapshot_is_consistent_while_writers_run() -> None:
 
 def test_declared_deadletter_reasons_start_at_zero_and_keep_counts() -> None:
     store = StatusStore()
-    store.record_batch(0.5, 10, {"not_json": 2})
-    store.declare_deadletter_reasons(["not_json", "future_t"])
+    store.health.record_batch(0.5, 10, {"not_json": 2})
+    store.health.declare_deadletter_reasons(["not_json", "future_t"])
     assert store.snapshot().deadletters == {"not_json": 2, "future_t": 0}
-    store.record_batch(0.5, 10, {"future_t": 1})
+    store.health.record_batch(0.5, 10, {"future_t": 1})
     assert store.snapshot().deadletters == {"not_json": 2, "future_t": 1}
 
 
