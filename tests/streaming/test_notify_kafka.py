@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer
 from isrwatch.alerts import AlertBook, replica_alerts
 from isrwatch.status import State
 from streaming.notify import KafkaAlertsSink
-from tests.notify.test_sinks import status
+from tests.streaming.test_notify import status
 
 
 def test_transitions_land_on_the_alerts_topic(kafka_cluster: Any, unique_name: Callable[[str], str]) -> None:
