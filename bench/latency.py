@@ -166,9 +166,9 @@ def run(
     from exporter.main import Exporter
     from exporter.settings import ExporterSettings
     from localkafka import COMPAT_CONFIG
+    from localservices import alertmanager, prometheus
     from streaming import job
     from streaming.session import build_session
-    from tests.deploy.services import alertmanager, prometheus
 
     fleet = Fleet(replicas)
     work = Path(tempfile.mkdtemp(prefix="bench-latency-"))

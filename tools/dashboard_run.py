@@ -16,7 +16,6 @@ import json
 import logging
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -33,6 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from isrwatch.logs import kv  # noqa: E402
 from localkafka import free_port  # noqa: E402
+from localservices import binary, prometheus  # noqa: E402
 
 __all__ = ["FAULT", "PANELS", "REPLICA", "legend", "panel_targets", "record"]
 
@@ -89,9 +89,10 @@ def legend(fmt: str, labels: dict[str, str]) -> str:
 
 @contextlib.contextmanager
 def _prometheus(workdir: Path, job_port: int) -> Iterator[str]:
-    exe = shutil.which("prometheus")
-    if exe is None:
+    """The shipped prometheus.yml and rules, scraping the job every second (rules too)."""
+    if binary("prometheus") is None:
         raise SystemExit("prometheus is not installed (Debian package prometheus)")
+    workdir.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
     config["global"].update({"scrape_interval": "1s", "evaluation_interval": "1s"})
     config["alerting"] = {"alertmanagers": []}
@@ -105,36 +106,8 @@ def _prometheus(workdir: Path, job_port: int) -> Iterator[str]:
             group["interval"] = "1s"
         (workdir / "rules" / rules.name).write_text(yaml.safe_dump(data, sort_keys=False))
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with (workdir / "prometheus.log").open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                exe,
-                f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={workdir / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"prometheus did not start: {(workdir / 'prometheus.log').read_text()[-2000:]}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with prometheus(workdir / "prometheus.yml", workdir) as service:
+        yield service.url
 
 
 def _query_range(prom: str, expr: str, start: float, end: float) -> list[dict[str, Any]]:

@@ -15,8 +15,8 @@ import yaml
 
 from isrwatch.alerts import AlertName, replica_alerts, stale_alert
 from isrwatch.status import ReplicaStatus, State
+from localservices import alertmanager, binary
 from tests.deploy.panels import DEPLOY
-from tests.deploy.services import alertmanager, binary
 
 CONFIG = DEPLOY / "alertmanager" / "alertmanager.yml"
 AMTOOL = binary("amtool")

@@ -19,6 +19,7 @@ import yaml
 from exporter.server import serve
 from exporter.store import StatusStore
 from isrwatch.status import ReplicaStatus, State
+from localservices import Service, binary, prometheus
 from tests.deploy.panels import (
     CONTRACT_METRICS,
     DASHBOARDS,
@@ -31,7 +32,6 @@ from tests.deploy.panels import (
     rules_with_interval,
     variable_queries,
 )
-from tests.deploy.services import Service, binary, prometheus
 
 PROVISIONING = DEPLOY / "grafana" / "provisioning"
 REPO_ROOT = DEPLOY.parent

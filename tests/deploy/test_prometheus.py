@@ -14,6 +14,7 @@ import requests
 import yaml
 
 from isrwatch.alerts import SEVERITY, AlertName
+from localservices import binary, prometheus
 from tests.deploy.panels import (
     DEPLOY,
     RULE_RUNBOOK_URL,
@@ -22,7 +23,6 @@ from tests.deploy.panels import (
     metric_names,
     rules_with_interval,
 )
-from tests.deploy.services import binary, prometheus
 
 PROM = DEPLOY / "prometheus"
 PROMTOOL = binary("promtool")

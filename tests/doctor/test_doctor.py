@@ -19,9 +19,9 @@ import urllib.request
 import pytest
 
 from localkafka import free_port
+from localservices import Alertmanager
 from streaming.origin import check_origin, kafka_origin
 from tests.e2e.pipeline import Pipeline, until
-from tests.support.alertmanager import Alertmanager
 
 LAG_MS = 10_000
 

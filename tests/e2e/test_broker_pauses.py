@@ -43,7 +43,7 @@ from typing import Any
 import pytest
 
 from isrwatch.alerts import AlertName
-from tests.deploy.services import prometheus
+from localservices import prometheus
 from tests.e2e.gauges import GaugeWatch, prometheus_config
 from tests.e2e.kafka_io import ProduceLoad, read_records
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until

@@ -26,8 +26,9 @@ import pytest
 import requests
 
 from isrwatch.alerts import SEVERITY, AlertName
+from localkafka import free_port
+from localservices import Alertmanager, alertmanager_binary
 from tests.e2e_observability.running_job import JobProcess, running_job
-from tests.support.alertmanager import Alertmanager, alertmanager_binary, free_port
 
 pytestmark = [
     pytest.mark.services,

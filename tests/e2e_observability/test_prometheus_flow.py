@@ -30,8 +30,9 @@ import pytest
 import requests
 import yaml
 
+from localkafka import free_port
+from localservices import Service, binary, prometheus
 from tests.deploy.panels import DEPLOY, RULES_FILE, panel_queries, rules_with_interval, variable_queries
-from tests.deploy.services import Service, binary, free_port, prometheus
 from tests.e2e_observability.running_job import JobProcess, running_job
 
 pytestmark = [

@@ -13,8 +13,9 @@ import pytest
 from isrwatch.alerts import AlertBook, replica_alerts
 from isrwatch.settings import Secret
 from isrwatch.status import ReplicaStatus, State
+from localservices import Alertmanager
 from streaming.notify import AlertmanagerSink
-from tests.support.alertmanager import Alertmanager, alertmanager  # noqa: F401
+from tests.support.alertmanager import alertmanager  # noqa: F401
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.services

@@ -1,8 +1,7 @@
-"""Real Prometheus and Alertmanager (Debian packages) on loopback, for tests.
+"""Prometheus and Alertmanager started from a configuration file.
 
-Each starts on a free 127.0.0.1 port with a fresh data directory, waits until
-the service says it is ready, and is stopped (and its process reaped) when the
-``with`` block ends. Other test packages may use them too.
+Each starts on a free 127.0.0.1 port, waits until the service says it is ready,
+and is stopped (and its process reaped) when the ``with`` block ends.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import requests
 
 from localkafka import free_port
 
-__all__ = ["Service", "binary", "free_port", "prometheus", "alertmanager"]
+__all__ = ["Service", "binary", "prometheus", "alertmanager"]
 
 
 def binary(*names: str) -> str | None:
