@@ -12,14 +12,12 @@ from localkafka import COMPAT_CONFIG
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
-@pytest.fixture(scope="module")
-def spark():
+@pytest.fixture(scope="module", autouse=True)
+def _registered(spark):
+    """The session's Spark (tests/streaming/conftest.py) with the isrwatch-kafka source."""
     from streaming import source_kafka
-    from streaming.session import build_session
 
-    session = build_session("local[2]", 2, app_name="test-source-kafka")
-    source_kafka.register(session)
-    return session
+    source_kafka.register(spark)
 
 
 def produce(cluster, topic, first, last, partitions):
