@@ -4,16 +4,17 @@ For each fleet size (distinct replicas) the telemetry topic on a real local
 Kafka is filled with whole polling rounds (``bench.load.Fleet``), then read
 in the same run by:
 
-* ``e2e``: the real job (``streaming.job.run``, Kafka mode): the
-  isrwatch-kafka source -> parse -> per-replica aggregation with RocksDB
-  state -> per-batch evaluation, state topic, alerts topic; plus the job's
-  side query (dead letters, counts) over the same topic. Rate: observations
-  the driver reports per batch, over the wall time between the end of the
-  first batch (start-up) and the end of the last;
+* ``e2e``: the real job (``streaming.job.run``, Kafka mode): its one query,
+  the isrwatch-kafka source -> one parse -> the state carried from the last
+  batch and every observation, evaluated per replica (``streaming.batch``) ->
+  the state table, the driver's changes, the state and alerts topics. Rate:
+  observations the driver reports per batch, over the wall time between the
+  end of the first batch (start-up) and the end of the last;
 * ``ceiling``: Spark's own aggregation of the same observation rows already
-  in memory: the job's ``state.replica_aggregates`` as a streaming query with
-  RocksDB state in update mode, same batch size, reading the rows pre-parsed
-  into Parquet on /dev/shm (memory), to a no-op sink;
+  in memory: ``streaming.state.replica_aggregates`` (the two-query job's
+  aggregation) as a streaming query with RocksDB state in update mode, same
+  batch size, reading the rows pre-parsed into Parquet on /dev/shm (memory),
+  to a no-op sink;
 * ``input``: a plain confluent-kafka consumer reading the same topic;
 * ``naive``: ``bench.naive`` (transformWithStateInPandas) over the same topic.
 
@@ -156,6 +157,7 @@ def run_e2e(
 ) -> tuple[float, list[dict[str, Any]], dict[str, float], dict[str, float]]:
     """The real job over the filled topic. Returns (obs/s, batches, memory, stages)."""
     from streaming import job
+    from streaming.query import JOB_QUERY
 
     checkpoint = tempfile.mkdtemp(prefix="bench-e2e-")
     settings = job_settings(kafka, topic, checkpoint, cap_records, trigger_s)
@@ -188,14 +190,14 @@ def run_e2e(
         while time.monotonic() < wait_until:  # a batch's progress is posted after its foreachBatch returns
             for q in spark.streams.active:
                 progress[q.name] = _progress(q)
-            agg_ids = [p.get("batchId", -1) for p in progress.get("isrwatch_aggregates", [])]
+            agg_ids = [p.get("batchId", -1) for p in progress.get(JOB_QUERY, [])]
             if agg_ids and max(agg_ids) >= last_id:
                 break
             time.sleep(0.2)
         memory = {
             "driver_python_rss_mb": rss_mb(),
             "driver_jvm_rss_mb": rss_mb(_jvm_pid(spark)),
-            "state_store_mb": dir_mb(os.path.join(checkpoint, "aggregates", "state")),
+            "state_table_mb": dir_mb(os.path.join(checkpoint, "replicas")),
             "checkpoint_mb": dir_mb(checkpoint),
         }
     finally:
@@ -208,7 +210,7 @@ def run_e2e(
     if len(b) < 2:
         raise RuntimeError("need at least two batches to time; lower the per-batch cap")
     rate = sum(x[1] for x in b[1:]) / (b[-1][0] - b[0][0])
-    agg = {p.get("batchId"): p for p in progress.get("isrwatch_aggregates", [])}
+    agg = {p.get("batchId"): p for p in progress.get(JOB_QUERY, [])}
     batches = []
     for x, i in zip(b, ids, strict=True):
         p = agg.get(i, {})
@@ -220,8 +222,6 @@ def run_e2e(
                 "driver_ms": x[2],
                 "trigger_ms": d.get("triggerExecution"),
                 "add_batch_ms": d.get("addBatch"),
-                "state_rows": (p.get("stateOperators") or [{}])[0].get("numRowsTotal"),
-                "state_memory_mb": round(((p.get("stateOperators") or [{}])[0].get("memoryUsedBytes") or 0) / 2**20, 1),
             }
         )
     stages = _stages(progress, b)
@@ -230,8 +230,10 @@ def run_e2e(
 
 def _stages(progress: dict[str, list[dict[str, Any]]], b: list[tuple[float, int, int]]) -> dict[str, float]:
     """Where the time goes, summed over the batches after the first, in seconds."""
+    from streaming.query import JOB_QUERY
+
     out: dict[str, float] = {"wall": b[-1][0] - b[0][0], "driver_evaluation": sum(x[2] for x in b[1:]) / 1000}
-    for name, key in (("isrwatch_aggregates", "aggregates"), ("isrwatch_side", "side")):
+    for name, key in ((JOB_QUERY, "job"),):
         ps = progress.get(name, [])[1:]
         for d in (
             "triggerExecution",
