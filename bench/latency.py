@@ -182,7 +182,8 @@ def run(
     stop = threading.Event()
     job_thread: threading.Thread | None = None
     errors: list[BaseException] = []
-    from bench.throughput import BatchLog, _progress
+    from bench.baselines import progress_of
+    from bench.throughput import BatchLog
 
     batch_log = BatchLog().__enter__()
     trigger_ms: list[float] = []
@@ -274,7 +275,7 @@ def run(
                 del prom
                 for q in spark.streams.active:
                     if q.name == "isrwatch_aggregates":
-                        trigger_ms = [p["durationMs"]["triggerExecution"] for p in _progress(q)]
+                        trigger_ms = [p["durationMs"]["triggerExecution"] for p in progress_of(q)]
     finally:
         batch_log.__exit__()
         stop.set()

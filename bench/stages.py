@@ -30,6 +30,7 @@ import shutil
 import time
 from typing import Any
 
+from bench import baselines
 from bench import kafka as bkafka
 from bench import throughput as tp
 from bench.load import Fleet
@@ -95,7 +96,7 @@ def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int 
     import tempfile
 
     raw_dir = tempfile.mkdtemp(prefix="bench-stages-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    raw = tp.raw_frame(spark, tp.raw_parquet(records, raw_dir)).repartition(2).cache()
+    raw = baselines.raw_frame(spark, baselines.raw_parquet(records, raw_dir)).repartition(2).cache()
     raw.count()
     out: dict[str, float] = {"observations": obs_n}
     good = parse.good_observations(parse.observations(parse.parse_records(raw), None))

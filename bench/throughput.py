@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import kafka as bkafka
+from bench.baselines import progress_of, run_ceiling, run_naive
 from bench.load import Fleet
 from bench.machine import dir_mb, load_average, print_header, rss_mb
 
@@ -45,8 +46,6 @@ __all__ = [
     "scale",
     "measure",
     "run_e2e",
-    "run_ceiling",
-    "run_naive",
     "main",
     "START_MS",
 ]
@@ -113,10 +112,6 @@ class BatchLog(logging.Handler):
         jlog = logging.getLogger("streaming.job")
         jlog.removeHandler(self)
         jlog.setLevel(self._old_level)
-
-
-def _progress(q: Any) -> list[dict[str, Any]]:
-    return [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in q.recentProgress]
 
 
 def _jvm_pid(spark: Any) -> int:
@@ -189,7 +184,7 @@ def run_e2e(
         wait_until = time.monotonic() + 20
         while time.monotonic() < wait_until:  # a batch's progress is posted after its foreachBatch returns
             for q in spark.streams.active:
-                progress[q.name] = _progress(q)
+                progress[q.name] = progress_of(q)
             agg_ids = [p.get("batchId", -1) for p in progress.get(JOB_QUERY, [])]
             if agg_ids and max(agg_ids) >= last_id:
                 break
@@ -246,121 +241,6 @@ def _stages(progress: dict[str, list[dict[str, Any]]], b: list[tuple[float, int,
         ):
             out[f"{key}.{d}"] = round(sum((p.get("durationMs") or {}).get(d, 0) for p in ps) / 1000, 2)
     return out
-
-
-def raw_parquet(records: list[bytes], path: str, files: int = 2) -> str:
-    """Records as Parquet files (column ``value``) under ``path``, split in ``files``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    os.makedirs(path, exist_ok=True)
-    step = -(-len(records) // files)
-    for i in range(0, len(records), step):
-        pq.write_table(pa.table({"value": pa.array(records[i : i + step], pa.binary())}), f"{path}/part-{i}.parquet")
-    return path
-
-
-def raw_frame(spark: Any, path: str) -> Any:
-    """The Kafka source's columns over ``raw_parquet`` files."""
-    return spark.read.parquet(path).selectExpr(
-        "cast(null as binary) as key",
-        "value",
-        "'t' as topic",
-        "0 as partition",
-        "0L as offset",
-        "cast(null as timestamp) as timestamp",
-    )
-
-
-def run_ceiling(spark: Any, records: list[bytes], cap_records: int) -> float:
-    """The job's aggregation over observation rows already in memory (Parquet on /dev/shm)."""
-    from isrwatch.rule import Rule
-    from streaming import parse, state
-
-    base = tempfile.mkdtemp(prefix="bench-ceiling-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    stream_dir = os.path.join(base, "rows")
-    os.makedirs(stream_dir)
-    try:
-        schema = None
-        files_per_batch = 2
-        for k in range(0, len(records), cap_records):
-            # The raw records go to Spark through a file, not the driver's heap.
-            raw_path = raw_parquet(records[k : k + cap_records], os.path.join(base, f"raw-{k}"))
-            obs = parse.good_observations(parse.observations(parse.parse_records(raw_frame(spark, raw_path)), None))
-            out = os.path.join(base, f"chunk-{k}")
-            obs.repartition(files_per_batch).write.parquet(out)
-            shutil.rmtree(raw_path, ignore_errors=True)
-            schema = schema or obs.schema
-            for i, f in enumerate(sorted(n for n in os.listdir(out) if n.endswith(".parquet"))):
-                os.rename(os.path.join(out, f), os.path.join(stream_dir, f"{k:012d}-{i}.parquet"))
-        rows = spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_batch).parquet(stream_dir)
-        q = (
-            state.replica_aggregates(rows, Rule.KIP16_REFINED)
-            .writeStream.queryName("bench_ceiling")
-            .outputMode("update")
-            .format("noop")
-            .option("checkpointLocation", os.path.join(base, "ckpt"))
-            .trigger(processingTime="0 seconds")
-            .start()
-        )
-        try:
-            q.processAllAvailable()
-            ps = _progress(q)
-        finally:
-            q.stop()
-        ps = [p for p in ps if p.get("numInputRows")][1:]
-        rows_n = sum(p["numInputRows"] for p in ps)
-        secs = sum(p["durationMs"]["triggerExecution"] for p in ps) / 1000
-        return rows_n / secs if secs else 0.0
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def run_naive(
-    spark: Any, kafka: Any, topic: str, cap_records: int, per_record: int, budget_s: float
-) -> tuple[float, int]:
-    """``bench.naive`` over the same topic for about ``budget_s``; (obs/s, observations).
-
-    When no batch finishes within the budget, (an upper bound of the rate, 0)."""
-    from bench.naive import start_naive
-    from localkafka import COMPAT_CONFIG
-    from streaming import source_kafka
-
-    source_kafka.register(spark)
-    checkpoint = tempfile.mkdtemp(prefix="bench-naive-")
-    reader = (
-        spark.readStream.format(source_kafka.FORMAT)
-        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(cap_records))
-    )
-    for k, v in COMPAT_CONFIG.items():
-        reader = reader.option(f"kafka.{k}", v)
-    q = start_naive(reader.load(), checkpoint)
-    try:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < budget_s and q.isActive:
-            time.sleep(1)
-            ps = [p for p in _progress(q) if p.get("numInputRows")]
-            if len(ps) >= 3 and time.monotonic() - t0 > budget_s / 2 and q.status.get("isTriggerActive") is False:
-                break
-        if not q.isActive:
-            raise RuntimeError(f"naive query failed: {q.exception()}")
-        ps = [p for p in _progress(q) if p.get("numInputRows")]
-    finally:
-        q.stop()
-        shutil.rmtree(checkpoint, ignore_errors=True)
-    if len(ps) > 1:
-        ps = ps[1:]  # the first batch includes start-up, when there is more to time
-    if not ps:
-        # Not one batch in the budget: the rate is below one batch over the budget.
-        bound = cap_records * per_record / budget_s
-        print(f"  naive: no batch of {cap_records * per_record} observations finished in {budget_s:.0f}s", flush=True)
-        return bound, 0
-    obs = sum(p["numInputRows"] for p in ps) * per_record
-    secs = sum(p["durationMs"]["triggerExecution"] for p in ps) / 1000
-    return obs / secs, obs
 
 
 def measure(
