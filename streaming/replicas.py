@@ -36,7 +36,7 @@ from pyspark.sql import Column, Window
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import State, Thresholds
 from streaming import evaluate
-from streaming.state import KEY_COLUMNS, caught_up_time_expr
+from streaming.state import KEY_COLUMNS, LATEST_COLUMNS, caught_up_time_expr
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -51,7 +51,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_LATEST = ("leader_id", "leo", "leader_leo", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
 
 STATE_COLUMNS = [
     *KEY_COLUMNS,
@@ -119,7 +118,7 @@ def _observation_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
         F.when(leo.isNotNull(), t).alias("last_answer_ms"),
         F.when(leader_leo.isNotNull(), t).alias("last_leader_answer_ms"),
         F.when(progressed, t).alias("last_progress_ms"),
-        F.struct(*[F.col(c) for c in _LATEST]).alias("latest"),
+        F.struct(*[F.col(c) for c in LATEST_COLUMNS]).alias("latest"),
         t.alias("latest_t"),
         leo.alias("known_leo"),
         F.when(leo.isNotNull(), t).alias("known_leo_t"),

@@ -29,12 +29,12 @@ from isrwatch.status import ReplicaAggregate
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["KEY_COLUMNS", "caught_up_time_expr", "replica_aggregates", "row_to_aggregate"]
+__all__ = ["KEY_COLUMNS", "LATEST_COLUMNS", "caught_up_time_expr", "replica_aggregates", "row_to_aggregate"]
 
 KEY_COLUMNS = ["cluster", "topic", "partition", "broker_id"]
 
-# Taken from the newest observation (max_by t_ms).
-_LATEST = ("leader_id", "leo", "leader_leo", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
+# Taken from the newest observation (max_by t_ms): the state's ``latest`` struct.
+LATEST_COLUMNS = ("leader_id", "leo", "leader_leo", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
 
 
 def caught_up_time_expr(rule: Rule, max_gap_ms: int | None = None) -> Column:
@@ -64,7 +64,7 @@ def replica_aggregates(obs: DataFrame, rule: Rule, max_gap_ms: int | None = None
     caught_up = caught_up_time_expr(rule, max_gap_ms)
     leo = F.col("leo")
     progressed = (leo > F.col("prev_leo")) | (leo >= F.col("leader_leo"))
-    latest = F.struct(*[F.col(c) for c in _LATEST])
+    latest = F.struct(*[F.col(c) for c in LATEST_COLUMNS])
     return obs.groupBy(*KEY_COLUMNS).agg(
         F.min(t).alias("first_t_ms"),
         F.max(t).alias("last_t_ms"),
