@@ -86,3 +86,48 @@ def test_schema_rejects_what_the_job_rejects() -> None:
     }
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def _ddl_fields(ddl: str) -> list[str]:
+    """Top-level field names of a Spark DDL list (nested types skipped)."""
+    names, depth, token = [], 0, ""
+    for ch in ddl + ",":
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            names.append(token.strip().split()[0].rstrip(":"))
+            token = ""
+            continue
+        if depth == 0:
+            token += ch
+    return names
+
+
+def _ddl_struct(ddl: str, field: str) -> str:
+    """The inside of ``field``'s ARRAY<STRUCT<...>>."""
+    start = ddl.index(f"{field} ARRAY<STRUCT<") + len(f"{field} ARRAY<STRUCT<")
+    depth, i = 2, start
+    while depth:
+        depth += {"<": 1, ">": -1}.get(ddl[i], 0)
+        i += 1
+    return ddl[start : i - 2]
+
+
+def test_the_spark_schema_and_the_json_schema_name_the_dataclasses_fields() -> None:
+    """The telemetry is stated three times: the dataclasses, the JSON Schema and the DDL
+    the job parses with (``SPARK_SCHEMA_DDL``). Same fields in the same order."""
+    from dataclasses import fields
+
+    from isrwatch.telemetry import SPARK_SCHEMA_DDL
+
+    schema = json_schema()
+    record = [f.name for f in fields(TelemetryRecord)]
+    obs = [f.name for f in fields(Observation)]
+    change = [f.name for f in fields(IsrChange)]
+    assert sorted(_ddl_fields(SPARK_SCHEMA_DDL)) == sorted(record) == sorted(schema["properties"])
+    assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "observations")) == obs
+    assert list(schema["$defs"]["observation"]["properties"]) == obs
+    assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "isr_changes")) == change
+    assert list(schema["$defs"]["isr_change"]["properties"]) == change
