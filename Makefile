@@ -46,8 +46,8 @@ test: install ## run every test (unit, property, Spark, real Kafka/Prometheus/Al
 campaign: install ## the long campaigns left out of make test: poison records on real Kafka (~5 min)
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m campaign; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
-test-unit: install ## fast tests only (nothing started)
-	$(PY) -m pytest tests -m "not integration"
+test-unit: install ## fast tests only: no Kafka, Spark, Prometheus or Alertmanager, nothing slow (under a minute)
+	$(PY) -m pytest tests -m "not integration and not slow"
 
 lint: install ## ruff (lint + format check) and mypy
 	$(VENV)/bin/ruff check .

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -50,6 +51,7 @@ def test_process_metrics_only_when_asked() -> None:
         assert "isrwatch_up" in families
 
 
+@pytest.mark.slow  # 20,000 replicas through the real HTTP server: seconds, not a unit test
 def test_partition_series_at_risk_over_http_on_20k_replicas() -> None:
     store = StatusStore()
     # 10k partitions of 20 topics, leader 1, followers 2 and 3 ok: ISR 3, min ISR 2
