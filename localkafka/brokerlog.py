@@ -9,11 +9,12 @@ and the JVM in UTC::
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["IsrChangeLine", "parse_isr_change", "read_isr_changes"]
+__all__ = ["IsrChangeLine", "elected_controller", "parse_isr_change", "read_isr_changes"]
 
 _LINE = re.compile(
     r"^\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\].*?"
@@ -68,3 +69,19 @@ def read_isr_changes(path: Path, broker_id: int | None = None, since: float = 0.
             if change is not None and change.time >= since:
                 out.append(change)
     return out
+
+
+def elected_controller(logs: Mapping[int, Path]) -> int | None:
+    """Of the brokers whose ``server.log`` is given, the one that most recently logged
+    winning the controller election ("<id> successfully elected as leader"), or None."""
+    latest: tuple[str, int] | None = None
+    for broker_id, path in logs.items():
+        if not path.exists():
+            continue
+        with path.open(errors="replace") as f:
+            for line in f:
+                if f"] INFO {broker_id} successfully elected as leader" in line:
+                    stamp = line[1:24]
+                    if latest is None or stamp >= latest[0]:
+                        latest = (stamp, broker_id)
+    return latest[1] if latest else None

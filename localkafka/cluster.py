@@ -28,16 +28,17 @@ from types import TracebackType
 from typing import Any
 
 from isrwatch.logs import kv
-from localkafka.brokerlog import IsrChangeLine, read_isr_changes
+from localkafka.brokerlog import IsrChangeLine, elected_controller, read_isr_changes
 from localkafka.ports import free_port
 from localkafka.process import (
     LOG4J,
+    QUIET_LOG4J,
     JvmProcess,
     LocalKafkaError,
     find_libs,
     java_command,
+    start_zookeeper,
     write_properties,
-    zookeeper_command,
 )
 
 __all__ = ["LocalKafka", "COMPAT_CONFIG"]
@@ -212,37 +213,7 @@ class LocalKafka:
         return java_command(self.java, self.libs, main, *args, log4j=log4j, heap_mb=heap_mb)
 
     def _start_zookeeper(self) -> None:
-        zdir = self.dir / "zookeeper"
-        (zdir / "data").mkdir(parents=True, exist_ok=True)
-        props = zdir / "zookeeper.properties"
-        write_properties(
-            props,
-            {
-                "dataDir": zdir / "data",
-                "clientPort": self.zk_port,
-                "clientPortAddress": "127.0.0.1",
-                "maxClientCnxns": 0,
-                "tickTime": 500,
-                "minSessionTimeout": 1000,
-                "maxSessionTimeout": 600_000,
-            },
-        )
-        log4j = zdir / "log4j.properties"
-        log4j.write_text(LOG4J.format(path=zdir / "zookeeper.log"))
-        cmd = self._java("org.apache.zookeeper.server.quorum.QuorumPeerMain", str(props), log4j=log4j, heap_mb=128)
-        self._zk = JvmProcess("zookeeper", cmd, zdir / "zookeeper.log")
-        self._zk.start()
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._zk_command("ruok") == "imok":
-                return
-            if not self._zk.running:
-                raise LocalKafkaError(f"ZooKeeper exited at start-up; see {zdir / 'zookeeper.out'}")
-            time.sleep(0.1)
-        raise LocalKafkaError(f"ZooKeeper did not answer on {self.zookeeper_connect} in {self.start_timeout_s:.0f} s")
-
-    def _zk_command(self, word: str) -> str:
-        return zookeeper_command(self.zk_port, word)
+        self._zk = start_zookeeper(self.dir / "zookeeper", self.zk_port, self._java, self.start_timeout_s)
 
     def _broker_proc(self, broker_id: int) -> JvmProcess:
         bdir = self.dir / f"broker-{broker_id}"
@@ -298,18 +269,7 @@ class LocalKafka:
 
     def controller_id(self) -> int | None:
         """The broker that most recently logged winning the controller election, or None."""
-        latest: tuple[str, int] | None = None
-        for b in self.broker_ids:
-            path = self.broker_log(b)
-            if not path.exists():
-                continue
-            with path.open(errors="replace") as f:
-                for line in f:
-                    if f"] INFO {b} successfully elected as leader" in line:
-                        stamp = line[1:24]
-                        if latest is None or stamp >= latest[0]:
-                            latest = (stamp, b)
-        return latest[1] if latest else None
+        return elected_controller({b: self.broker_log(b) for b in self.broker_ids})
 
     def metadata_brokers(self, broker_id: int, timeout_s: float = 2.0) -> set[int] | None:
         """Broker ids in the metadata answer of one broker, or None when it does not answer."""
@@ -347,9 +307,7 @@ class LocalKafka:
             args += ["--config", f"{k}={v}"]
         tools_log4j = self.dir / "tools-log4j.properties"
         if not tools_log4j.exists():
-            tools_log4j.write_text(
-                "log4j.rootLogger=WARN, stderr\nlog4j.appender.stderr=org.apache.log4j.varia.NullAppender\n"
-            )
+            tools_log4j.write_text(QUIET_LOG4J)
         cmd = self._java("kafka.admin.TopicCommand", *args, log4j=tools_log4j, heap_mb=128)
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         if done.returncode != 0 or "Error" in done.stdout:

@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,12 @@ __all__ = [
     "JVM_FLAGS",
     "LIBS_ENV",
     "LOG4J",
+    "QUIET_LOG4J",
     "JvmProcess",
     "LocalKafkaError",
     "find_libs",
     "java_command",
+    "start_zookeeper",
     "write_properties",
     "zookeeper_command",
 ]
@@ -163,3 +165,42 @@ def zookeeper_command(port: int, word: str) -> str:
             return b"".join(chunks).decode(errors="replace")
     except OSError:
         return ""
+
+
+# The Kafka tools run by the cluster (kafka.admin.TopicCommand): nothing logged.
+QUIET_LOG4J = "log4j.rootLogger=WARN, stderr\nlog4j.appender.stderr=org.apache.log4j.varia.NullAppender\n"
+
+
+def start_zookeeper(zdir: Path, port: int, java: Callable[..., list[str]], timeout_s: float) -> JvmProcess:
+    """A standalone ZooKeeper on 127.0.0.1:``port`` with its data under ``zdir``, started
+    and answering ``ruok``; ``java(main, *args, log4j=, heap_mb=)`` builds its command."""
+    import time
+
+    (zdir / "data").mkdir(parents=True, exist_ok=True)
+    props = zdir / "zookeeper.properties"
+    write_properties(
+        props,
+        {
+            "dataDir": zdir / "data",
+            "clientPort": port,
+            "clientPortAddress": "127.0.0.1",
+            "maxClientCnxns": 0,
+            "tickTime": 500,
+            "minSessionTimeout": 1000,
+            "maxSessionTimeout": 600_000,
+        },
+    )
+    log4j = zdir / "log4j.properties"
+    log4j.write_text(LOG4J.format(path=zdir / "zookeeper.log"))
+    cmd = java("org.apache.zookeeper.server.quorum.QuorumPeerMain", str(props), log4j=log4j, heap_mb=128)
+    zk = JvmProcess("zookeeper", cmd, zdir / "zookeeper.log")
+    zk.start()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if zookeeper_command(port, "ruok") == "imok":
+            return zk
+        if not zk.running:
+            raise LocalKafkaError(f"ZooKeeper exited at start-up; see {zdir / 'zookeeper.out'}")
+        time.sleep(0.1)
+    zk.stop()
+    raise LocalKafkaError(f"ZooKeeper did not answer on 127.0.0.1:{port} in {timeout_s:.0f} s")
