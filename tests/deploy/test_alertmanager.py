@@ -17,6 +17,7 @@ from isrwatch.alerts import AlertName, replica_alerts, stale_alert
 from isrwatch.status import ReplicaStatus, State
 from localservices import alertmanager, binary
 from tests.deploy.panels import DEPLOY
+from tests.exporter.samples import replica
 
 CONFIG = DEPLOY / "alertmanager" / "alertmanager.yml"
 AMTOOL = binary("amtool")
@@ -70,24 +71,15 @@ def test_required_inhibitions_are_declared() -> None:
 
 
 def _status(cluster: str, partition: int, broker_id: int, state: State, ratio: float, now_ms: int) -> ReplicaStatus:
-    return ReplicaStatus(
+    return replica(
+        broker_id,
+        state,
         cluster=cluster,
-        topic="orders",
         partition=partition,
-        broker_id=broker_id,
-        leader_id=1,
         eval_ms=now_ms,
-        state=state,
-        time_since_caught_up_s=ratio * 10,
-        lag_ratio=ratio,
-        time_to_shrink_s=max(0.0, 10 - ratio * 10),
+        ratio=ratio,
         offset_lag=500,
-        in_isr=True,
-        isr_size=3,
-        min_isr=2,
         lag_time_max_ms=10_000,
-        shrink_window_start_ms=now_ms + 1000,
-        shrink_window_end_ms=now_ms + 6000,
     )
 
 

@@ -32,6 +32,7 @@ from tests.deploy.panels import (
     rules_with_interval,
     variable_queries,
 )
+from tests.exporter.samples import replica
 
 PROVISIONING = DEPLOY / "grafana" / "provisioning"
 REPO_ROOT = DEPLOY.parent
@@ -165,24 +166,19 @@ def test_provisioning() -> None:
 
 
 def _status(partition: int, broker_id: int, leader_id: int, state: State, ratio: float, now_ms: int) -> ReplicaStatus:
-    return ReplicaStatus(
+    out = state is State.OUT_OF_SYNC
+    return replica(
+        broker_id,
+        state,
         cluster="c1",
-        topic="orders",
         partition=partition,
-        broker_id=broker_id,
         leader_id=leader_id,
         eval_ms=now_ms,
-        state=state,
-        time_since_caught_up_s=ratio * 10,
-        lag_ratio=ratio,
-        time_to_shrink_s=max(0.0, 10 - ratio * 10),
+        ratio=ratio,
         offset_lag=int(ratio * 1000),
-        in_isr=state is not State.OUT_OF_SYNC,
-        isr_size=3 if state is not State.OUT_OF_SYNC else 2,
-        min_isr=2,
+        in_isr=not out,
+        isr_size=2 if out else 3,
         lag_time_max_ms=10_000,
-        shrink_window_start_ms=now_ms + int((1 - ratio) * 10_000),
-        shrink_window_end_ms=now_ms + int((1 - ratio) * 10_000) + 5000,
     )
 
 

@@ -25,7 +25,12 @@ def replica(
     min_isr: int | None = 2,
     peak: float | None = None,
     episodes: int = 0,
+    lag_time_max_ms: int = 30_000,
 ) -> ReplicaStatus:
+    """A follower's status consistent with ``ratio``: caught up ``ratio`` x lag before
+    ``eval_ms``, its removal window from then + lag for half a lag (a leader's check)."""
+    lag_s = lag_time_max_ms / 1000
+    start = eval_ms + round((1 - ratio) * lag_time_max_ms)
     return ReplicaStatus(
         cluster=cluster,
         topic=topic,
@@ -34,16 +39,16 @@ def replica(
         leader_id=leader_id,
         eval_ms=eval_ms,
         state=state,
-        time_since_caught_up_s=ratio * 30,
+        time_since_caught_up_s=ratio * lag_s,
         lag_ratio=ratio,
-        time_to_shrink_s=max(0.0, 30 - ratio * 30),
+        time_to_shrink_s=max(0.0, lag_s - ratio * lag_s),
         offset_lag=offset_lag,
         in_isr=in_isr,
         isr_size=isr_size,
         min_isr=min_isr,
-        lag_time_max_ms=30_000,
-        shrink_window_start_ms=eval_ms + int((1 - ratio) * 30_000),
-        shrink_window_end_ms=eval_ms + int((1 - ratio) * 30_000) + 15_000,
+        lag_time_max_ms=lag_time_max_ms,
+        shrink_window_start_ms=start,
+        shrink_window_end_ms=start + lag_time_max_ms // 2,
         peak_lag_ratio=None if peak is None else max(peak, ratio),
         out_of_sync_episodes=episodes,
     )

@@ -9,29 +9,11 @@ from datetime import datetime
 from isrwatch.alerts import Alert, AlertBook, AlertName, replica_alerts
 from isrwatch.status import ReplicaStatus, State
 from streaming.notify import AlertmanagerSink, KafkaAlertsSink, StdoutSink, alert_event, alert_id
+from tests.exporter.samples import replica
 
 
 def status(state: State, eval_ms: int, ratio: float = 0.0, broker_id: int = 2) -> ReplicaStatus:
-    return ReplicaStatus(
-        cluster="prod",
-        topic="orders",
-        partition=3,
-        broker_id=broker_id,
-        leader_id=1,
-        eval_ms=eval_ms,
-        state=state,
-        time_since_caught_up_s=ratio * 10,
-        lag_ratio=ratio,
-        time_to_shrink_s=max(0.0, 10 - ratio * 10),
-        offset_lag=7,
-        in_isr=True,
-        isr_size=3,
-        min_isr=2,
-        lag_time_max_ms=10_000,
-        # consistent with ratio: caught up ratio * 10 s before eval_ms
-        shrink_window_start_ms=eval_ms + round((1 - ratio) * 10_000),
-        shrink_window_end_ms=eval_ms + round((1 - ratio) * 10_000) + 5000,
-    )
+    return replica(broker_id, state, partition=3, eval_ms=eval_ms, ratio=ratio, offset_lag=7, lag_time_max_ms=10_000)
 
 
 def test_stdout_sink_prints_one_json_line_per_started_and_resolved_alert() -> None:

@@ -15,6 +15,7 @@ from isrwatch.settings import Secret
 from isrwatch.status import ReplicaStatus, State
 from localservices import Alertmanager
 from streaming.notify import AlertmanagerSink
+from tests.exporter.samples import replica
 from tests.support.alertmanager import alertmanager  # noqa: F401
 from tests.support.tcp_proxy import TcpProxy
 
@@ -24,24 +25,15 @@ CONTRACT_LABELS = {"alertname", "severity", "cluster", "topic", "partition", "br
 
 
 def status(cluster: str, broker_id: int, state: State, now_ms: int, ratio: float = 0.0) -> ReplicaStatus:
-    return ReplicaStatus(
+    return replica(
+        broker_id,
+        state,
         cluster=cluster,
-        topic="orders",
         partition=3,
-        broker_id=broker_id,
-        leader_id=1,
         eval_ms=now_ms,
-        state=state,
-        time_since_caught_up_s=ratio * 10,
-        lag_ratio=ratio,
-        time_to_shrink_s=max(0.0, 10 - ratio * 10),
+        ratio=ratio,
         offset_lag=int(ratio * 500),
-        in_isr=True,
-        isr_size=3,
-        min_isr=2,
         lag_time_max_ms=10_000,
-        shrink_window_start_ms=now_ms + 1000,
-        shrink_window_end_ms=now_ms + 6000,
     )
 
 
