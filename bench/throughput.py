@@ -120,12 +120,12 @@ def _jvm_pid(spark: Any) -> int:
 
 def job_settings(kafka: Any, topic: str, checkpoint: str, cap_records: int, trigger_s: float, **extra: Any) -> Any:
     from localkafka import COMPAT_CONFIG
-    from streaming.settings import RunSettings
+    from streaming.settings import JobSettings
 
     # A backlog drained in long batches is not a telemetry gap: no IsrwatchTelemetryStale noise.
     extra.setdefault("stale_after_seconds", 3600.0)
     extra.setdefault("metrics_port", 0)  # the job's own /metrics is not what is measured here
-    return RunSettings(
+    return JobSettings(
         bootstrap_servers=kafka.bootstrap_servers,
         kafka_config=[f"{k}={v}" for k, v in COMPAT_CONFIG.items()],
         telemetry_topic=topic,

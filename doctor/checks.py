@@ -53,11 +53,12 @@ class _Cluster:
 
 def run_checks(settings: Any) -> list[Row]:
     """Every check for ``settings`` (``doctor.settings.DoctorSettings``), in the order printed."""
-    props = kafka_config_pairs(settings.kafka_config)
+    job = settings.run.job  # the job's own settings: the topics, checkpoint and rule it would use
+    props = kafka_config_pairs(job.kafka_config)
     timeout = settings.timeout_seconds
-    clusters = [_Cluster("telemetry cluster", settings.bootstrap_servers)]
+    clusters = [_Cluster("telemetry cluster", job.bootstrap_servers)]
     watched = settings.watched_bootstrap_servers
-    if watched and watched != settings.bootstrap_servers:
+    if watched and watched != job.bootstrap_servers:
         clusters.append(_Cluster("watched cluster", watched))
     rows: list[Row] = []
     try:
@@ -69,18 +70,18 @@ def run_checks(settings: Any) -> list[Row]:
         if tel.snap is None:
             rows.append(Row("isrwatch topics", SKIP, "the telemetry cluster did not answer"))
         else:
-            rows += _topics(tel.snap, settings, on_watched=len(clusters) == 1)
-            newest, telemetry_row = _newest_telemetry(tel.snap, settings, props, timeout)
+            rows += _topics(tel.snap, job, on_watched=len(clusters) == 1)
+            newest, telemetry_row = _newest_telemetry(tel.snap, job, props, timeout)
             rows.append(telemetry_row)
-            rows.append(_lag_setting(settings, newest))
-        rows.append(_checkpoint(settings, tel))
+            rows.append(_lag_setting(job, newest))
+        rows.append(_checkpoint(job, tel))
     finally:
         for c in clusters:
             if c.probe is not None:
                 c.probe.close()
     rows += [
         _http_check("alertmanager", url.rstrip("/") + "/api/v2/status", timeout, _am_found)
-        for url in settings.alertmanager_url
+        for url in settings.run.alerting.alertmanager_url
     ] or [Row("alertmanager", SKIP, "no --alertmanager-url: the job prints alerts on stdout only")]
     rows += [
         _http_check("exporter", url.rstrip("/") + "/metrics", timeout, _metrics_found) for url in settings.exporter_url

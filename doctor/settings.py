@@ -1,12 +1,12 @@
 """Settings of ``isrwatch doctor``: those of ``isrwatch run`` (the same flags, env and
-config file work), plus what only the doctor needs."""
+config file work: the doctor checks what the job would use), plus what only the doctor needs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isrwatch.settings import option, positive
-from streaming.settings import RunSettings
+from isrwatch.commands import RunSettings
+from isrwatch.settings import group, option, positive
 
 __all__ = ["DoctorSettings", "FORMATS"]
 
@@ -14,7 +14,8 @@ FORMATS = ("table", "json")
 
 
 @dataclass(frozen=True)
-class DoctorSettings(RunSettings):
+class DoctorSettings:
+    run: RunSettings = group(RunSettings)
     watched_bootstrap_servers: str | None = option(
         None,
         "bootstrap servers of the watched cluster, when isrwatch's topics live on another (default: the same)",
@@ -29,6 +30,6 @@ class DoctorSettings(RunSettings):
     format: str = option("table", "output: table (for people) or json (for scripts)", choices=FORMATS)
 
     def validate(self) -> str | None:
-        if not self.bootstrap_servers:
+        if not self.run.job.bootstrap_servers:
             return "--bootstrap-servers is required (the cluster holding isrwatch's telemetry topic)"
-        return super().validate()
+        return None

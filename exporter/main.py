@@ -49,9 +49,9 @@ class Exporter:
                 s.host,
                 s.port,
                 default_min_isr=s.min_insync_replicas,
-                replica_series=s.replica_series,
-                replica_series_top=s.replica_series_top,
-                partition_series=s.partition_series,
+                replica_series=s.series.replica_series,
+                replica_series_top=s.series.replica_series_top,
+                partition_series=s.series.partition_series,
                 process_metrics=True,
             )
         except OSError as e:

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isrwatch.settings import option, positive
+from isrwatch.settings import group, option, positive
 
-__all__ = [
-    "ExporterSettings",
-    "REPLICA_SERIES",
-    "REPLICA_SERIES_HELP",
-    "REPLICA_SERIES_TOP_HELP",
-    "PARTITION_SERIES",
-    "PARTITION_SERIES_HELP",
-    "not_negative",
-]
+__all__ = ["ExporterSettings", "SeriesSettings", "REPLICA_SERIES", "PARTITION_SERIES"]
 
 # Same values as exporter.families.REPLICA_SERIES and PARTITION_SERIES (kept here so --help stays cheap).
 REPLICA_SERIES = ("all", "not-ok")
@@ -31,6 +23,15 @@ REPLICA_SERIES_TOP_HELP = "export per-replica series for at most N replicas, hig
 
 def not_negative(v: int) -> str | None:
     return None if v >= 0 else f"{v} must be 0 (no cap) or more"
+
+
+@dataclass(frozen=True)
+class SeriesSettings:
+    """Which series a /metrics endpoint serves (the exporter's, and the job's own)."""
+
+    replica_series: str = option("all", REPLICA_SERIES_HELP, choices=REPLICA_SERIES)
+    replica_series_top: int = option(0, REPLICA_SERIES_TOP_HELP, check=not_negative, metavar="N")
+    partition_series: str = option("all", PARTITION_SERIES_HELP, choices=PARTITION_SERIES)
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,7 @@ class ExporterSettings:
     min_insync_replicas: int = option(
         1, "min.insync.replicas for the headroom gauge where the status does not say", check=positive
     )
-    replica_series: str = option("all", REPLICA_SERIES_HELP, choices=REPLICA_SERIES)
-    replica_series_top: int = option(0, REPLICA_SERIES_TOP_HELP, check=not_negative, metavar="N")
-    partition_series: str = option("all", PARTITION_SERIES_HELP, choices=PARTITION_SERIES)
+    series: SeriesSettings = group(SeriesSettings)
 
     def validate(self) -> str | None:
         if not self.bootstrap_servers:

@@ -23,8 +23,8 @@ __all__ = ["COMMANDS", "main", "build_parser"]
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": (
         "run the streaming job (embedded simulator by default, or a real cluster's telemetry topic)",
-        "streaming.settings:RunSettings",
-        "streaming.job:main",
+        "isrwatch.commands:RunSettings",
+        "isrwatch.commands:run",
     ),
     "collect": (
         "poll a real Kafka cluster for replica offsets and publish telemetry",

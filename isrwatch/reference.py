@@ -22,17 +22,21 @@ def render() -> str:
         "Layers, later wins: the default, a TOML file given with `--config FILE` (keys as in the",
         "*name* column; an unknown key is an error), the environment variable, the flag.",
         "List options take a comma-separated list in the environment and repeat as flags.",
+        "A command whose work spans components takes each component's settings (the *declared in*",
+        "column; `isrwatch.commands` composes them), with flat names.",
         "",
     ]
     for command, (text, settings_path, _) in COMMANDS.items():
         module, _, name = settings_path.partition(":")
         cls = getattr(importlib.import_module(module), name)
         lines += [f"## `isrwatch {command}`", "", text[0].upper() + text[1:] + ".", ""]
-        lines += ["| name | flag | environment | default | meaning |", "|---|---|---|---|---|"]
+        lines += ["| name | flag | environment | default | meaning | declared in |", "|---|---|---|---|---|---|"]
         for row in describe(cls):
             default = f"`{row['default']}`" if row["default"] not in ("", "[]") else ""
             meaning = row["help"].replace("|", "\\|")
-            lines.append(f"| {row['name']} | `{row['flag']}` | `{row['env']}` | {default} | {meaning} |")
+            lines.append(
+                f"| {row['name']} | `{row['flag']}` | `{row['env']}` | {default} | {meaning} | `{row['declared_by']}` |"
+            )
         lines.append("")
     return "\n".join(lines)
 

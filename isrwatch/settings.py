@@ -5,6 +5,11 @@ From that single declaration come the command-line flags, the environment
 variables (``ISRWATCH_<FIELD>``), the config file keys and docs/configuration.md
 (kept true by a test). Layers, later wins: defaults, ``--config FILE`` (TOML,
 keys as the field names, unknown keys are an error), environment, flags.
+
+A command whose work spans components composes their settings with ``group``
+(see ``isrwatch.commands``): each group stays its component's own dataclass,
+while flags, environment and file keys stay flat (a name may appear in one group
+only, checked when the command's settings are read).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import tomllib
 
 from isrwatch.exceptions import ConfigError
 
-__all__ = ["option", "add_options", "load", "env_name", "flag_name", "describe", "Secret"]
+__all__ = ["option", "group", "build", "add_options", "load", "env_name", "flag_name", "describe", "Secret"]
 
 T = TypeVar("T")
 
@@ -54,6 +59,11 @@ def option(
     return dataclasses.field(default=default, metadata=meta)
 
 
+def group(cls: type) -> Any:
+    """A field holding another component's settings; its options join the command's."""
+    return dataclasses.field(default_factory=cls, metadata={"group": cls})
+
+
 def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
@@ -81,8 +91,71 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 
 
 def _fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
+    """Every option of ``cls``, those of its groups included, in declaration order."""
+    return [(f, tp) for _, f, tp in _leaves(cls)]
+
+
+def _leaves(cls: type, owner: str = "") -> list[tuple[str, dataclasses.Field[Any], Any]]:
+    """(the declaring class, as module.Name; field; base type) per option, groups flattened."""
     hints = typing.get_type_hints(cls)
-    return [(f, _base_type(hints[f.name])) for f in dataclasses.fields(cls)]
+    out: list[tuple[str, dataclasses.Field[Any], Any]] = []
+    for f in dataclasses.fields(cls):
+        sub = f.metadata.get("group")
+        if sub is not None:
+            out += _leaves(sub, f"{sub.__module__}.{sub.__qualname__}")
+        else:
+            out.append((owner or f"{cls.__module__}.{cls.__qualname__}", f, _base_type(hints[f.name])))
+    seen: set[str] = set()
+    for _, f, _ in out:
+        if f.name in seen:
+            raise TypeError(f"{cls.__name__}: option {f.name!r} is declared by two of its groups")
+        seen.add(f.name)
+    return out
+
+
+def _construct(cls: type[T], values: Mapping[str, Any]) -> T:
+    kwargs = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        sub = f.metadata.get("group")
+        if sub is not None:
+            kwargs[f.name] = _construct(sub, values)
+        elif f.name in values:
+            kwargs[f.name] = values[f.name]
+    return cls(**kwargs)
+
+
+def _groups(settings: Any) -> list[Any]:
+    """``settings`` and every group inside it, innermost first."""
+    out = []
+    for f in dataclasses.fields(settings):
+        if f.metadata.get("group") is not None:
+            out += _groups(getattr(settings, f.name))
+    return [*out, settings]
+
+
+def build(cls: type[T], **values: Any) -> T:
+    """Settings of ``cls`` from option names (groups filled in by name), every check run.
+
+    ``build(RunSettings, spool_dir=d, replica_series="not-ok")`` is what the flags
+    ``--spool-dir d --replica-series not-ok`` give; an unknown name is a TypeError."""
+    names = {f.name for f, _ in _fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no option {unknown[0]!r}")
+    settings = _construct(cls, values)
+    for part in _groups(settings):
+        for f in dataclasses.fields(part):
+            check = f.metadata.get("check")
+            if check is not None:
+                problem = check(getattr(part, f.name))
+                if problem:
+                    raise ConfigError(f"{flag_name(f.name)}: {problem}")
+        validate = getattr(part, "validate", None)
+        if callable(validate):
+            problem = validate()
+            if problem:
+                raise ConfigError(problem)
+    return settings
 
 
 def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
@@ -170,25 +243,14 @@ def load(cls: type[T], args: argparse.Namespace | None = None, env: Mapping[str,
         if f.name in ns:
             values[f.name] = _convert(f.name, flag_name(f.name), tp, ns[f.name], f.metadata["choices"])
 
-    settings = cls(**values)
-    for f, _ in fields:
-        check = f.metadata["check"]
-        if check is not None:
-            problem = check(getattr(settings, f.name))
-            if problem:
-                raise ConfigError(f"{flag_name(f.name)}: {problem}")
-    validate = getattr(settings, "validate", None)
-    if callable(validate):
-        problem = validate()
-        if problem:
-            raise ConfigError(problem)
-    return settings
+    return build(cls, **values)
 
 
 def describe(cls: type) -> list[dict[str, str]]:
-    """One row per option: name, flag, env, default, help (for the reference docs)."""
+    """One row per option: name, flag, env, default, help, and the settings class
+    (component) that declares it (for the reference docs)."""
     rows = []
-    for f, _ in _fields(cls):
+    for owner, f, _ in _leaves(cls):
         default = _default(f)
         rows.append(
             {
@@ -197,6 +259,7 @@ def describe(cls: type) -> list[dict[str, str]]:
                 "env": env_name(f.name),
                 "default": "" if default is None else str(default),
                 "help": f.metadata["help"],
+                "declared_by": owner,
             }
         )
     return rows

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from isrwatch.rule import Rule
 from isrwatch.settings import option, positive
 
-__all__ = ["SCENARIOS", "MODES", "SimulateSettings"]
+__all__ = ["SCENARIOS", "MODES", "SimulateSettings", "EmbeddedSimulatorSettings"]
 
 SCENARIOS = (
     "steady",
@@ -57,3 +57,18 @@ class SimulateSettings:
         if self.bootstrap_servers and self.spool_dir:
             return "--bootstrap-servers and --spool-dir exclude each other: pick one destination (neither: stdout)"
         return None
+
+
+@dataclass(frozen=True)
+class EmbeddedSimulatorSettings:
+    """The simulator that ``isrwatch run`` embeds when it is given no telemetry source."""
+
+    simulate: str | None = option(
+        None,
+        "scenario for the embedded simulator (the default source when no --bootstrap-servers)",
+        choices=SCENARIOS,
+        metavar="SCENARIO",
+    )
+    speed: float = option(1.0, "embedded simulator speed (1 = real time)", check=positive)
+    seed: int = option(1, "embedded simulator random seed")
+    cluster: str = option("sim", "cluster name of the embedded simulator")

@@ -4,10 +4,13 @@ where its alert transitions go (stdout, Alertmanager, the alerts topic)."""
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from isrwatch.exceptions import ConfigError
-from streaming.settings import RunSettings
+from streaming.settings import AlertingSettings, JobSettings
+
+if TYPE_CHECKING:
+    from exporter.settings import SeriesSettings
 
 __all__ = [
     "metrics_port",
@@ -22,7 +25,7 @@ EMBEDDED_METRICS_PORT = 9743
 KAFKA_METRICS_PORT = 9744
 
 
-def metrics_port(settings: RunSettings) -> int:
+def metrics_port(settings: JobSettings) -> int:
     """``--metrics-port``, or its default: 9743 on the embedded default, 9744 with Kafka
     (where ``isrwatch exporter`` may keep 9743 on the same host)."""
     if settings.metrics_port is not None:
@@ -30,9 +33,9 @@ def metrics_port(settings: RunSettings) -> int:
     return KAFKA_METRICS_PORT if settings.bootstrap_servers else EMBEDDED_METRICS_PORT
 
 
-def serve_metrics(store: Any, settings: RunSettings) -> Any:
+def serve_metrics(store: Any, settings: JobSettings, series: SeriesSettings) -> Any:
     """The job's own /metrics (its current state, whichever broker stalls), with the
-    exporter's cardinality controls; a port that cannot be bound is a ConfigError."""
+    exporter's cardinality controls (``series``); a port that cannot be bound is a ConfigError."""
     from exporter.server import serve
 
     port = metrics_port(settings)
@@ -42,19 +45,19 @@ def serve_metrics(store: Any, settings: RunSettings) -> Any:
             settings.metrics_host,
             port,
             default_min_isr=settings.min_insync_replicas,
-            replica_series=settings.replica_series,
-            replica_series_top=settings.replica_series_top,
-            partition_series=settings.partition_series,
+            replica_series=series.replica_series,
+            replica_series_top=series.replica_series_top,
+            partition_series=series.partition_series,
         )
     except OSError as e:
         raise ConfigError(f"--metrics-port: cannot serve on {settings.metrics_host}:{port}: {e.strerror}") from None
 
 
-def runbook_base(settings: RunSettings, metrics_port: int | None) -> str:
+def runbook_base(alerting: AlertingSettings, settings: JobSettings, metrics_port: int | None) -> str:
     """Where alerts link: ``--runbook-url``, else this job's own ``/runbook`` (served with
     its /metrics: the link works without a public site), else the project's copy."""
-    if settings.runbook_url:
-        return settings.runbook_url
+    if alerting.runbook_url:
+        return alerting.runbook_url
     if not metrics_port:
         from isrwatch.alerts import RUNBOOK_BASE
 
@@ -65,33 +68,33 @@ def runbook_base(settings: RunSettings, metrics_port: int | None) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{metrics_port}/runbook"
 
 
-def alert_sinks(settings: RunSettings, producer: Any, runbook: str) -> list[Any]:
-    """The sinks ``settings`` ask for; ``producer`` (Kafka mode) writes the alerts topic."""
+def alert_sinks(settings: JobSettings, alerting: AlertingSettings, producer: Any, runbook: str) -> list[Any]:
+    """The sinks ``alerting`` asks for; ``producer`` (Kafka mode) writes ``settings``' alerts topic."""
     from streaming import notify
 
     sinks: list[Any] = []
-    if not settings.bootstrap_servers or not settings.alertmanager_url:
+    if not settings.bootstrap_servers or not alerting.alertmanager_url:
         # Without an Alertmanager, alert transitions are printed, with Kafka too.
-        sinks.append(notify.StdoutSink(generator_url=settings.grafana_url or "", runbook_base=runbook))
+        sinks.append(notify.StdoutSink(generator_url=alerting.grafana_url or "", runbook_base=runbook))
     if producer is not None:
         sinks.append(
             notify.KafkaAlertsSink(
                 producer,
                 settings.alerts_topic,
-                generator_url=settings.grafana_url or "",
+                generator_url=alerting.grafana_url or "",
                 runbook_base=runbook,
             )
         )
-    if settings.alertmanager_url:
+    if alerting.alertmanager_url:
         sinks.append(
             notify.AlertmanagerSink(
-                settings.alertmanager_url,
-                username=settings.alertmanager_username,
-                password=settings.alertmanager_password,
-                ca_file=settings.alertmanager_ca_file,
-                insecure=settings.alertmanager_insecure,
-                resend_seconds=settings.resend_seconds,
-                generator_url=settings.grafana_url or "",
+                alerting.alertmanager_url,
+                username=alerting.alertmanager_username,
+                password=alerting.alertmanager_password,
+                ca_file=alerting.alertmanager_ca_file,
+                insecure=alerting.alertmanager_insecure,
+                resend_seconds=alerting.resend_seconds,
+                generator_url=alerting.grafana_url or "",
                 runbook_base=runbook,
             )
         )

@@ -8,19 +8,26 @@ import threading
 from typing import IO
 
 from isrwatch.rule import RuleConfig
-from streaming.settings import RunSettings
+from simulator.settings import EmbeddedSimulatorSettings
 
-__all__ = ["Feeder", "DEFAULT_SCENARIO"]
+__all__ = ["Feeder", "DEFAULT_SCENARIO", "embedded_simulator"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SCENARIO = "stuck-follower"
 
 
+def embedded_simulator(settings: EmbeddedSimulatorSettings | None) -> EmbeddedSimulatorSettings:
+    """The embedded simulator's settings, its defaults when the job was given none."""
+    return settings or EmbeddedSimulatorSettings()
+
+
 class Feeder(threading.Thread):
     """The embedded simulator, appending telemetry to the spool."""
 
-    def __init__(self, settings: RunSettings, cfg: RuleConfig, spool: str, truth_file: IO[str] | None) -> None:
+    def __init__(
+        self, settings: EmbeddedSimulatorSettings, cfg: RuleConfig, spool: str, truth_file: IO[str] | None
+    ) -> None:
         super().__init__(name="isrwatch-simulator", daemon=True)
         self.settings = settings
         self.cfg = cfg

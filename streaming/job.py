@@ -30,14 +30,17 @@ from isrwatch.logs import kv
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import Thresholds
 from streaming.endpoints import alert_sinks, metrics_port, runbook_base, serve_metrics
-from streaming.feeder import DEFAULT_SCENARIO, Feeder
+from streaming.feeder import DEFAULT_SCENARIO, Feeder, embedded_simulator
 from streaming.origin import check_checkpoint, default_checkpoint_dir
-from streaming.settings import RunSettings
+from streaming.settings import AlertingSettings, JobSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["main", "run", "Job", "serve_metrics", "JobHandles", "FUTURE_TOLERANCE_MS", "DEFAULT_SCENARIO"]
+    from exporter.settings import SeriesSettings
+    from simulator.settings import EmbeddedSimulatorSettings
+
+__all__ = ["run", "Job", "serve_metrics", "JobHandles", "FUTURE_TOLERANCE_MS", "DEFAULT_SCENARIO"]
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +66,7 @@ class JobHandles:
     side_counts: dict[str, int] = field(default_factory=dict)
 
 
-def main(settings: RunSettings) -> int:
-    return run(settings)
-
-
-def _rule_config(settings: RunSettings) -> tuple[RuleConfig, Thresholds]:
+def _rule_config(settings: JobSettings) -> tuple[RuleConfig, Thresholds]:
     embedded = not settings.bootstrap_servers
     lag = settings.lag_time_max_ms or (10_000 if embedded else 30_000)
     try:
@@ -78,11 +77,12 @@ def _rule_config(settings: RunSettings) -> tuple[RuleConfig, Thresholds]:
     return cfg, th
 
 
-def run(settings: RunSettings, **options: Any) -> int:
+def run(settings: JobSettings, **options: Any) -> int:
     """Run the job until ``--duration`` passes or ``stop_event`` is set: ``Job``,
-    started, awaited and closed. ``options`` are ``Job``'s: ``spark`` reuses a
-    session (tests), ``sinks`` replaces the alert sinks, ``truth_file`` receives
-    the embedded simulator's true ISR changes, ``handles``, ``stop_event``."""
+    started, awaited and closed. ``options`` are ``Job``'s: the other components'
+    settings (``alerting``, ``series``, ``simulator``), ``spark`` reuses a session
+    (tests), ``sinks`` replaces the alert sinks, ``truth_file`` receives the
+    embedded simulator's true ISR changes, ``handles``, ``stop_event``."""
     with Job(settings, **options) as job:
         job.start()
         job.await_stop()
@@ -102,15 +102,23 @@ class Job:
 
     def __init__(
         self,
-        settings: RunSettings,
+        settings: JobSettings,
         *,
+        alerting: AlertingSettings | None = None,
+        series: SeriesSettings | None = None,
+        simulator: EmbeddedSimulatorSettings | None = None,
         spark: SparkSession | None = None,
         handles: JobHandles | None = None,
         stop_event: threading.Event | None = None,
         truth_file: IO[str] | None = None,
         sinks: Sequence[Any] | None = None,
     ) -> None:
+        from exporter.settings import SeriesSettings
+
         self.settings = settings
+        self.alerting = alerting or AlertingSettings()
+        self.series = series or SeriesSettings()
+        self.simulator = embedded_simulator(simulator)
         self.spark = spark
         self.handles = handles or JobHandles()
         self.stop_event = stop_event or threading.Event()
@@ -188,7 +196,7 @@ class Job:
         # The job serves what it computes itself, in Kafka mode too: the state topic (and the
         # exporter reading it) waits on its partitions' leaders, this does not (docs/deploy.md).
         if metrics_port(settings) != 0:
-            server = serve_metrics(store, settings)
+            server = serve_metrics(store, settings, self.series)
             self._on_close("metrics server", server.close)
             handles.metrics_port = server.port
         if producer is not None:
@@ -200,7 +208,9 @@ class Job:
         sinks = (
             list(self.sinks)
             if self.sinks is not None
-            else alert_sinks(settings, producer, runbook_base(settings, handles.metrics_port))
+            else alert_sinks(
+                settings, self.alerting, producer, runbook_base(self.alerting, settings, handles.metrics_port)
+            )
         )
         for sink in sinks:
             self._on_close(type(sink).__name__, sink.close)
@@ -244,7 +254,7 @@ class Job:
             store=store,
             deadletters=deadletters,
             checkpoint=ckpt,
-            future_tolerance_ms=None if (not self.kafka_mode and settings.speed > 1) else FUTURE_TOLERANCE_MS,
+            future_tolerance_ms=None if (not self.kafka_mode and self.simulator.speed > 1) else FUTURE_TOLERANCE_MS,
             max_gap_ms=settings.observation_gap_ms or self.cfg.lag_time_max_ms // 2,
             refresh_batches=settings.ok_refresh_batches,
             side_counts=handles.side_counts,
@@ -258,7 +268,7 @@ class Job:
             "started %s",
             kv(
                 source="kafka" if self.kafka_mode else ("simulator" if self.embedded else "spool"),
-                scenario=(settings.simulate or DEFAULT_SCENARIO) if self.embedded else None,
+                scenario=(self.simulator.simulate or DEFAULT_SCENARIO) if self.embedded else None,
                 checkpoint=checkpoint_dir,
                 trigger_s=settings.trigger_seconds,
                 metrics_port=handles.metrics_port,
@@ -274,7 +284,7 @@ class Job:
                 if time.monotonic() > deadline:
                     log.warning("spark_slow_to_start %s", kv(waited_s=120))
                     break
-            self.feeder = Feeder(settings, self.cfg, spool or "", self.truth_file)
+            self.feeder = Feeder(self.simulator, self.cfg, spool or "", self.truth_file)
             self.feeder.start()
             self._on_close("simulator", self.feeder.stop)
         handles.ready.set()

@@ -173,7 +173,7 @@ def check_offsets(
 
 def check_checkpoint(settings: Any, checkpoint_dir: str, spool_dir: str | None, timeout_s: float) -> None:
     """At the job's start: the checkpoint belongs to this telemetry (``settings``:
-    ``streaming.settings.RunSettings``), and its offsets still exist."""
+    ``streaming.settings.JobSettings``), and its offsets still exist."""
     from isrwatch.settings import kafka_config_pairs
 
     if not settings.bootstrap_servers:

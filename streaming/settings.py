@@ -1,22 +1,15 @@
-"""Settings of ``isrwatch run`` (the streaming job)."""
+"""Settings of the streaming job (``JobSettings``) and of where its alerts go
+(``AlertingSettings``). ``isrwatch run`` composes them with the exporter's series
+options and the embedded simulator's (``isrwatch.commands.RunSettings``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.settings import (
-    PARTITION_SERIES,
-    PARTITION_SERIES_HELP,
-    REPLICA_SERIES,
-    REPLICA_SERIES_HELP,
-    REPLICA_SERIES_TOP_HELP,
-    not_negative,
-)
 from isrwatch.rule import Rule
 from isrwatch.settings import Secret, option, positive
-from simulator.settings import SCENARIOS
 
-__all__ = ["RunSettings"]
+__all__ = ["JobSettings", "AlertingSettings"]
 
 
 def _ratio(v: float) -> str | None:
@@ -28,13 +21,9 @@ def _refresh_batches(v: int) -> str | None:
 
 
 @dataclass(frozen=True)
-class RunSettings:
-    simulate: str | None = option(
-        None,
-        "scenario for the embedded simulator (the default source when no --bootstrap-servers)",
-        choices=SCENARIOS,
-        metavar="SCENARIO",
-    )
+class JobSettings:
+    """The job itself: its telemetry source and outputs, the rule, micro-batches, checkpoint, Spark."""
+
     bootstrap_servers: str | None = option(None, "Kafka bootstrap servers of the telemetry topic", metavar="HOSTS")
     spool_dir: str | None = option(
         None,
@@ -124,9 +113,18 @@ class RunSettings:
         "so isrwatch exporter can keep 9743; 0: off)",
         metavar="PORT",
     )
-    replica_series: str = option("all", REPLICA_SERIES_HELP, choices=REPLICA_SERIES)
-    replica_series_top: int = option(0, REPLICA_SERIES_TOP_HELP, check=not_negative, metavar="N")
-    partition_series: str = option("all", PARTITION_SERIES_HELP, choices=PARTITION_SERIES)
+
+    def validate(self) -> str | None:
+        if self.spool_dir and self.bootstrap_servers:
+            return "--spool-dir and --bootstrap-servers exclude each other: pick one telemetry source"
+        if self.nearing_ratio > self.critical_ratio:
+            return f"--nearing-ratio ({self.nearing_ratio}) must not exceed --critical-ratio ({self.critical_ratio})"
+        return None
+
+
+@dataclass(frozen=True)
+class AlertingSettings:
+    """Where the job's alert transitions go, besides the alerts topic, and what they link to."""
 
     alertmanager_url: list[str] = option([], "Alertmanager base URL (repeatable, for an HA pair)", metavar="URL")
     alertmanager_username: str | None = option(None, "basic auth user for Alertmanager")
@@ -140,16 +138,3 @@ class RunSettings:
         "runbook base URL; alerts link to its sections (default: the job's own /runbook, "
         "http://<metrics host>:<metrics port>/runbook, the host name where it listens on all addresses)",
     )
-
-    speed: float = option(1.0, "embedded simulator speed (1 = real time)", check=positive)
-    seed: int = option(1, "embedded simulator random seed")
-    cluster: str = option("sim", "cluster name of the embedded simulator")
-
-    def validate(self) -> str | None:
-        if self.simulate and self.bootstrap_servers:
-            return "--simulate and --bootstrap-servers exclude each other: pick the embedded simulator or a cluster"
-        if self.spool_dir and (self.simulate or self.bootstrap_servers):
-            return "--spool-dir excludes --simulate and --bootstrap-servers: pick one telemetry source"
-        if self.nearing_ratio > self.critical_ratio:
-            return f"--nearing-ratio ({self.nearing_ratio}) must not exceed --critical-ratio ({self.critical_ratio})"
-        return None

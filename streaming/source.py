@@ -21,7 +21,7 @@ from streaming.source_spool import FORMAT as SPOOL_FORMAT
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from streaming.settings import RunSettings
+    from streaming.settings import JobSettings
 
 __all__ = ["spool_stream", "kafka_stream"]
 
@@ -38,7 +38,7 @@ def spool_stream(spark: SparkSession, path: str, max_records_per_trigger: int) -
     return raw
 
 
-def kafka_stream(spark: SparkSession, settings: RunSettings, checkpoint_dir: str) -> Callable[[str], DataFrame]:
+def kafka_stream(spark: SparkSession, settings: JobSettings, checkpoint_dir: str) -> Callable[[str], DataFrame]:
     """The telemetry topic, one reader per query; a query's reader keeps its deferred
     ranges (``streaming.deferred``) in ``<checkpoint_dir>/source-<query>``."""
     from streaming import source_kafka

@@ -34,3 +34,68 @@ def test_every_path_the_page_names_exists() -> None:
     assert paths
     missing = sorted(p for p in paths if not (ROOT / p).exists())
     assert not missing, missing
+
+
+# -- components depend only downward ------------------------------------------------------
+
+PRODUCTION = ("isrwatch", "collector", "streaming", "exporter", "simulator", "localkafka", "localservices", "doctor")
+# isrwatch/ is the core every component uses; these of its modules are the command line,
+# which composes the components (and so imports them).
+CLI_MODULES = {"isrwatch/cli.py", "isrwatch/commands.py", "isrwatch/reference.py", "isrwatch/__main__.py"}
+# Who may import whom, beyond the core and itself (a module not listed for a package may not).
+ALLOWED = {
+    "collector": set(),
+    "simulator": set(),
+    "localkafka": set(),
+    "localservices": {"localkafka"},  # free ports
+    "exporter": set(),
+    "streaming": {"exporter", "simulator"},  # it serves the exporter's /metrics; simulator: see below
+    "doctor": {"streaming", "collector", "exporter", "simulator"},  # it checks what the job would use
+}
+# The embedded simulator is demo wiring: the job reaches it through streaming/feeder.py only.
+SIMULATOR_WIRING = {"streaming/feeder.py"}
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level packages ``path`` imports at run time (imports only for type checking are left out)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            typing_only |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_components_depend_only_downward() -> None:
+    wrong = []
+    for package in PRODUCTION:
+        for path in sorted((ROOT / package).glob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel in CLI_MODULES:
+                continue
+            own = {package, "isrwatch"} if package != "isrwatch" else {"isrwatch"}
+            allowed = own | ALLOWED.get(package, set())
+            if rel not in SIMULATOR_WIRING and package != "simulator":
+                allowed -= {"simulator"}
+            for imported in _imports(path) & (set(PRODUCTION) | {"tests", "bench", "tools"}):
+                if imported not in allowed:
+                    wrong.append(f"{rel} imports {imported}")
+    assert not wrong, wrong
+
+
+def test_the_layer_check_sees_a_wrong_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import doctor\nfrom streaming import job\n"
+    )
+    assert _imports(bad) == {"typing", "streaming"}

@@ -131,7 +131,7 @@ def record() -> dict[str, Any]:
     from simulator.run import feed_spool, now_ms
     from streaming.job import JobHandles, run
     from streaming.notify import StdoutSink
-    from streaming.settings import RunSettings
+    from streaming.settings import JobSettings
 
     work = Path(tempfile.mkdtemp(prefix="isrwatch-draw-"))
     try:
@@ -140,7 +140,7 @@ def record() -> dict[str, Any]:
         spool.mkdir()
         (work / "prometheus").mkdir()
         with _prometheus(work / "prometheus", job_port) as prom:
-            settings = RunSettings(
+            settings = JobSettings(
                 spool_dir=str(spool),
                 checkpoint_dir=str(work / "checkpoint"),
                 metrics_port=job_port,

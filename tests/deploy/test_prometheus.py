@@ -149,9 +149,9 @@ def test_rule_thresholds_are_the_jobs_defaults() -> None:
     """The rules restate the job's --nearing-ratio, --critical-ratio and
     --stale-after-seconds defaults: a change to one must show here."""
     from isrwatch.status import Thresholds
-    from streaming.settings import RunSettings
+    from streaming.settings import JobSettings
 
-    defaults = RunSettings()
+    defaults = JobSettings()
     assert (defaults.nearing_ratio, defaults.critical_ratio) == (
         Thresholds().nearing_ratio,
         Thresholds().critical_ratio,

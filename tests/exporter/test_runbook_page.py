@@ -10,7 +10,7 @@ from exporter.server import serve
 from exporter.store import StatusStore
 from isrwatch.alerts import AlertName
 from streaming.job import runbook_base
-from streaming.settings import RunSettings
+from streaming.settings import AlertingSettings, JobSettings
 
 
 def test_every_alert_has_its_anchor_in_the_served_page() -> None:
@@ -47,8 +47,10 @@ def test_anchor_matches_what_the_alerts_link_to() -> None:
 
 
 def test_the_job_links_its_own_runbook_unless_told_otherwise() -> None:
-    assert runbook_base(RunSettings(), 9743) == "http://127.0.0.1:9743/runbook"
-    assert runbook_base(RunSettings(runbook_url="https://wiki.example/isr"), 9743) == "https://wiki.example/isr"
-    assert runbook_base(RunSettings(metrics_host="::1"), 9744) == "http://[::1]:9744/runbook"
-    wide = runbook_base(RunSettings(metrics_host="0.0.0.0"), 9744)
+    none, job = AlertingSettings(), JobSettings()
+    assert runbook_base(none, job, 9743) == "http://127.0.0.1:9743/runbook"
+    wiki = AlertingSettings(runbook_url="https://wiki.example/isr")
+    assert runbook_base(wiki, job, 9743) == "https://wiki.example/isr"
+    assert runbook_base(none, JobSettings(metrics_host="::1"), 9744) == "http://[::1]:9744/runbook"
+    wide = runbook_base(none, JobSettings(metrics_host="0.0.0.0"), 9744)
     assert wide.endswith(":9744/runbook") and "0.0.0.0" not in wide

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from isrwatch.cli import build_parser, main
+from isrwatch.commands import RunSettings
 from isrwatch.exceptions import ConfigError
-from isrwatch.settings import kafka_config_pairs, load
-from streaming.settings import RunSettings
+from isrwatch.settings import build, group, load, option
 
 
 def parse(*argv: str):  # type: ignore[no-untyped-def]
@@ -21,11 +22,11 @@ def test_layers_later_wins(tmp_path: Path) -> None:
     cfg.write_text('lag_time_max_ms = 20000\ntrigger_seconds = 2.0\nrule = "kip16"\n')
     env = {"ISRWATCH_LAG_TIME_MAX_MS": "25000", "ISRWATCH_ALERTMANAGER_URL": "http://127.0.0.1:1,http://127.0.0.1:2"}
     s = load(RunSettings, parse("--config", str(cfg), "--trigger-seconds", "3"), env)
-    assert s.lag_time_max_ms == 25000  # env over file
-    assert s.trigger_seconds == 3.0  # flag over file
-    assert s.rule == "kip16"  # file over default
-    assert s.alertmanager_url == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
-    assert load(RunSettings, parse(), {}).lag_time_max_ms is None
+    assert s.job.lag_time_max_ms == 25000  # env over file
+    assert s.job.trigger_seconds == 3.0  # flag over file
+    assert s.job.rule == "kip16"  # file over default
+    assert s.alerting.alertmanager_url == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    assert load(RunSettings, parse(), {}).job.lag_time_max_ms is None
 
 
 def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
@@ -44,6 +45,9 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
         ([], {"ISRWATCH_TRIGGER_SECONDS": "soon"}, "ISRWATCH_TRIGGER_SECONDS: 'soon' is not a number"),
         (["--nearing-ratio", "1.5"], {}, "--nearing-ratio: 1.5 must be between 0 and 1"),
         (["--simulate", "steady", "--bootstrap-servers", "127.0.0.1:9092"], {}, "exclude each other"),
+        (["--simulate", "steady", "--spool-dir", "/tmp"], {}, "exclude each other"),
+        (["--replica-series-top", "-1"], {}, "--replica-series-top: -1 must be 0"),  # the exporter's group
+        (["--speed", "0"], {}, "--speed: 0.0 must be greater than 0"),  # the simulator's group
     ],
 )
 def test_bad_values_give_one_clear_message(argv: list[str], env: dict[str, str], message: str) -> None:
@@ -59,14 +63,35 @@ def test_cli_prints_one_line_and_exits_2(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_secrets_never_show() -> None:
     s = load(RunSettings, parse("--alertmanager-password", "hunter2"), {})
-    assert "hunter2" not in repr(s) and "hunter2" not in str(s.alertmanager_password)
-    assert s.alertmanager_password is not None and s.alertmanager_password.reveal() == "hunter2"
+    assert "hunter2" not in repr(s) and "hunter2" not in str(s.alerting.alertmanager_password)
+    assert s.alerting.alertmanager_password is not None and s.alerting.alertmanager_password.reveal() == "hunter2"
 
 
-def test_kafka_config_pairs() -> None:
-    assert kafka_config_pairs(["security.protocol=SASL_SSL", "sasl.password=a=b"]) == {
-        "security.protocol": "SASL_SSL",
-        "sasl.password": "a=b",
-    }
-    with pytest.raises(ConfigError, match="is not KEY=VALUE"):
-        kafka_config_pairs(["security.protocol"])
+def test_run_composes_each_components_settings_with_flat_names() -> None:
+    """``isrwatch run``'s options come from four components; each gets its own part."""
+    s = load(RunSettings, parse("--replica-series", "not-ok", "--seed", "7", "--trigger-seconds", "2"), {})
+    assert s.series.replica_series == "not-ok" and s.simulator.seed == 7 and s.job.trigger_seconds == 2.0
+    assert build(RunSettings, grafana_url="http://g").alerting.grafana_url == "http://g"
+    with pytest.raises(TypeError, match="no option 'trigger'"):
+        build(RunSettings, trigger=1)
+
+
+@dataclass(frozen=True)
+class _PortA:
+    port: int = option(1, "a port")
+
+
+@dataclass(frozen=True)
+class _PortB:
+    port: int = option(2, "another port")
+
+
+@dataclass(frozen=True)
+class _Both:
+    a: _PortA = group(_PortA)
+    b: _PortB = group(_PortB)
+
+
+def test_a_name_in_two_groups_is_refused() -> None:
+    with pytest.raises(TypeError, match="'port' is declared by two of its groups"):
+        build(_Both)

@@ -55,9 +55,10 @@ class MultiFeed(threading.Thread):
 
 
 class RunningJob:
-    """``streaming.job.run`` on a thread (the tests' shared Spark session), alerts to ``stream``."""
+    """``streaming.job.run`` on a thread (the tests' shared Spark session), alerts to ``stream``;
+    ``parts``: the other components' settings, as ``streaming.job.Job`` takes them."""
 
-    def __init__(self, settings, spark, stream) -> None:
+    def __init__(self, settings, spark, stream, **parts) -> None:
         from streaming.job import JobHandles, run
         from streaming.notify import StdoutSink
 
@@ -68,7 +69,12 @@ class RunningJob:
         def target() -> None:
             try:
                 self.result["rc"] = run(
-                    settings, spark=spark, handles=self.handles, stop_event=self.stop, sinks=[StdoutSink(stream=stream)]
+                    settings,
+                    spark=spark,
+                    handles=self.handles,
+                    stop_event=self.stop,
+                    sinks=[StdoutSink(stream=stream)],
+                    **parts,
                 )
             except BaseException as e:  # reported by the test
                 self.result["error"] = e

@@ -31,8 +31,9 @@ from isrwatch.telemetry import _obs_dict, decode_record
 from localkafka import free_port
 from simulator.run import Simulation, now_ms
 from simulator.scenarios import fault_end_ms
+from simulator.settings import EmbeddedSimulatorSettings
 from streaming.job import JobHandles
-from streaming.settings import RunSettings
+from streaming.settings import JobSettings
 from tests.streaming.feed import MultiFeed, RunningJob
 
 pytestmark = pytest.mark.spark
@@ -101,10 +102,11 @@ class _Lines(io.StringIO):
         return [json.loads(x) for x in self.getvalue().splitlines() if x]
 
 
-def _run_until(settings: RunSettings, spark, done, scraped: list | None = None) -> list[dict]:
-    """The job's alert lines once ``done``; ``scraped`` gets its /metrics then."""
+def _run_until(settings: JobSettings, spark, done, scraped: list | None = None, **parts) -> list[dict]:
+    """The job's alert lines once ``done``; ``scraped`` gets its /metrics then;
+    ``parts``: the other components' settings (``streaming.job.Job``)."""
     out = _Lines()
-    running = RunningJob(settings, spark, out)
+    running = RunningJob(settings, spark, out, **parts)
     handles, stop, result, thread = running.handles, running.stop, running.result, running.thread
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and "error" not in result and thread.is_alive():
@@ -159,7 +161,7 @@ def test_the_same_alerts_at_the_same_times_however_the_telemetry_is_batched(spar
     # The scenarios have faults to find, ended and still open.
     assert any(e[0] == AlertName.OUT_OF_SYNC.value and e[-1] is not None for e in expected), expected
     assert any(e[0] == AlertName.STALLED.value for e in expected), expected
-    settings = RunSettings(
+    settings = JobSettings(
         spool_dir=spool["path"],
         checkpoint_dir=str(spool["base"] / f"ck-{records_per_batch}"),
         metrics_port=free_port(),  # scraped below
@@ -201,7 +203,7 @@ def test_every_scenario_at_any_speed_and_trigger_gives_the_reference_alerts(spar
     sims = [Simulation(name, cluster=name, start_ms=start, seed=1, lag_time_max_ms=LAG_MS) for name in SCENARIOS]
     spool = str(tmp_path / "spool")
     feed = MultiFeed(spool, sims, float(speed), SIM_SECONDS)
-    settings = RunSettings(
+    settings = JobSettings(
         spool_dir=spool,
         checkpoint_dir=str(tmp_path / "ck"),
         metrics_port=0,
@@ -232,9 +234,8 @@ def test_every_scenario_at_any_speed_and_trigger_gives_the_reference_alerts(spar
 def test_the_embedded_default_faster_than_real_time_still_alerts(spark, tmp_path) -> None:
     """The user's report: ``isrwatch run --simulate stuck-follower --speed 10`` gave no alert."""
     ck = tmp_path / "ck"
-    settings = RunSettings(
-        simulate="stuck-follower", speed=10.0, trigger_seconds=10.0, checkpoint_dir=str(ck), metrics_port=0
-    )
+    settings = JobSettings(trigger_seconds=10.0, checkpoint_dir=str(ck), metrics_port=0)
+    simulator = EmbeddedSimulatorSettings(simulate="stuck-follower", speed=10.0)
     cfg, th = RuleConfig(Rule.KIP16_REFINED, LAG_MS), Thresholds()
     spool_path = str(ck / "spool")
     # Past the end of the follower's fault (and its catch-up) in simulated time.
@@ -246,7 +247,7 @@ def test_the_embedded_default_faster_than_real_time_still_alerts(spark, tmp_path
             bool(times) and bool(h.monitor.cluster_now) and (max(h.monitor.cluster_now.values()) - min(times) >= until)
         )
 
-    lines = _run_until(settings, spark, done)
+    lines = _run_until(settings, spark, done, simulator=simulator)
     expected = expected_episodes(str(ck / "spool"), cfg, th)
     got = job_episodes(lines)
     names = sorted(e[0] for e in got)

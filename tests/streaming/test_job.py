@@ -16,7 +16,7 @@ import requests
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
 from localkafka import free_port as _free_port
 from simulator.run import Simulation, now_ms
-from streaming.settings import RunSettings
+from streaming.settings import JobSettings
 from tests.streaming.feed import MultiFeed, RunningJob
 
 pytestmark = pytest.mark.spark
@@ -76,7 +76,7 @@ def job(spark, tmp_path_factory):
     t = now_ms()
     bad_obs = Observation("orders", 0, 2, 1, t, -1, 100)  # negative offset
     feed.inject([b"this is not telemetry", encode_record(TelemetryRecord("steady", "test", t, (bad_obs,)))])
-    settings = RunSettings(
+    settings = JobSettings(
         spool_dir=str(base / "spool"),
         checkpoint_dir=str(base / "ck"),
         metrics_port=_free_port(),

@@ -14,7 +14,7 @@ from isrwatch.exceptions import IsrwatchError
 from isrwatch.spool import SpoolWriter
 from simulator.run import Simulation, now_ms
 from streaming.job import Job
-from streaming.settings import RunSettings
+from streaming.settings import JobSettings
 
 pytestmark = pytest.mark.spark
 
@@ -35,7 +35,7 @@ def _listeners(spark) -> int:
 def test_a_job_starts_reports_progress_from_sparks_events_and_releases_everything(spark, tmp_path) -> None:
     spool = str(tmp_path / "spool")
     _spool_with_telemetry(spool)
-    settings = RunSettings(spool_dir=spool, checkpoint_dir=str(tmp_path / "ck"), metrics_port=0, trigger_seconds=0.5)
+    settings = JobSettings(spool_dir=spool, checkpoint_dir=str(tmp_path / "ck"), metrics_port=0, trigger_seconds=0.5)
     before = _listeners(spark)
     stop = threading.Event()
     job = Job(settings, spark=spark, stop_event=stop)
@@ -67,7 +67,7 @@ def test_a_failing_micro_batch_ends_the_job_with_the_reason(spark, tmp_path, mon
     monkeypatch.setattr(handler.BatchHandler, "__call__", fail)
     spool = str(tmp_path / "spool")
     _spool_with_telemetry(spool)
-    settings = RunSettings(spool_dir=spool, checkpoint_dir=str(tmp_path / "ck"), metrics_port=0, trigger_seconds=0.5)
+    settings = JobSettings(spool_dir=spool, checkpoint_dir=str(tmp_path / "ck"), metrics_port=0, trigger_seconds=0.5)
     with Job(settings, spark=spark) as job:
         job.start()
         with pytest.raises(IsrwatchError, match="query isrwatch stopped"):

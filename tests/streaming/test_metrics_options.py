@@ -8,15 +8,18 @@ import pytest
 import requests
 
 from exporter.store import StatusStore
+from isrwatch.commands import RunSettings
 from isrwatch.exceptions import ConfigError
+from isrwatch.settings import build
 from isrwatch.status import State
 from streaming.job import serve_metrics
-from streaming.settings import RunSettings
 from tests.exporter.samples import replica
 
 
-def _scrape(settings: RunSettings, store: StatusStore) -> str:
-    server = serve_metrics(store, settings)
+def _scrape(options: dict, store: StatusStore) -> str:
+    """/metrics of the job's server given these ``isrwatch run`` options (as the CLI composes them)."""
+    settings = build(RunSettings, **options)
+    server = serve_metrics(store, settings.job, settings.series)
     try:
         return requests.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
     finally:
@@ -36,14 +39,13 @@ def _store() -> StatusStore:
 
 
 def test_defaults_expose_every_replica_and_partition() -> None:
-    text = _scrape(RunSettings(metrics_port=0), _store())
+    text = _scrape({"metrics_port": 0}, _store())
     assert len(_series(text, "isrwatch_replica_lag_ratio")) == 102
     assert len(_series(text, "isrwatch_partition_isr_size")) == 51
 
 
 def test_not_ok_and_at_risk_keep_only_the_hot_partition() -> None:
-    settings = RunSettings(metrics_port=0, replica_series="not-ok", partition_series="at-risk")
-    text = _scrape(settings, _store())
+    text = _scrape({"metrics_port": 0, "replica_series": "not-ok", "partition_series": "at-risk"}, _store())
     ratios = _series(text, "isrwatch_replica_lag_ratio")
     assert len(ratios) == 1 and 'topic="hot"' in next(iter(ratios)) and 'broker_id="2"' in next(iter(ratios))
     partitions = _series(text, "isrwatch_partition_isr_size")
@@ -53,7 +55,7 @@ def test_not_ok_and_at_risk_keep_only_the_hot_partition() -> None:
 def test_top_caps_the_replica_series() -> None:
     store = StatusStore()
     store.update([replica(2, State.NEARING, partition=p, ratio=0.5 + p / 100) for p in range(10)])
-    text = _scrape(RunSettings(metrics_port=0, replica_series_top=3), store)
+    text = _scrape({"metrics_port": 0, "replica_series_top": 3}, store)
     kept = _series(text, "isrwatch_replica_lag_ratio")
     assert {s.split('partition="')[1].split('"')[0] for s in kept} == {"7", "8", "9"}
 
@@ -63,4 +65,5 @@ def test_a_port_in_use_is_one_clear_error() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         with pytest.raises(ConfigError, match="--metrics-port: cannot serve on 127.0.0.1"):
-            serve_metrics(StatusStore(), RunSettings(metrics_port=s.getsockname()[1]))
+            settings = build(RunSettings, metrics_port=s.getsockname()[1])
+            serve_metrics(StatusStore(), settings.job, settings.series)

@@ -77,13 +77,13 @@ def test_job_on_a_checkpoint_of_another_topic_exits_with_that_message(kafka_clus
     job's own start-up check, which runs before Spark); the real command then refuses another topic."""
     from localkafka import COMPAT_CONFIG
     from streaming.origin import check_checkpoint
-    from streaming.settings import RunSettings
+    from streaming.settings import JobSettings
 
     first, second = unique_name("telemetry"), unique_name("telemetry")
     kafka_cluster.create_topic(first, partitions=2, replication_factor=1)
     compat = [f"{k}={v}" for k, v in COMPAT_CONFIG.items()]
     ckpt = tmp_path / "ckpt"
-    settings = RunSettings(
+    settings = JobSettings(
         bootstrap_servers=kafka_cluster.bootstrap_servers, kafka_config=compat, telemetry_topic=first
     )
     check_checkpoint(settings, str(ckpt), None, 15.0)
