@@ -57,6 +57,9 @@ lint: install ## ruff (lint + format check) and mypy
 local-kafka: install ## start a real 3-broker Kafka 0.9 cluster on loopback for the demo (Ctrl-C stops it)
 	$(ISRWATCH) local-kafka
 
+local-spark: install ## start a real Spark standalone master and 2 workers on loopback (Ctrl-C stops it)
+	$(ISRWATCH) local-spark --workers 2
+
 validation: install ## re-run the real-Kafka validation (tests/e2e) and print the lead-time table
 	rm -rf .cache/validation && mkdir -p .cache/validation
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests/e2e -q
@@ -68,7 +71,10 @@ bench: install ## all benchmarks (minutes); results go to docs/benchmarks.md by 
 bench-quick: install ## reduced throughput comparison (< 5 min)
 	$(PY) -m bench.quick
 
+bench-scaling: install ## the job on local[2] and on a standalone cluster of 1 and 2 workers (docs/scaling.md)
+	$(PY) -m bench.scaling
+
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install system-packages run test campaign test-unit lint local-kafka validation bench bench-quick clean
+.PHONY: help install system-packages run test campaign test-unit lint local-kafka local-spark validation bench bench-quick bench-scaling clean

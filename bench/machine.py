@@ -111,3 +111,25 @@ def dir_mb(path: str | os.PathLike[str]) -> float:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(root, f)).st_blocks * 512
     return round(total / 1024 / 1024, 1)
+
+
+def cpu_seconds(process_groups: set[int]) -> float:
+    """CPU time (user + system) of every live process in ``process_groups``, seconds.
+
+    A Spark standalone worker and its executors share a process group (the worker's);
+    the driver's JVM and its Python workers share this process's. Processes that have
+    exited are not counted: compare runs of the same shape."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        # after "pid (comm)": state ppid pgrp session ... utime (14th field of the line) stime
+        if int(fields[2]) in process_groups:
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks

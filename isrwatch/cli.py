@@ -51,6 +51,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "localkafka.settings:LocalKafkaSettings",
         "localkafka.main:main",
     ),
+    "local-spark": (
+        "start a real Spark standalone cluster (master and workers) on loopback (demo and tests)",
+        "localspark.settings:LocalSparkSettings",
+        "localspark.main:main",
+    ),
 }
 
 

@@ -88,9 +88,10 @@ def write_properties(path: Path, props: Mapping[str, Any]) -> None:
 class JvmProcess:
     """One JVM of the cluster."""
 
-    def __init__(self, name: str, cmd: list[str], log_path: Path) -> None:
+    def __init__(self, name: str, cmd: list[str], log_path: Path, env: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.cmd = cmd
+        self.env = dict(env) if env is not None else None  # None: this process's environment
         self.log_path = log_path
         self.popen: subprocess.Popen[bytes] | None = None
         self.paused = False
@@ -99,7 +100,12 @@ class JvmProcess:
         out = open(self.log_path.with_suffix(".out"), "ab")  # noqa: SIM115 - owned by the child
         try:
             self.popen = subprocess.Popen(
-                self.cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+                self.cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                preexec_fn=_die_with_parent,
             )
         finally:
             out.close()

@@ -318,7 +318,7 @@ class Job:
     def _spark(self) -> SparkSession:
         """The job's session, or the one it was given (tests): then only configured."""
         from streaming import source_spool
-        from streaming.session import build_session
+        from streaming.session import build_session, spark_conf_pairs
 
         if self.spark is not None:
             self.spark.conf.set("spark.sql.shuffle.partitions", str(self.settings.shuffle_partitions))
@@ -329,7 +329,12 @@ class Job:
         # outlives the Python process by a moment and does not always tidy up after itself.
         scratch = tempfile.mkdtemp(prefix="isrwatch-spark-")
         self._on_close("scratch", shutil.rmtree, scratch, True)
-        self.spark = build_session(self.settings.spark_master, self.settings.shuffle_partitions, scratch_dir=scratch)
+        self.spark = build_session(
+            self.settings.spark_master,
+            self.settings.shuffle_partitions,
+            scratch_dir=scratch,
+            conf=spark_conf_pairs(self.settings.spark_conf),
+        )
         self._on_close("spark", self.spark.stop, jvm=True)
         _install_signals(self)  # over PySpark's SIGINT handler
         return self.spark

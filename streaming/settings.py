@@ -16,6 +16,23 @@ def _ratio(v: float) -> str | None:
     return None if 0 < v < 1 else f"{v} must be between 0 and 1"
 
 
+def _spark_conf(items: list[str]) -> str | None:
+    for item in items:
+        key, sep, _ = item.partition("=")
+        if not sep or not key.strip().startswith("spark."):
+            return f"{item!r} is not spark.KEY=VALUE (for example spark.executor.memory=2g)"
+    return None
+
+
+def _checkpoint_path(v: str | None) -> str | None:
+    if v and "://" in v:
+        return (
+            f"{v} is a URI: the checkpoint must be a path on a filesystem mounted at the same path on the "
+            "driver and every worker (local disk in local mode; NFS or the like on a cluster: docs/scaling.md)"
+        )
+    return None
+
+
 def _refresh_batches(v: int) -> str | None:
     return None if 1 <= v <= 600 else f"{v} must be from 1 to 600"
 
@@ -92,6 +109,7 @@ class JobSettings:
         "Spark checkpoint directory (default: a fresh temporary one on the embedded default, removed when the job ends; with Kafka "
         "$XDG_STATE_HOME/isrwatch/checkpoints/<first bootstrap server>_<telemetry topic>, ~/.local/state without "
         "XDG_STATE_HOME); it records the telemetry it was made for and refuses another",
+        check=_checkpoint_path,
         metavar="DIR",
     )
     deadletter_file: str | None = option(
@@ -99,7 +117,16 @@ class JobSettings:
         "JSON-lines file of rejected telemetry on the embedded default (default: CHECKPOINT_DIR/deadletter.jsonl)",
         metavar="FILE",
     )
-    spark_master: str = option("local[2]", "Spark master")
+    spark_master: str = option(
+        "local[2]",
+        "Spark master: local[N] in this process, or a cluster's (spark://host:port, yarn, k8s://...; docs/scaling.md)",
+    )
+    spark_conf: list[str] = option(
+        [],
+        "Spark property KEY=VALUE for the job's session (repeatable; e.g. spark.executor.memory=2g on a cluster)",
+        check=_spark_conf,
+        metavar="KEY=VALUE",
+    )
     shuffle_partitions: int = option(
         2,
         "spark.sql.shuffle.partitions (the partitions replicas are evaluated and their state written in)",

@@ -6,7 +6,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "architecture.md").read_text()
-PACKAGES = ("isrwatch", "collector", "streaming", "exporter", "simulator", "localkafka", "doctor")
+PACKAGES = (
+    "isrwatch",
+    "collector",
+    "streaming",
+    "exporter",
+    "simulator",
+    "localkafka",
+    "localservices",
+    "localspark",
+    "doctor",
+)
 
 
 def _section(package: str) -> str:
@@ -27,7 +37,7 @@ def test_every_module_is_listed_under_its_package() -> None:
 def test_every_path_the_page_names_exists() -> None:
     paths = set(
         re.findall(
-            r"\b((?:isrwatch|collector|streaming|exporter|simulator|localkafka|doctor|tests|deploy|docs)/[\w./-]+\.(?:py|md|json|yml))",
+            r"\b((?:isrwatch|collector|streaming|exporter|simulator|localkafka|localservices|localspark|doctor|tests|deploy|docs)/[\w./-]+\.(?:py|md|json|yml))",
             DOC,
         )
     )
@@ -38,7 +48,9 @@ def test_every_path_the_page_names_exists() -> None:
 
 # -- components depend only downward ------------------------------------------------------
 
-PRODUCTION = ("isrwatch", "collector", "streaming", "exporter", "simulator", "localkafka", "localservices", "doctor")
+PRODUCTION = (
+    "isrwatch", "collector", "streaming", "exporter", "simulator", "localkafka", "localservices", "localspark", "doctor",
+)  # fmt: skip
 # isrwatch/ is the core every component uses; these of its modules are the command line,
 # which composes the components (and so imports them).
 CLI_MODULES = {"isrwatch/cli.py", "isrwatch/commands.py", "isrwatch/reference.py", "isrwatch/__main__.py"}
@@ -48,6 +60,7 @@ ALLOWED = {
     "simulator": set(),
     "localkafka": set(),
     "localservices": {"localkafka"},  # free ports
+    "localspark": {"localkafka"},  # free ports, the JVM process handling
     "exporter": set(),
     "streaming": {"exporter", "simulator"},  # it serves the exporter's /metrics; simulator: see below
     "doctor": {"streaming", "collector", "exporter", "simulator"},  # it checks what the job would use

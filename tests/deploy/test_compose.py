@@ -38,14 +38,26 @@ def _argv(value: str | list[str] | None) -> list[str]:
 
 
 def isrwatch_services() -> dict[str, list[str]]:
-    """Services running the isrwatch image, with their isrwatch argv."""
+    """Services running the isrwatch image, with their isrwatch argv (Spark's own daemons,
+    from the same image, are ``spark_services``)."""
     out = {}
     for name, svc in services().items():
+        if name in spark_services():
+            continue
         if "build" in svc or str(svc.get("image", "")).startswith("isrwatch:"):
             entry = _argv(svc.get("entrypoint"))
             assert not entry or entry == ["isrwatch"], f"{name}: the image's entrypoint is isrwatch"
             out[name] = _argv(svc.get("command"))
     return out
+
+
+def spark_services() -> dict[str, list[str]]:
+    """Services running Spark's standalone daemons (``spark-class``), with their argv."""
+    return {
+        name: _argv(svc.get("command"))
+        for name, svc in services().items()
+        if _argv(svc.get("entrypoint")) == ["spark-class"]
+    }
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -242,3 +254,28 @@ def test_dockerfile() -> None:
 @pytest.mark.parametrize("name", ["collector", "job", "exporter"])
 def test_core_isrwatch_services_restart(name: str) -> None:
     assert services()[name].get("restart") == "unless-stopped"
+
+
+def test_the_spark_profile_runs_a_standalone_cluster_the_job_can_use() -> None:
+    """Issue 12: a master and a worker (Spark's own standalone classes, as localspark starts
+    them), the job pointed at the master through its environment, the checkpoint shared."""
+    from localspark.cluster import MASTER_CLASS, WORKER_CLASS
+
+    spark = spark_services()
+    assert {"spark-master", "spark-worker"} <= set(spark)
+    for name in spark:
+        assert services()[name].get("profiles") == ["spark"], f"{name}: only with --profile spark"
+    master, worker = spark["spark-master"], spark["spark-worker"]
+    assert master[0] == MASTER_CLASS and worker[0] == WORKER_CLASS
+    url = f"spark://spark-master:{_flag(master, '--port')}"
+    assert worker[-1] == url
+    work_dir = _flag(worker, "--work-dir")
+    assert work_dir and work_dir.startswith("/var/lib/isrwatch/"), "the image's user can write there"
+    job = services()["job"]
+    assert job["environment"]["ISRWATCH_SPARK_MASTER"] == "${ISRWATCH_SPARK_MASTER:-local[2]}"
+    assert url in COMPOSE_FILE.read_text().split("ISRWATCH_SPARK_MASTER=", 1)[1].split()[0]
+    checkpoint = _flag(isrwatch_services()["job"], "--checkpoint-dir")
+    assert any(v.endswith(f":{checkpoint}") for v in job["volumes"])
+    shared = [v for v in services()["spark-worker"]["volumes"] if v.endswith(f":{checkpoint}")]
+    assert shared and shared[0].split(":")[0] in {v.split(":")[0] for v in job["volumes"]}, "same volume, same path"
+    assert job.get("hostname") == "job", "the driver's address the workers call back"

@@ -209,6 +209,7 @@ class Pipeline:
         self.events: list[AlertEvent] = []
         self._lock = threading.Lock()
         self.collector: _Child | None = None
+        self.more_collectors: list[_Child] = []  # of more watched clusters
         self.job: _Child | None = None
         self.exporters: list[_Child] = []
         self.exporter_port: int | None = None  # the first exporter's
@@ -239,18 +240,26 @@ class Pipeline:
         ]
 
     def start_collector(self) -> None:
-        argv = self._base("collect", self.cluster)
-        if self.telemetry_cluster is not self.cluster:
+        self.collector = self._collector("collector", self.cluster, CLUSTER)
+
+    def add_watched_cluster(self, watched: Any, name: str) -> None:
+        """One more watched cluster: its own collector (``--cluster name``) publishing to the
+        same telemetry topic, read by the same job (issue 12)."""
+        self.more_collectors.append(self._collector(f"collector-{name}", watched, name))
+
+    def _collector(self, child: str, watched: Any, name: str) -> _Child:
+        argv = self._base("collect", watched)
+        if self.telemetry_cluster is not watched:
             argv += ["--telemetry-bootstrap-servers", self.telemetry_cluster.bootstrap_servers]
         argv += [
             "--cluster",
-            CLUSTER,
+            name,
             "--interval",
             str(COLLECT_INTERVAL_S),
             "--lag-time-max-ms",
-            str(self.lag_time_max_ms),
+            str(watched.lag_time_max_ms),
         ]
-        self.collector = _Child("collector", argv, self.workdir, None)
+        return _Child(child, argv, self.workdir, None)
 
     def start_job(self) -> None:
         argv = self._base("run", self.telemetry_cluster) + [
@@ -322,10 +331,10 @@ class Pipeline:
         return port
 
     def children(self) -> list[_Child]:
-        return [c for c in (self.collector, self.job, *self.exporters) if c is not None]
+        return [c for c in (self.collector, *self.more_collectors, self.job, *self.exporters) if c is not None]
 
     def close(self) -> None:
-        for child in (*reversed(self.exporters), self.job, self.collector):
+        for child in (*reversed(self.exporters), self.job, self.collector, *self.more_collectors):
             if child is not None:
                 child.stop()
 

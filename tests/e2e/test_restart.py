@@ -16,56 +16,16 @@ from its checkpointed offsets and resolves what it announced.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections import Counter
-from pathlib import Path
-
-import pytest
 
 from isrwatch.alerts import AlertName
-from tests.e2e.kafka_io import ProduceLoad, read_topic
+from tests.e2e.accounting import drain_and_count
+from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import write_result
 
 PAUSED = 3
-
-
-def telemetry_counts(cluster, topic: str) -> tuple[int, Counter]:
-    """(records, observations per (topic, partition, broker_id)) of the telemetry topic, every partition."""
-    values = read_topic(cluster, topic)
-    counts: Counter = Counter()
-    for v in values:
-        for o in json.loads(v or b"{}")["observations"]:
-            counts[(o["topic"], o["partition"], o["broker_id"])] += 1
-    return len(values), counts
-
-
-def committed_records(checkpoint: Path, topic: str) -> int:
-    """Telemetry records up to the aggregation query's last committed batch, over every partition (-1 before any)."""
-    agg = checkpoint / "aggregates"
-    commits = [int(n) for n in os.listdir(agg / "commits") if n.isdigit()] if (agg / "commits").is_dir() else []
-    if not commits:
-        return -1
-    lines = (agg / "offsets" / str(max(commits))).read_text().splitlines()
-    return sum(int(o) for o in json.loads(lines[-1]).get(topic, {}).values())
-
-
-@pytest.fixture
-def spark_reader():
-    """A local Spark session of the test's own, started only when the jobs are done."""
-    made = []
-
-    def make():
-        from streaming.session import build_session
-
-        made.append(build_session("local[1]", 2, app_name="isrwatch-e2e-restart"))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.stop()
 
 
 def test_killed_job_restarted_on_its_checkpoint_loses_no_telemetry_and_repeats_no_transition(
@@ -100,23 +60,7 @@ def test_killed_job_restarted_on_its_checkpoint_loses_no_telemetry_and_repeats_n
             return bool(firing) and firing <= resolved
 
         until("the restarted job to resolve the alerts", resolved_all, 240, pipe)
-        assert pipe.collector is not None
-        pipe.collector.stop()
-        pipe.collector = None
-        high, expected = telemetry_counts(cluster, pipe.telemetry_topic)
-        until(
-            "the job to commit the end of the telemetry topic",
-            lambda: committed_records(pipe.checkpoint_dir, pipe.telemetry_topic) >= high,
-            240,
-            pipe,
-        )
-        assert pipe.job is not None
-        assert pipe.job.stop() == 0, pipe.tails()
-
-    from streaming.query import restore_aggregates
-
-    rows = restore_aggregates(spark_reader(), str(pipe.checkpoint_dir))
-    got = Counter({(r["topic"], r["partition"], r["broker_id"]): r["observations"] for r in rows})
+        high, expected, got = drain_and_count(cluster, pipe, spark_reader)
 
     events = Counter((e.identity, e.status) for e in pipe.alerts())
     write_result(

@@ -48,6 +48,8 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
         (["--simulate", "steady", "--spool-dir", "/tmp"], {}, "exclude each other"),
         (["--replica-series-top", "-1"], {}, "--replica-series-top: -1 must be 0"),  # the exporter's group
         (["--speed", "0"], {}, "--speed: 0.0 must be greater than 0"),  # the simulator's group
+        (["--checkpoint-dir", "s3a://bucket/ck"], {}, "--checkpoint-dir: s3a://bucket/ck is a URI"),
+        (["--spark-conf", "executor.memory=2g"], {}, "--spark-conf: 'executor.memory=2g' is not spark.KEY=VALUE"),
     ],
 )
 def test_bad_values_give_one_clear_message(argv: list[str], env: dict[str, str], message: str) -> None:

@@ -1,0 +1,5 @@
+"""A real Spark standalone cluster on loopback (the demo and the scale-out tests)."""
+
+from localspark.cluster import LocalSpark, LocalSparkError, spark_home
+
+__all__ = ["LocalSpark", "LocalSparkError", "spark_home"]
