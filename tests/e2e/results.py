@@ -20,7 +20,15 @@ from typing import Any
 from isrwatch.alerts import AlertName
 from tests.e2e.pipeline import LAG_MS, AlertEvent, Pipeline
 
-__all__ = ["RESULTS_ENV", "Shrinks", "first_event", "nearing_row", "results_dir", "write_result"]
+__all__ = [
+    "RESULTS_ENV",
+    "Shrinks",
+    "first_event",
+    "nearing_row",
+    "repeated_transitions",
+    "results_dir",
+    "write_result",
+]
 
 RESULTS_ENV = "ISRWATCH_VALIDATION_OUT"
 
@@ -99,3 +107,15 @@ def nearing_row(
         "lead_s": (shrink - crossing) if crossing and shrink else None,
         "arrival_lead_s": (shrink - e.arrived) if e and shrink else None,
     }
+
+
+def repeated_transitions(events: list[AlertEvent]) -> list[tuple[Any, str]]:
+    """Transitions that repeat the one before of the same alert (a firing alert fired
+    again, or a resolved one resolved again): what a restart must never send."""
+    last: dict[Any, str] = {}
+    wrong = []
+    for e in events:
+        if last.get(e.identity) == e.status or (e.identity not in last and e.status == "resolved"):
+            wrong.append((e.identity, e.status))
+        last[e.identity] = e.status
+    return wrong

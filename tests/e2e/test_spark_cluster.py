@@ -41,7 +41,7 @@ from tests.e2e.accounting import drain_and_count
 from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pauses import layout, pause_round
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, AlertEvent, Pipeline, until
-from tests.e2e.results import write_result
+from tests.e2e.results import repeated_transitions, write_result
 
 DATA_PARTITIONS = 3
 # The lead bound of local mode (test_broker_pauses.py): lag/2, less one collector
@@ -67,17 +67,6 @@ def tasks_per_worker(ui_port: int, spark: LocalSpark) -> dict[int, int]:
         if worker is not None:
             out[worker] += ex["totalTasks"]
     return dict(out)
-
-
-def repeated_transitions(events: list[AlertEvent]) -> list[tuple[Any, str]]:
-    """Alerts whose transitions do not alternate firing, resolved, firing...: a repeat."""
-    last: dict[Any, str] = {}
-    wrong = []
-    for e in events:
-        if last.get(e.identity) == e.status or (e.identity not in last and e.status == "resolved"):
-            wrong.append((e.identity, e.status))
-        last[e.identity] = e.status
-    return wrong
 
 
 def _check_round(r: dict[str, Any]) -> None:

@@ -51,9 +51,12 @@ def wait_for(condition, timeout_s=180):
 def test_restart_on_the_same_checkpoint_reads_every_record_exactly_once_within_the_cap(
     spark, kafka_cluster, unique_name, tmp_path
 ):
-    topic, cap = unique_name("tel"), 250
+    # 4000 records at most 250 a batch, a batch every 0.5 s: at least 8 s to read them all,
+    # while the first run is stopped once it has read two batches (polled every 0.5 s).
+    # (1000 records once let the first run finish before it was stopped.)
+    topic, cap, first_n, total = unique_name("tel"), 250, 4000, 4400
     kafka_cluster.create_topic(topic, partitions=2, replication_factor=1)
-    produce(kafka_cluster, topic, 0, 1000, 2)
+    produce(kafka_cluster, topic, 0, first_n, 2)
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
 
     def start():
@@ -75,12 +78,12 @@ def test_restart_on_the_same_checkpoint_reads_every_record_exactly_once_within_t
     finally:
         q.stop()
     first = rows_in_batches(q)
-    assert 0 < sum(first) < 1000, "the first run should stop part way"
-    produce(kafka_cluster, topic, 1000, 1400, 2)
+    assert 0 < sum(first) < first_n, "the first run should stop part way"
+    produce(kafka_cluster, topic, first_n, total, 2)
 
     q = start()
     try:
-        wait_for(lambda: spark.read.parquet(out).count() >= 1400)
+        wait_for(lambda: spark.read.parquet(out).count() >= total)
         time.sleep(2)  # a wrongly re-read range would land now
     finally:
         q.stop()
@@ -88,9 +91,9 @@ def test_restart_on_the_same_checkpoint_reads_every_record_exactly_once_within_t
         assert batch <= cap
     df = spark.read.parquet(out)
     rows = df.select("key", "value", "topic", "partition", "offset").collect()
-    assert len(rows) == 1400
-    assert sorted(int(r.key) for r in rows) == list(range(1400))
-    assert {(r.partition, r.offset) for r in rows} == {(p, o) for p in (0, 1) for o in range(700)}
+    assert len(rows) == total
+    assert sorted(int(r.key) for r in rows) == list(range(total))
+    assert {(r.partition, r.offset) for r in rows} == {(p, o) for p in (0, 1) for o in range(total // 2)}
     assert all(r.value == b"value-%d" % int(r.key) and r.topic == topic for r in rows)
     assert [f.dataType.simpleString() for f in df.schema.fields] == [
         "binary", "binary", "string", "int", "bigint", "timestamp",
