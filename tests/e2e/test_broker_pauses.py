@@ -14,8 +14,9 @@ one-broker telemetry cluster. Each broker is paused in turn until the leaders
 have dropped it from the ISR, then resumed. For every pause:
 
 * each real shrink of the paused follower is printed as
-  ``KafkaReplicaNearingIsrShrink`` before the leader logs it, ahead by at least
-  lag/2 - one collector interval - 1 s;
+  ``KafkaReplicaNearingIsrShrink`` before the leader logs it, the job's crossing ahead by at
+  least lag/2 - one collector interval - 1 s (``results.check_nearing_lead``; the printed
+  alert is held to that bound by ``make validation``);
 * the job keeps completing micro-batches during the pause (no gap longer than
   ``MAX_BATCH_GAP_S``);
 * while the broker is paused, no replica alert names a follower of a partition
@@ -47,7 +48,7 @@ from tests.e2e.gauges import GaugeWatch, prometheus_config
 from tests.e2e.kafka_io import ProduceLoad, read_records
 from tests.e2e.pauses import layout, pause_round
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
-from tests.e2e.results import Shrinks, write_result
+from tests.e2e.results import Shrinks, check_nearing_lead, write_result
 
 DATA_PARTITIONS = 3
 # Longest stretch without a completed micro-batch while a broker is paused: the trigger
@@ -190,7 +191,6 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, k
         },
     )
 
-    floor = LAG_MS / 2000 - COLLECT_INTERVAL_S - 1.0
     for r in rounds:
         b = r["broker"]
         assert r["longest_batch_gap_s"] <= MAX_BATCH_GAP_S, f"broker {b} paused: the job stalled: {r}"
@@ -201,8 +201,7 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, k
         assert not r["resolved_before_rejoin"], f"broker {b}: a lag alert resolved before the leader took it back: {r}"
         for row in r["rows"]:
             where = f"{topic}-{row['partition']} on broker {b}"
-            assert row["alert_arrived"] is not None, f"no Nearing alert for {where}: {r}"
-            assert row["arrival_lead_s"] >= floor, f"{where}: alert lead {row['arrival_lead_s']:.2f}s < {floor}s: {row}"
+            check_nearing_lead(row, where)
             assert row["stalled_arrived"] is not None, f"{where}: the paused broker was not reported stalled"
             if telemetry is None:  # issue 17: the gauges and the rule path, before the shrink too
                 for kind in ("job", "prometheus"):
