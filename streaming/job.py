@@ -33,6 +33,7 @@ from streaming.endpoints import alert_sinks, metrics_port, runbook_base, serve_m
 from streaming.feeder import DEFAULT_SCENARIO, Feeder, embedded_simulator
 from streaming.origin import check_checkpoint, default_checkpoint_dir
 from streaming.settings import AlertingSettings, JobSettings
+from streaming.stopping import install_signals, stop_query
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -124,7 +125,7 @@ class Job:
         self.stop_event = stop_event or threading.Event()
         self.signalled: int | None = None  # the signal that stopped the job
         # From the start: a SIGTERM while Spark starts ends the job through the same clean-up.
-        _install_signals(self)
+        install_signals(self)
         self.truth_file = truth_file
         self.sinks = sinks
         self.cfg, self.th = _rule_config(settings)
@@ -263,7 +264,7 @@ class Job:
         spark.streams.addListener(self.events)
         self._on_close("query listener", spark.streams.removeListener, self.events, jvm=True)
         self.query = query.start_job(raw("aggregates"), checkpoint_dir, settings.trigger_seconds, handler)
-        self._on_close("query", _stop_query, self.query, max(30.0, 10 * settings.trigger_seconds), jvm=True)
+        self._on_close("query", stop_query, self.query, max(30.0, 10 * settings.trigger_seconds), jvm=True)
         log.info(
             "started %s",
             kv(
@@ -336,7 +337,7 @@ class Job:
             conf=spark_conf_pairs(self.settings.spark_conf),
         )
         self._on_close("spark", self.spark.stop, jvm=True)
-        _install_signals(self)  # over PySpark's SIGINT handler
+        install_signals(self)  # over PySpark's SIGINT handler
         return self.spark
 
     # -- run -------------------------------------------------------------------------------
@@ -369,53 +370,6 @@ class Job:
                 return
 
 
-def _stop_query(q: Any, drain_s: float) -> None:
-    """Let the query finish what is already available (a stop does not cut a batch
-    halfway: a restart would redo it, harmlessly but noisily), then stop it."""
-    if q.isActive:
-        waiter = threading.Thread(target=_process_available, args=(q,), name=f"drain-{q.name}", daemon=True)
-        waiter.start()
-        waiter.join(drain_s)
-    q.stop()
-
-
-def _process_available(q: Any) -> None:
-    try:
-        q.processAllAvailable()
-    except Exception:  # the query failed meanwhile; stop() reports nothing more
-        log.debug("drain_failed query=%s", q.name, exc_info=True)
-
-
 def _stopped(checkpoint_dir: str, temporary: bool) -> None:
     extra = {"removed": "temporary"} if temporary else {}
     log.info("stopped %s", kv(checkpoint=checkpoint_dir, **extra))
-
-
-def _install_signals(job: Job) -> None:
-    """SIGTERM and Ctrl-C (SIGINT) ask the job to stop, through the same clean-up as
-    ``--duration``; a second Ctrl-C gives up waiting (KeyboardInterrupt, exit 130).
-
-    Installed before Spark starts and again once it has: PySpark installs its own
-    SIGINT handler, which cancels Spark's jobs and raises KeyboardInterrupt inside
-    whatever call into the JVM the main thread is making (a traceback, not a stop).
-    A signal sent to the whole process group (a terminal's Ctrl-C, systemd) ends the
-    JVM too: Py4J's own error logs of the calls that then fail are left out."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def on_signal(signum: int, frame: Any) -> None:
-        if signum == signal.SIGINT and job.stop_event.is_set():
-            raise KeyboardInterrupt
-        if not job.stop_event.is_set():
-            job.signalled = signum
-            log.info("stopping %s", kv(signal=signal.Signals(signum).name))
-            logging.getLogger().addFilter(_without_py4j_send_errors)
-        job.stop_event.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-
-def _without_py4j_send_errors(record: logging.LogRecord) -> bool:
-    """Py4J logs a failed call into the JVM on the root logger, traceback and all."""
-    return not (record.name == "root" and str(record.msg).startswith("Exception while sending command"))

@@ -1,0 +1,67 @@
+"""How the job stops: the signals that ask it to, and the query let finish what it has.
+
+SIGTERM and Ctrl-C end in the job's one clean-up (``Job.close``), like ``--duration``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import TYPE_CHECKING, Any
+
+from isrwatch.logs import kv
+
+if TYPE_CHECKING:
+    from streaming.job import Job
+
+__all__ = ["install_signals", "stop_query"]
+
+log = logging.getLogger(__name__)
+
+
+def stop_query(q: Any, drain_s: float) -> None:
+    """Let the query finish what is already available (a stop does not cut a batch
+    halfway: a restart would redo it, harmlessly but noisily), then stop it."""
+    if q.isActive:
+        waiter = threading.Thread(target=_process_available, args=(q,), name=f"drain-{q.name}", daemon=True)
+        waiter.start()
+        waiter.join(drain_s)
+    q.stop()
+
+
+def _process_available(q: Any) -> None:
+    try:
+        q.processAllAvailable()
+    except Exception:  # the query failed meanwhile; stop() reports nothing more
+        log.debug("drain_failed query=%s", q.name, exc_info=True)
+
+
+def install_signals(job: Job) -> None:
+    """SIGTERM and Ctrl-C (SIGINT) ask the job to stop, through the same clean-up as
+    ``--duration``; a second Ctrl-C gives up waiting (KeyboardInterrupt, exit 130).
+
+    Installed before Spark starts and again once it has: PySpark installs its own
+    SIGINT handler, which cancels Spark's jobs and raises KeyboardInterrupt inside
+    whatever call into the JVM the main thread is making (a traceback, not a stop).
+    A signal sent to the whole process group (a terminal's Ctrl-C, systemd) ends the
+    JVM too: Py4J's own error logs of the calls that then fail are left out."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and job.stop_event.is_set():
+            raise KeyboardInterrupt
+        if not job.stop_event.is_set():
+            job.signalled = signum
+            log.info("stopping %s", kv(signal=signal.Signals(signum).name))
+            logging.getLogger().addFilter(_without_py4j_send_errors)
+        job.stop_event.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
+def _without_py4j_send_errors(record: logging.LogRecord) -> bool:
+    """Py4J logs a failed call into the JVM on the root logger, traceback and all."""
+    return not (record.name == "root" and str(record.msg).startswith("Exception while sending command"))
