@@ -46,6 +46,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "simulator.settings:SimulateSettings",
         "simulator.main:main",
     ),
+    "replay": (
+        "evaluate recorded telemetry under other rules and replica.lag.time.max.ms values (what-if)",
+        "replay.settings:ReplaySettings",
+        "replay.main:main",
+    ),
     "local-kafka": (
         "start a real 3-broker Kafka 0.9 cluster + ZooKeeper on loopback (demo and tests)",
         "localkafka.settings:LocalKafkaSettings",

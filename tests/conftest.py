@@ -97,3 +97,14 @@ def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"{prefix}-{request.node.name[:40].replace('[', '-').replace(']', '')}-{uuid.uuid4().hex[:8]}"
 
     return make
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A SparkSession shared by the session (local mode, started once): the job's
+    expressions (tests/streaming) and the replay (tests/replay)."""
+    from streaming.session import build_session
+
+    session = build_session("local[2]", 2, app_name="isrwatch-tests")
+    yield session
+    session.stop()

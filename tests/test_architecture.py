@@ -16,6 +16,7 @@ PACKAGES = (
     "localservices",
     "localspark",
     "doctor",
+    "replay",
 )
 
 
@@ -37,7 +38,7 @@ def test_every_module_is_listed_under_its_package() -> None:
 def test_every_path_the_page_names_exists() -> None:
     paths = set(
         re.findall(
-            r"\b((?:isrwatch|collector|streaming|exporter|simulator|localkafka|localservices|localspark|doctor|tests|deploy|docs)/[\w./-]+\.(?:py|md|json|yml))",
+            r"\b((?:isrwatch|collector|streaming|exporter|simulator|localkafka|localservices|localspark|doctor|replay|tests|deploy|docs)/[\w./-]+\.(?:py|md|json|yml))",
             DOC,
         )
     )
@@ -50,6 +51,7 @@ def test_every_path_the_page_names_exists() -> None:
 
 PRODUCTION = (
     "isrwatch", "collector", "streaming", "exporter", "simulator", "localkafka", "localservices", "localspark", "doctor",
+    "replay",
 )  # fmt: skip
 # isrwatch/ is the core every component uses; these of its modules are the command line,
 # which composes the components (and so imports them).
@@ -64,9 +66,10 @@ ALLOWED = {
     "exporter": set(),
     "streaming": {"exporter", "simulator"},  # it serves the exporter's /metrics; simulator: see below
     "doctor": {"streaming", "collector", "exporter", "simulator"},  # it checks what the job would use
+    "replay": {"streaming", "simulator"},  # the job's own evaluation; simulator: --simulate, see below
 }
 # The embedded simulator is demo wiring: the job reaches it through streaming/feeder.py only.
-SIMULATOR_WIRING = {"streaming/feeder.py"}
+SIMULATOR_WIRING = {"streaming/feeder.py", "replay/settings.py", "replay/sources.py"}
 
 
 def _imports(path: Path) -> set[str]:

@@ -1,0 +1,233 @@
+"""``isrwatch replay``: the recording evaluated under every setting asked for, in Spark batch mode.
+
+The recording is parsed once with the job's parser (``streaming.parse``: what the job would
+reject is counted as rejected here); then, per setting, the job's own expressions
+(``streaming.replicas.evaluate_batch``, an empty carried state, the whole recording as one
+batch) give each follower's verdict at every observation, and the changes of its out-of-sync
+verdict go to ``replay.tally``. The observed ISR in the telemetry is left out of the verdict
+(it is what the recorded brokers did, not what the setting would do), and so is the
+``replica.lag.time.max.ms`` the telemetry reports when a value is given with
+``--lag-time-max-ms``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from isrwatch.exceptions import ConfigError
+from isrwatch.logs import kv
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import State, Thresholds
+from replay.settings import DEFAULT_LAG_MAX_MESSAGES, ReplaySettings, split_list
+from replay.sources import read_recording, simulated
+from replay.tally import Transition, tally
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["Setting", "settings_to_run", "replay", "render_table", "main"]
+
+log = logging.getLogger(__name__)
+
+# When neither the flags nor the telemetry say: Kafka's default up to 2.4.
+FALLBACK_LAG_TIME_MAX_MS = 10_000
+_RAW_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+
+
+@dataclass(frozen=True)
+class Setting:
+    rule: Rule
+    lag_time_max_ms: int | None  # None: the value each replica's telemetry reports
+    lag_max_messages: int | None  # legacy-messages only
+
+    def label(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule.value,
+            "lag_time_max_ms": self.lag_time_max_ms,
+            "lag_max_messages": self.lag_max_messages,
+        }
+
+
+def settings_to_run(s: ReplaySettings) -> list[Setting]:
+    """Every rule with every ``replica.lag.time.max.ms`` (and, for the message rule, every
+    ``replica.lag.max.messages``), in the order given."""
+    rules = [Rule.parse(r) for r in split_list(s.rule)] or list(Rule)
+    lags: list[int | None] = [int(v) for v in split_list(s.lag_time_max_ms)] or [None]
+    messages = [int(v) for v in split_list(s.lag_max_messages)] or [DEFAULT_LAG_MAX_MESSAGES]
+    out: list[Setting] = []
+    for rule in dict.fromkeys(rules):
+        for lag in dict.fromkeys(lags):
+            if rule is Rule.LEGACY_MESSAGES:
+                out.extend(Setting(rule, lag, m) for m in dict.fromkeys(messages))
+            else:
+                out.append(Setting(rule, lag, None))
+    return out
+
+
+def _raw(spark: SparkSession, records: list[bytes]) -> DataFrame:
+    """The records as the Kafka source's columns (one partition, offsets in recording order)."""
+    import pyarrow as pa
+
+    table = pa.table(
+        {
+            "key": pa.nulls(len(records), pa.binary()),
+            "value": pa.array(records, pa.binary()),
+            "topic": pa.array(["replay"] * len(records), pa.string()),
+            "partition": pa.array([0] * len(records), pa.int32()),
+            "offset": pa.array(range(len(records)), pa.int64()),
+            "timestamp": pa.nulls(len(records), pa.timestamp("us", tz="UTC")),
+        }
+    )
+    return spark.createDataFrame(table, schema=_RAW_SCHEMA)
+
+
+def _transitions(evaluated: DataFrame) -> list[Transition]:
+    import pyspark.sql.functions as F
+
+    from streaming import replicas
+
+    out_of_sync = F.col("lag_state") == State.OUT_OF_SYNC.value
+    reps = F.col("latest.replicas")
+    rows = (
+        evaluated.where(F.col(replicas.CHANGE))
+        .select(
+            "cluster",
+            "topic",
+            "partition",
+            "broker_id",
+            "eval_ms",
+            out_of_sync.alias("out"),
+            F.when(reps.isNotNull(), F.size(reps)).alias("n_replicas"),
+            F.col("latest.min_isr").cast("int").alias("min_isr"),
+        )
+        .collect()
+    )
+    return [
+        Transition(
+            (r.cluster, r.topic, int(r.partition), int(r.broker_id)),
+            int(r.eval_ms),
+            bool(r.out),
+            r.n_replicas,
+            r.min_isr,
+        )  # fmt: skip
+        for r in rows
+    ]
+
+
+def replay(
+    spark: SparkSession, records: list[bytes], settings: list[Setting], flap_window_ms: int, top: int
+) -> dict[str, Any]:
+    """Each setting's tally over ``records`` (``as_dict``), with what the recording held."""
+    import pyspark.sql.functions as F
+    from pyspark import StorageLevel
+
+    from streaming import parse, replicas
+
+    parsed = parse.parse_records(_raw(spark, records)).persist(StorageLevel.MEMORY_AND_DISK)
+    obs = parse.observations(parsed, None).persist(StorageLevel.MEMORY_AND_DISK)
+    good = parse.good_observations(obs).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        rejected_records = parsed.where(F.col("reason").isNotNull()).count()
+        rejected_obs = obs.where(F.col("reason").isNotNull()).count()
+        span = good.agg(F.min("t_ms"), F.max("t_ms"), F.count(F.lit(1)), F.collect_set("lag_time_max_ms")).first()
+        assert span is not None  # an aggregate without grouping has one row
+        start_ms, end_ms, n_obs, reported = span[0], span[1], int(span[2]), sorted(v for v in span[3] if v)
+        if not n_obs:
+            raise ConfigError(
+                f"nothing to replay: none of the {len(records)} records holds a valid observation "
+                f"({rejected_records} rejected records, {rejected_obs} rejected observations)"
+            )
+        results = []
+        for i, setting in enumerate(settings, 1):
+            t0 = time.monotonic()
+            lag = setting.lag_time_max_ms or (reported[0] if len(reported) == 1 else FALLBACK_LAG_TIME_MAX_MS)
+            cfg = RuleConfig(setting.rule, lag, setting.lag_max_messages or DEFAULT_LAG_MAX_MESSAGES)
+            o = good.withColumn("isr", F.lit(None).cast("array<int>"))
+            if setting.lag_time_max_ms is not None:
+                o = o.withColumn("lag_time_max_ms", F.lit(None).cast(good.schema["lag_time_max_ms"].dataType))
+            rows = replicas.observation_rows(o, cfg, lag // 2)
+            carried = rows.select(*replicas.STATE_COLUMNS).limit(0)
+            evaluated = replicas.evaluate_batch(rows, carried, cfg, Thresholds())
+            counted = tally(_transitions(evaluated), int(end_ms), flap_window_ms)
+            label = setting.label()
+            if setting.lag_time_max_ms is None:
+                label["lag_time_max_ms"] = reported[0] if len(reported) == 1 else None
+                label["lag_time_max_ms_from"] = "telemetry"
+            results.append({**label, **counted.as_dict(top)})
+            log.info(
+                kv(
+                    event="replay_setting",
+                    done=f"{i}/{len(settings)}",
+                    **label,
+                    seconds=round(time.monotonic() - t0, 1),
+                )
+            )
+        return {
+            "records": len(records),
+            "observations": n_obs,
+            "rejected_records": rejected_records,
+            "rejected_observations": rejected_obs,
+            "start_ms": int(start_ms),
+            "end_ms": int(end_ms),
+            "settings": results,
+        }
+    finally:
+        good.unpersist()
+        obs.unpersist()
+        parsed.unpersist()
+
+
+def render_table(result: dict[str, Any]) -> str:
+    """The settings side by side, for the terminal."""
+    head = ["rule", "lag.time.max.ms", "lag.max.messages", "shrinks", "expands", "flaps", "replica-s out",
+            "partitions < min.isr", "worst partition"]  # fmt: skip
+    lines = []
+    for s in result["settings"]:
+        worst = s["worst_partitions"][0] if s["worst_partitions"] else None
+        lines.append([
+            s["rule"],
+            "recorded" if s["lag_time_max_ms"] is None else str(s["lag_time_max_ms"]),
+            "-" if s["lag_max_messages"] is None else str(s["lag_max_messages"]),
+            str(s["shrinks"]), str(s["expands"]), str(s["flaps"]),
+            f"{s['replica_seconds_out_of_isr']:.1f}",
+            f"{s['partitions_under_min_isr']} ({s['seconds_under_min_isr']:.1f} s)",
+            f"{worst['topic']}-{worst['partition']} ({worst['shrinks']})" if worst else "-",
+        ])  # fmt: skip
+    widths = [max(len(r[i]) for r in [head, *lines]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    span_s = (result["end_ms"] - result["start_ms"]) / 1000.0
+    out = [
+        f"replayed {result['records']} records, {result['observations']} observations over {span_s:.0f} s "
+        f"({result['rejected_records']} records and {result['rejected_observations']} observations rejected)",
+        fmt.format(*head),
+        *[fmt.format(*r) for r in lines],
+    ]
+    return "\n".join(out)
+
+
+def main(settings: ReplaySettings) -> int:
+    from streaming.session import build_session
+
+    to_run = settings_to_run(settings)
+    if settings.input:
+        records = read_recording(settings.input)
+    else:
+        assert settings.simulate is not None  # validate() says one of the two
+        records = simulated(settings.simulate, settings.duration, settings.seed, settings.interval_ms, settings.mode)
+    log.info(kv(event="replay_started", records=len(records), settings=len(to_run), master=settings.spark_master))
+    spark = build_session(settings.spark_master, 2, app_name="isrwatch-replay")
+    try:
+        result = replay(spark, records, to_run, settings.flap_window_ms, settings.top)
+    finally:
+        spark.stop()
+    if settings.format == "json":
+        json.dump(result["settings"], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(render_table(result))
+    return 0

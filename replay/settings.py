@@ -1,0 +1,85 @@
+"""Settings of ``isrwatch replay``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from isrwatch.rule import Rule
+from isrwatch.settings import option, positive
+from simulator.settings import MODES, SCENARIOS  # the names only (a cheap module): --simulate is demo wiring
+
+__all__ = ["ReplaySettings", "FORMATS", "DEFAULT_LAG_MAX_MESSAGES"]
+
+FORMATS = ("table", "json")
+# replica.lag.max.messages' default up to Kafka 0.8.2, the seeds' threshold.
+DEFAULT_LAG_MAX_MESSAGES = 4000
+
+
+def _positive_ints(values: list[str]) -> str | None:
+    for v in values:
+        try:
+            if int(v) <= 0:
+                return f"{v} must be > 0"
+        except ValueError:
+            return f"{v!r} is not a whole number"
+    return None
+
+
+def _rules(values: list[str]) -> str | None:
+    for v in values:
+        try:
+            Rule.parse(v)
+        except ValueError as e:
+            return str(e)
+    return None
+
+
+def split_list(values: list[str]) -> list[str]:
+    """``["10000,30000", "5000"]`` -> ``["10000", "30000", "5000"]`` (flags repeat or take commas)."""
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    input: str | None = option(
+        None, "recorded telemetry: a spool directory or a file of telemetry records, one per line", metavar="PATH"
+    )
+    simulate: str | None = option(
+        None, "replay a simulated scenario instead of a recording", choices=SCENARIOS, metavar="SCENARIO"
+    )
+    duration: float = option(120.0, "simulated seconds (with --simulate)", check=positive)
+    seed: int = option(1, "simulator random seed (with --simulate)")
+    interval_ms: int = option(200, "simulated ms between telemetry rounds (with --simulate, poll mode)", check=positive)
+    mode: str = option(
+        "poll",
+        "simulated telemetry like the collector (poll) or one observation per follower fetch (with --simulate)",
+        choices=MODES,
+    )
+    rule: list[str] = option(
+        [], "rule variant to evaluate (repeatable; default: all three)", check=lambda v: _rules(split_list(v))
+    )
+    lag_time_max_ms: list[str] = option(
+        [],
+        "replica.lag.time.max.ms values to evaluate (repeatable or comma-separated; default: the recorded one)",
+        check=lambda v: _positive_ints(split_list(v)),
+        metavar="MS",
+    )
+    lag_max_messages: list[str] = option(
+        [str(DEFAULT_LAG_MAX_MESSAGES)],
+        "replica.lag.max.messages values for the legacy-messages rule (repeatable or comma-separated)",
+        check=lambda v: _positive_ints(split_list(v)),
+        metavar="N",
+    )
+    flap_window_ms: int = option(
+        10_000,
+        "a shrink followed by the replica's expand within this many ms is a flap (a hiccup, not a failure)",
+        check=positive,
+    )
+    format: str = option("table", "output: a table on the terminal, or JSON (one object per setting)", choices=FORMATS)
+    top: int = option(3, "worst partitions and brokers listed per setting", check=positive)
+    spark_master: str = option("local[2]", "Spark master for the replay (batch mode)")
+
+    def validate(self) -> str | None:
+        if bool(self.input) == bool(self.simulate):
+            return "give one recording to replay: --input PATH or --simulate SCENARIO"
+        return None

@@ -1,0 +1,120 @@
+"""What one setting would have done, counted from its replicas' ISR transitions. Pure Python.
+
+A *shrink* is a follower entering out-of-sync under the setting's rule, an *expand* its
+return; a *flap* is a shrink whose expand follows within the flap window (the seeds'
+"thrashing": a healthy follower thrown out by a burst and let back in). Time out of the ISR
+is counted to the expand, or to the end of the recording for a follower still out.
+A partition is under ``min.insync.replicas`` while its replicas less its followers out of
+sync number fewer than the ``min_isr`` its telemetry reported (partitions whose telemetry
+gave none are not counted).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Transition", "Tally", "tally"]
+
+Key = tuple[str, str, int, int]  # cluster, topic, partition, broker_id
+Partition = tuple[str, str, int]
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A follower's out-of-sync verdict changed at ``t_ms`` (``out``: it left the ISR)."""
+
+    key: Key
+    t_ms: int
+    out: bool
+    replicas: int | None = None  # the partition's replica count, when reported
+    min_isr: int | None = None
+
+
+@dataclass
+class Tally:
+    shrinks: int = 0
+    expands: int = 0
+    flaps: int = 0
+    replica_seconds_out: float = 0.0
+    under_min_isr_partitions: int = 0
+    under_min_isr_seconds: float = 0.0
+    shrinks_by_partition: Counter[Partition] = field(default_factory=Counter)
+    shrinks_by_broker: Counter[tuple[str, int]] = field(default_factory=Counter)
+    first_shrink_ms: dict[Key, int] = field(default_factory=dict)
+
+    def as_dict(self, top: int) -> dict[str, Any]:
+        return {
+            "shrinks": self.shrinks,
+            "expands": self.expands,
+            "flaps": self.flaps,
+            "replica_seconds_out_of_isr": round(self.replica_seconds_out, 3),
+            "partitions_under_min_isr": self.under_min_isr_partitions,
+            "seconds_under_min_isr": round(self.under_min_isr_seconds, 3),
+            "worst_partitions": [
+                {"cluster": c, "topic": t, "partition": p, "shrinks": n}
+                for (c, t, p), n in self.shrinks_by_partition.most_common(top)
+            ],
+            "worst_brokers": [
+                {"cluster": c, "broker_id": b, "shrinks": n} for (c, b), n in self.shrinks_by_broker.most_common(top)
+            ],
+            # when each follower would first have been dropped: what a setting changes in detection
+            "first_shrinks": [
+                {"cluster": c, "topic": t, "partition": p, "broker_id": b, "t_ms": ms}
+                for (c, t, p, b), ms in sorted(self.first_shrink_ms.items())
+            ],
+        }
+
+
+def tally(transitions: Iterable[Transition], end_ms: int, flap_window_ms: int) -> Tally:
+    """Count ``transitions`` (any order) of a recording that ends at ``end_ms``."""
+    out = Tally()
+    by_replica: dict[Key, list[Transition]] = defaultdict(list)
+    for tr in transitions:
+        by_replica[tr.key].append(tr)
+    # partition -> [(t, +1 out / -1 back)], and what it reported of its size
+    moves: dict[Partition, list[tuple[int, int]]] = defaultdict(list)
+    sizes: dict[Partition, tuple[int | None, int | None]] = {}
+    for key, trs in by_replica.items():
+        trs.sort(key=lambda tr: tr.t_ms)
+        part: Partition = key[:3]
+        left: int | None = None
+        for tr in trs:
+            if tr.replicas is not None or tr.min_isr is not None:
+                sizes[part] = (tr.replicas, tr.min_isr)
+            if tr.out and left is None:
+                left = tr.t_ms
+                out.shrinks += 1
+                out.shrinks_by_partition[part] += 1
+                out.shrinks_by_broker[(key[0], key[3])] += 1
+                out.first_shrink_ms.setdefault(key, tr.t_ms)
+                moves[part].append((tr.t_ms, 1))
+            elif not tr.out and left is not None:
+                out.expands += 1
+                if tr.t_ms - left <= flap_window_ms:
+                    out.flaps += 1
+                out.replica_seconds_out += (tr.t_ms - left) / 1000.0
+                moves[part].append((tr.t_ms, -1))
+                left = None
+        if left is not None:
+            out.replica_seconds_out += max(0, end_ms - left) / 1000.0
+    for part, events in moves.items():
+        replicas, min_isr = sizes.get(part, (None, None))
+        if replicas is None or min_isr is None:
+            continue
+        events.sort()
+        away, under_since, went_under = 0, None, False
+        for t, step in events:
+            away += step
+            under = replicas - away < min_isr
+            if under and under_since is None:
+                under_since, went_under = t, True
+            elif not under and under_since is not None:
+                out.under_min_isr_seconds += (t - under_since) / 1000.0
+                under_since = None
+        if under_since is not None:
+            out.under_min_isr_seconds += max(0, end_ms - under_since) / 1000.0
+        out.under_min_isr_partitions += went_under
+    return out

@@ -1,0 +1,96 @@
+"""``isrwatch replay`` on real Spark (local mode): issue 15's first criteria.
+
+* The seeds' story on the simulator's burst scenario: the message rule flaps, the time rule
+  does not (the exact command of the issue, run as a user runs it).
+* Replayed under the setting it ran with, a simulated stuck follower is dropped where the
+  simulated leader dropped it (same replicas, the leader's shrink inside the predicted
+  window); a shorter ``replica.lag.time.max.ms`` drops it earlier by the difference.
+* A recording with bad records in it: they are counted as rejected, and the rest gives the
+  same answer as the clean recording.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from isrwatch.rule import Rule, RuleConfig, removal_window
+from replay.main import Setting, replay
+from replay.sources import read_recording
+from simulator.run import iter_records
+from simulator.truth import TrueChange
+
+pytestmark = pytest.mark.spark
+
+ISRWATCH = str(Path(sys.executable).with_name("isrwatch"))
+FLAP_MS = 10_000
+
+
+def test_the_message_rule_flaps_on_bursts_and_the_time_rule_does_not() -> None:
+    done = subprocess.run(
+        [ISRWATCH, "replay", "--simulate", "burst", "--rule", "legacy-messages", "--rule", "kip16", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = {s["rule"]: s for s in json.loads(done.stdout)}
+    assert set(got) == {"legacy-messages", "kip16"}
+    for s in got.values():
+        assert {"rule", "lag_time_max_ms", "lag_max_messages", "shrinks", "expands", "flaps"} <= s.keys()
+    assert got["legacy-messages"]["lag_max_messages"] == 4000  # the seeds' threshold, by default
+    assert got["legacy-messages"]["flaps"] >= 1, got["legacy-messages"]
+    assert got["kip16"]["flaps"] == 0 and got["kip16"]["shrinks"] == 0, got["kip16"]
+
+
+def _stuck_follower(truth: list[TrueChange]) -> list[bytes]:
+    rounds = iter_records("stuck-follower", duration_s=90, interval_ms=500, truth=truth)
+    return [r for _, batch in rounds for r in batch]
+
+
+def test_a_stuck_follower_is_dropped_where_the_leader_dropped_it_and_earlier_with_a_shorter_lag(spark) -> None:
+    truth: list[TrueChange] = []
+    records = _stuck_follower(truth)
+    shrinks = {(c.topic, c.partition, b): c.t_ms for c in truth if c.change == "shrink" for b in c.brokers}
+    assert shrinks, "the scenario made no shrink"
+    settings = [Setting(Rule.KIP16_REFINED, 10_000, None), Setting(Rule.KIP16_REFINED, 6_000, None)]
+    result = replay(spark, records, settings, FLAP_MS, top=3)
+    at = [
+        {(f["topic"], f["partition"], f["broker_id"]): f["t_ms"] for f in s["first_shrinks"]}
+        for s in result["settings"]
+    ]
+    assert set(at[0]) == set(shrinks), (at[0], shrinks)
+    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000)
+    for replica, shrunk in shrinks.items():
+        # the replay's drop is the follower's lcu + lag: the leader's check falls in the window after it
+        lcu = at[0][replica] - cfg.lag_time_max_ms
+        lo, hi = removal_window(lcu, cfg)
+        assert lo <= shrunk <= hi, (replica, at[0][replica], shrunk)
+        assert at[0][replica] - at[1][replica] == 4_000
+    assert result["settings"][0]["expands"] == len(shrinks)  # the fault ends: every follower back
+
+
+def test_bad_records_in_a_recording_are_counted_and_change_nothing(spark, tmp_path: Path) -> None:
+    records = _stuck_follower([])
+    bad = [b"\xff\xfe not utf-8", b"{}", b"[1, 2]", b'{"version": 99, "cluster": "c"}', b"{" * 5000, b"null"]
+    path = tmp_path / "recorded.jsonl"
+    path.write_bytes(b"\n".join(bad[:3] + records + bad[3:]) + b"\n\n")
+    mixed = read_recording(str(path))
+    assert len(mixed) == len(records) + len(bad)
+    settings = [Setting(Rule.KIP16, 10_000, None), Setting(Rule.LEGACY_MESSAGES, 10_000, 4000)]
+    clean = replay(spark, records, settings, FLAP_MS, top=3)
+    dirty = replay(spark, mixed, settings, FLAP_MS, top=3)
+    assert dirty["rejected_records"] == len(bad) and clean["rejected_records"] == 0
+    assert dirty["settings"] == clean["settings"]
+    assert clean["settings"][0]["shrinks"] >= 1
+
+
+def test_a_recording_with_no_valid_observation_is_refused_with_its_counts(spark) -> None:
+    from isrwatch.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match="none of the 3 records holds a valid observation"):
+        replay(spark, [b"", b"\xff", b'{"version": 1}'], [Setting(Rule.KIP16, 10_000, None)], FLAP_MS, top=3)
