@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
 from isrwatch.rule import Rule, RuleConfig
+from isrwatch.settings import kafka_config_pairs
 from isrwatch.status import State, Thresholds
-from replay.settings import DEFAULT_LAG_MAX_MESSAGES, ReplaySettings, split_list
-from replay.sources import read_recording, simulated
+from replay.settings import DEFAULT_LAG_MAX_MESSAGES, ReplaySettings, parse_time_ms, split_list
+from replay.sources import read_recording, read_topic, simulated
 from replay.tally import Transition, tally
 
 if TYPE_CHECKING:
@@ -120,9 +121,16 @@ def _transitions(evaluated: DataFrame) -> list[Transition]:
 
 
 def replay(
-    spark: SparkSession, records: list[bytes], settings: list[Setting], flap_window_ms: int, top: int
+    spark: SparkSession,
+    records: list[bytes],
+    settings: list[Setting],
+    flap_window_ms: int,
+    top: int,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
 ) -> dict[str, Any]:
-    """Each setting's tally over ``records`` (``as_dict``), with what the recording held."""
+    """Each setting's tally over ``records`` (``as_dict``), with what the recording held;
+    only observations with ``since_ms <= t_ms <= until_ms`` count (None: no bound)."""
     import pyspark.sql.functions as F
     from pyspark import StorageLevel
 
@@ -130,7 +138,12 @@ def replay(
 
     parsed = parse.parse_records(_raw(spark, records)).persist(StorageLevel.MEMORY_AND_DISK)
     obs = parse.observations(parsed, None).persist(StorageLevel.MEMORY_AND_DISK)
-    good = parse.good_observations(obs).persist(StorageLevel.MEMORY_AND_DISK)
+    valid = parse.good_observations(obs)
+    if since_ms is not None:
+        valid = valid.where(F.col("t_ms") >= since_ms)
+    if until_ms is not None:
+        valid = valid.where(F.col("t_ms") <= until_ms)
+    good = valid.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         rejected_records = parsed.where(F.col("reason").isNotNull()).count()
         rejected_obs = obs.where(F.col("reason").isNotNull()).count()
@@ -139,8 +152,9 @@ def replay(
         start_ms, end_ms, n_obs, reported = span[0], span[1], int(span[2]), sorted(v for v in span[3] if v)
         if not n_obs:
             raise ConfigError(
-                f"nothing to replay: none of the {len(records)} records holds a valid observation "
-                f"({rejected_records} rejected records, {rejected_obs} rejected observations)"
+                f"nothing to replay: none of the {len(records)} records holds a valid observation"
+                + (" in the --since/--until window" if since_ms is not None or until_ms is not None else "")
+                + f" ({rejected_records} rejected records, {rejected_obs} rejected observations)"
             )
         results = []
         for i, setting in enumerate(settings, 1):
@@ -216,13 +230,25 @@ def main(settings: ReplaySettings) -> int:
     to_run = settings_to_run(settings)
     if settings.input:
         records = read_recording(settings.input)
+    elif settings.bootstrap_servers:
+        records = read_topic(
+            settings.bootstrap_servers, settings.telemetry_topic, kafka_config_pairs(settings.kafka_config)
+        )
     else:
         assert settings.simulate is not None  # validate() says one of the two
         records = simulated(settings.simulate, settings.duration, settings.seed, settings.interval_ms, settings.mode)
     log.info(kv(event="replay_started", records=len(records), settings=len(to_run), master=settings.spark_master))
     spark = build_session(settings.spark_master, 2, app_name="isrwatch-replay")
     try:
-        result = replay(spark, records, to_run, settings.flap_window_ms, settings.top)
+        result = replay(
+            spark,
+            records,
+            to_run,
+            settings.flap_window_ms,
+            settings.top,
+            parse_time_ms(settings.since),
+            parse_time_ms(settings.until),
+        )
     finally:
         spark.stop()
     if settings.format == "json":

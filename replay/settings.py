@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from isrwatch.rule import Rule
 from isrwatch.settings import option, positive
 from simulator.settings import MODES, SCENARIOS  # the names only (a cheap module): --simulate is demo wiring
 
-__all__ = ["ReplaySettings", "FORMATS", "DEFAULT_LAG_MAX_MESSAGES"]
+__all__ = ["ReplaySettings", "FORMATS", "DEFAULT_LAG_MAX_MESSAGES", "parse_time_ms", "split_list"]
 
 FORMATS = ("table", "json")
 # replica.lag.max.messages' default up to Kafka 0.8.2, the seeds' threshold.
@@ -34,6 +35,19 @@ def _rules(values: list[str]) -> str | None:
     return None
 
 
+def parse_time_ms(value: str | None) -> int | None:
+    """``--since`` / ``--until``: epoch milliseconds, or ISO 8601 (UTC when no offset is given)."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return int(text)
+    stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return int(stamp.timestamp() * 1000)
+
+
 def split_list(values: list[str]) -> list[str]:
     """``["10000,30000", "5000"]`` -> ``["10000", "30000", "5000"]`` (flags repeat or take commas)."""
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
@@ -44,6 +58,15 @@ class ReplaySettings:
     input: str | None = option(
         None, "recorded telemetry: a spool directory or a file of telemetry records, one per line", metavar="PATH"
     )
+    bootstrap_servers: str | None = option(
+        None, "read the telemetry topic of this Kafka cluster (as the job does), start to end", metavar="HOSTS"
+    )
+    telemetry_topic: str = option("isr.telemetry", "telemetry topic (with --bootstrap-servers)")
+    kafka_config: list[str] = option([], "librdkafka property KEY=VALUE (repeatable)", metavar="KEY=VALUE")
+    since: str | None = option(
+        None, "replay observations from this time on: ISO 8601 (UTC unless it says) or epoch ms", metavar="TIME"
+    )
+    until: str | None = option(None, "replay observations up to this time (same forms as --since)", metavar="TIME")
     simulate: str | None = option(
         None, "replay a simulated scenario instead of a recording", choices=SCENARIOS, metavar="SCENARIO"
     )
@@ -80,6 +103,14 @@ class ReplaySettings:
     spark_master: str = option("local[2]", "Spark master for the replay (batch mode)")
 
     def validate(self) -> str | None:
-        if bool(self.input) == bool(self.simulate):
-            return "give one recording to replay: --input PATH or --simulate SCENARIO"
+        if sum(1 for x in (self.input, self.simulate, self.bootstrap_servers) if x) != 1:
+            return "give one recording to replay: --input PATH, --bootstrap-servers HOSTS or --simulate SCENARIO"
+        for name, value in (("--since", self.since), ("--until", self.until)):
+            try:
+                parse_time_ms(value)
+            except ValueError:
+                return f"{name} {value!r} is not a time: give ISO 8601 (2026-11-24T13:00:00Z) or epoch ms"
+        since, until = parse_time_ms(self.since), parse_time_ms(self.until)
+        if since is not None and until is not None and since >= until:
+            return f"--since {self.since} is not before --until {self.until}"
         return None

@@ -4,12 +4,15 @@
 * a file of telemetry records, one per line (``isrwatch simulate`` to stdout, a topic
   dumped with a console consumer); blank lines are skipped, every other line is a record
   (a bad one is counted as rejected by the replay, as the job would);
+* the telemetry topic of a Kafka cluster, every partition from its first offset to the end
+  offset it had when the replay started (the job's own consumer settings);
 * a simulated scenario, run as fast as it computes.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
 from isrwatch.spool import SpoolReader
 
-__all__ = ["read_recording", "simulated"]
+__all__ = ["read_recording", "read_topic", "simulated"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,59 @@ def read_recording(path: str) -> list[bytes]:
     if not records:
         raise ConfigError(f"--input {path}: no telemetry records in it")
     log.info(kv(event="replay_read", records=len(records), path=path))
+    return records
+
+
+# A partition whose leader sends nothing for this long while records are still due: the
+# replay stops with the partitions it could not read (a recording with a hole would
+# answer a what-if question wrongly).
+_STALL_S = 60.0
+
+
+def read_topic(bootstrap_servers: str, topic: str, kafka_config: dict[str, str]) -> list[bytes]:
+    """Every record of ``topic``, from each partition's low watermark to its high watermark
+    at the start; logs progress. UnreachableError / ConfigError with the reason."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from isrwatch.exceptions import UnreachableError
+    from streaming.source_kafka import consumer_config, describe_topic, rdlog
+
+    options = {"kafka.bootstrap.servers": bootstrap_servers, **{f"kafka.{k}": v for k, v in kafka_config.items()}}
+    _, low, high = describe_topic(options, topic, timeout_s=30.0)
+    if not high.get(topic):
+        raise ConfigError(f"topic {topic} on {bootstrap_servers}: missing, or no partition leader answered")
+    due = {int(p): (low[topic].get(p, 0), hi) for p, hi in high[topic].items() if hi > low[topic].get(p, 0)}
+    total = sum(hi - lo for lo, hi in due.values())
+    log.info(kv(event="replay_reading_topic", topic=topic, partitions=len(high[topic]), records=total))
+    consumer = Consumer({**consumer_config(options), "auto.offset.reset": "earliest", "logger": rdlog})
+    records: list[bytes] = []
+    nexts = {p: lo for p, (lo, _) in due.items()}
+    try:
+        consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _) in due.items()])
+        last_progress = time.monotonic()
+        while any(nexts[p] < due[p][1] for p in due):
+            m = consumer.poll(1.0)
+            if m is None or m.error() is not None:
+                if time.monotonic() - last_progress > _STALL_S:
+                    late = sorted(p for p in due if nexts[p] < due[p][1])
+                    raise UnreachableError(
+                        f"topic {topic}: partitions {late} sent nothing for {_STALL_S:.0f} s "
+                        f"({total - len(records)} records still due); is their leader up?"
+                    )
+                continue
+            p, offset = m.partition(), m.offset()
+            if p is None or offset is None or p not in due or offset >= due[p][1]:
+                continue
+            nexts[p] = offset + 1
+            last_progress = time.monotonic()
+            records.append(m.value() or b"")  # a null value: rejected by the parser as empty_value
+            if len(records) % _PROGRESS_EVERY == 0:
+                log.info(kv(event="replay_reading", records=len(records), of=total, topic=topic))
+    finally:
+        consumer.close()
+    log.info(kv(event="replay_read", records=len(records), topic=topic))
+    if not records:
+        raise ConfigError(f"topic {topic} on {bootstrap_servers}: no telemetry records in it")
     return records
 
 

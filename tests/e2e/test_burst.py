@@ -1,14 +1,23 @@
 """Issue 3, done-when 1: a burst that healthy followers absorb within the window.
 
-Real cluster, default fetch sizes, light steady load, then a burst of 20k
+Real cluster, default fetch sizes, light steady load, then a burst of 50k
 messages of 1 KB produced as fast as the client can. The followers copy it in
 a few seconds, well inside ``replica.lag.time.max.ms``: the leader logs no
 shrink, and the job raises no ``KafkaReplicaOutOfSync`` (nor anything
 critical) while it watches for two lag windows after the burst.
+
+Issue 15, the seeds' story on a real broker: the telemetry the collector recorded (the
+telemetry topic) replayed with ``isrwatch replay`` under the message rule with the seeds'
+``replica.lag.max.messages`` (4000) and under the time rules at the broker's own setting. The
+broker logged no shrink; the time rules must say the same, and the message rule, which the
+burst puts thousands of messages behind, drops and re-admits followers (flaps).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 
 from isrwatch.alerts import AlertName
@@ -53,3 +62,20 @@ def test_burst_absorbed_by_healthy_followers_raises_no_out_of_sync_and_no_shrink
     assert not shrinks, f"the burst made the leader shrink the ISR: {shrinks}"
     bad = {AlertName.OUT_OF_SYNC.value, AlertName.IMMINENT.value, AlertName.STALLED.value}
     assert not [e.body for e in alerts if e.name in bad], "an absorbed burst raised a critical alert"
+
+    replayed = _replay(cluster, pipe.telemetry_topic)
+    write_result("burst_replay", {"lag_time_max_ms": LAG_MS, "broker_shrinks": len(shrinks), "settings": replayed})
+    got = {s["rule"]: s for s in replayed}
+    for rule in ("kip16", "kip16-refined"):
+        assert got[rule]["shrinks"] == len(shrinks) == 0, got[rule]  # the broker's own history
+    assert got["legacy-messages"]["flaps"] >= 1, got["legacy-messages"]
+
+
+def _replay(cluster, topic: str) -> list[dict]:
+    """``isrwatch replay`` of the recorded telemetry topic, as a user runs it."""
+    argv = [sys.executable, "-m", "isrwatch", "replay", "--bootstrap-servers", cluster.bootstrap_servers,
+            *cluster.kafka_config_flags(), "--telemetry-topic", topic, "--lag-time-max-ms", str(LAG_MS),
+            "--rule", "legacy-messages", "--rule", "kip16", "--rule", "kip16-refined", "--format", "json"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)

@@ -94,3 +94,17 @@ def test_a_recording_with_no_valid_observation_is_refused_with_its_counts(spark)
 
     with pytest.raises(ConfigError, match="none of the 3 records holds a valid observation"):
         replay(spark, [b"", b"\xff", b'{"version": 1}'], [Setting(Rule.KIP16, 10_000, None)], FLAP_MS, top=3)
+
+
+def test_since_and_until_keep_the_observations_inside_them(spark) -> None:
+    truth: list[TrueChange] = []
+    records = _stuck_follower(truth)
+    shrink_ms = min(c.t_ms for c in truth if c.change == "shrink")
+    setting = [Setting(Rule.KIP16_REFINED, 10_000, None)]
+    whole = replay(spark, records, setting, FLAP_MS, top=3)
+    before = replay(spark, records, setting, FLAP_MS, top=3, until_ms=shrink_ms - 15_000)
+    assert whole["settings"][0]["shrinks"] >= 1 and before["settings"][0]["shrinks"] == 0
+    assert before["end_ms"] <= shrink_ms - 15_000 < whole["end_ms"]
+    assert (
+        replay(spark, records, setting, FLAP_MS, top=3, since_ms=whole["start_ms"] + 1)["start_ms"] > whole["start_ms"]
+    )

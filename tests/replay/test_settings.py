@@ -11,7 +11,7 @@ import pytest
 
 from isrwatch.rule import Rule
 from replay.main import Setting, settings_to_run
-from replay.settings import ReplaySettings
+from replay.settings import ReplaySettings, parse_time_ms
 
 ISRWATCH = str(Path(sys.executable).with_name("isrwatch"))
 
@@ -41,8 +41,10 @@ def test_by_default_every_rule_at_the_recorded_setting() -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        ([], "--input PATH or --simulate SCENARIO"),
-        (["--simulate", "burst", "--input", "x"], "--input PATH or --simulate SCENARIO"),
+        ([], "--input PATH, --bootstrap-servers HOSTS or --simulate SCENARIO"),
+        (["--simulate", "burst", "--input", "x"], "--input PATH, --bootstrap-servers HOSTS or --simulate SCENARIO"),
+        (["--simulate", "burst", "--since", "yesterday"], "--since 'yesterday' is not a time"),
+        (["--simulate", "burst", "--since", "2026-11-24T13:00:00Z", "--until", "2026-11-24T12:00:00"], "is not before"),
         (["--simulate", "burst", "--lag-time-max-ms", "10000,abc"], "'abc' is not a whole number"),
         (["--simulate", "burst", "--lag-time-max-ms", "0"], "must be > 0"),
         (["--simulate", "burst", "--rule", "kip17"], "is not one of"),
@@ -62,3 +64,10 @@ def test_an_empty_recording_is_refused(tmp_path: Path) -> None:
     empty.write_text("\n\n")
     done = subprocess.run([ISRWATCH, "replay", "--input", str(empty)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "no telemetry records in it" in done.stderr, done.stderr
+
+
+def test_times_are_epoch_ms_or_iso_8601_utc_unless_said() -> None:
+    assert parse_time_ms("1795591964693") == 1795591964693
+    assert parse_time_ms("2026-11-24T13:00:00Z") == parse_time_ms("2026-11-24T13:00:00") == 1795525200000
+    assert parse_time_ms("2026-11-24T14:00:00+01:00") == 1795525200000
+    assert parse_time_ms(None) is None
