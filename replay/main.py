@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +29,7 @@ from isrwatch.settings import kafka_config_pairs
 from isrwatch.status import State, Thresholds
 from replay.settings import DEFAULT_LAG_MAX_MESSAGES, ReplaySettings, parse_time_ms, split_list
 from replay.sources import read_recording, read_topic, simulated
+from replay.stage import RAW_SCHEMA, stage
 from replay.tally import Transition, tally
 
 if TYPE_CHECKING:
@@ -37,7 +41,6 @@ log = logging.getLogger(__name__)
 
 # When neither the flags nor the telemetry say: Kafka's default up to 2.4.
 FALLBACK_LAG_TIME_MAX_MS = 10_000
-_RAW_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 
 
 @dataclass(frozen=True)
@@ -68,23 +71,6 @@ def settings_to_run(s: ReplaySettings) -> list[Setting]:
             else:
                 out.append(Setting(rule, lag, None))
     return out
-
-
-def _raw(spark: SparkSession, records: list[bytes]) -> DataFrame:
-    """The records as the Kafka source's columns (one partition, offsets in recording order)."""
-    import pyarrow as pa
-
-    table = pa.table(
-        {
-            "key": pa.nulls(len(records), pa.binary()),
-            "value": pa.array(records, pa.binary()),
-            "topic": pa.array(["replay"] * len(records), pa.string()),
-            "partition": pa.array([0] * len(records), pa.int32()),
-            "offset": pa.array(range(len(records)), pa.int64()),
-            "timestamp": pa.nulls(len(records), pa.timestamp("us", tz="UTC")),
-        }
-    )
-    return spark.createDataFrame(table, schema=_RAW_SCHEMA)
 
 
 def _transitions(evaluated: DataFrame) -> list[Transition]:
@@ -120,23 +106,48 @@ def _transitions(evaluated: DataFrame) -> list[Transition]:
     ]
 
 
+def _longest_recovered(evaluated: DataFrame) -> dict[str, Any] | None:
+    """The longest a follower went without being caught up and then caught up again (its
+    last-caught-up time moved on), as seen at the telemetry's rounds; None when none did."""
+    import pyspark.sql.functions as F
+    from pyspark.sql import Window
+
+    from streaming import replicas
+    from streaming.state import KEY_COLUMNS
+
+    episodes = (
+        evaluated.where(F.col(replicas.SEED) == 0)
+        .groupBy(*KEY_COLUMNS, "last_caught_up_ms")
+        .agg(F.max("time_since_caught_up_s").alias("seconds"), F.max("eval_ms").alias("at_ms"))
+    )
+    newest = F.max("last_caught_up_ms").over(Window.partitionBy(*KEY_COLUMNS))
+    recovered = episodes.withColumn("_newest", newest).where(F.col("last_caught_up_ms") < F.col("_newest"))
+    top = recovered.orderBy(F.col("seconds").desc()).limit(1).collect()
+    if not top:
+        return None
+    r = top[0]
+    return {"seconds": float(r.seconds), "cluster": r.cluster, "topic": r.topic, "partition": int(r.partition),
+            "broker_id": int(r.broker_id), "at_ms": int(r.at_ms)}  # fmt: skip
+
+
 def replay(
     spark: SparkSession,
-    records: list[bytes],
+    raw: DataFrame,
     settings: list[Setting],
     flap_window_ms: int,
     top: int,
     since_ms: int | None = None,
     until_ms: int | None = None,
 ) -> dict[str, Any]:
-    """Each setting's tally over ``records`` (``as_dict``), with what the recording held;
+    """Each setting's tally over the records of ``raw`` (the Kafka source's columns:
+    ``replay.stage``), with what the recording held;
     only observations with ``since_ms <= t_ms <= until_ms`` count (None: no bound)."""
     import pyspark.sql.functions as F
     from pyspark import StorageLevel
 
     from streaming import parse, replicas
 
-    parsed = parse.parse_records(_raw(spark, records)).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = parse.parse_records(raw).persist(StorageLevel.MEMORY_AND_DISK)
     obs = parse.observations(parsed, None).persist(StorageLevel.MEMORY_AND_DISK)
     valid = parse.good_observations(obs)
     if since_ms is not None:
@@ -145,6 +156,7 @@ def replay(
         valid = valid.where(F.col("t_ms") <= until_ms)
     good = valid.persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        n_records = parsed.count()
         rejected_records = parsed.where(F.col("reason").isNotNull()).count()
         rejected_obs = obs.where(F.col("reason").isNotNull()).count()
         span = good.agg(F.min("t_ms"), F.max("t_ms"), F.count(F.lit(1)), F.collect_set("lag_time_max_ms")).first()
@@ -152,7 +164,7 @@ def replay(
         start_ms, end_ms, n_obs, reported = span[0], span[1], int(span[2]), sorted(v for v in span[3] if v)
         if not n_obs:
             raise ConfigError(
-                f"nothing to replay: none of the {len(records)} records holds a valid observation"
+                f"nothing to replay: none of the {n_records} records holds a valid observation"
                 + (" in the --since/--until window" if since_ms is not None or until_ms is not None else "")
                 + f" ({rejected_records} rejected records, {rejected_obs} rejected observations)"
             )
@@ -172,7 +184,8 @@ def replay(
             if setting.lag_time_max_ms is None:
                 label["lag_time_max_ms"] = reported[0] if len(reported) == 1 else None
                 label["lag_time_max_ms_from"] = "telemetry"
-            results.append({**label, **counted.as_dict(top)})
+            longest = None if setting.rule is Rule.LEGACY_MESSAGES else _longest_recovered(evaluated)
+            results.append({**label, **counted.as_dict(top), "longest_recovered": longest})
             log.info(
                 kv(
                     event="replay_setting",
@@ -182,7 +195,7 @@ def replay(
                 )
             )
         return {
-            "records": len(records),
+            "records": n_records,
             "observations": n_obs,
             "rejected_records": rejected_records,
             "rejected_observations": rejected_obs,
@@ -194,6 +207,13 @@ def replay(
         good.unpersist()
         obs.unpersist()
         parsed.unpersist()
+
+
+_CAVEATS = (
+    "caveats: seen at the telemetry's rounds (up to one round short); a follower someone fixed counts as "
+    "caught up on its own; a leader checks every replica.lag.time.max.ms (<= 0.10.1) or half of it, so the "
+    "broker may keep a follower up to one check longer; only what this recording held"
+)
 
 
 def render_table(result: dict[str, Any]) -> str:
@@ -213,6 +233,15 @@ def render_table(result: dict[str, Any]) -> str:
             f"{worst['topic']}-{worst['partition']} ({worst['shrinks']})" if worst else "-",
         ])  # fmt: skip
     widths = [max(len(r[i]) for r in [head, *lines]) for i in range(len(head))]
+    advice: list[tuple[str, str]] = []
+    for s in result["settings"]:
+        longest = s.get("longest_recovered")
+        if longest is None or s["rule"] in {a[0] for a in advice}:
+            continue
+        where = f"{longest['topic']}-{longest['partition']} on broker {longest['broker_id']}"
+        advice.append((s["rule"], f"{s['rule']}: the longest a follower went without catching up, and then caught up, "
+                       f"was {longest['seconds']:.1f} s ({where}): a replica.lag.time.max.ms above "
+                       f"{1000 * longest['seconds']:.0f} ms would have kept every such follower in the ISR"))  # fmt: skip
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     span_s = (result["end_ms"] - result["start_ms"]) / 1000.0
     out = [
@@ -221,36 +250,47 @@ def render_table(result: dict[str, Any]) -> str:
         fmt.format(*head),
         *[fmt.format(*r) for r in lines],
     ]
+    if advice:
+        out += ["", *[a[1] for a in advice], _CAVEATS]
     return "\n".join(out)
+
+
+def _recording(settings: ReplaySettings) -> tuple[Iterator[bytes], str]:
+    """The records to replay, and how to name them in a message."""
+    if settings.input:
+        return read_recording(settings.input), f"--input {settings.input}"
+    if settings.bootstrap_servers:
+        config = kafka_config_pairs(settings.kafka_config)
+        records = read_topic(settings.bootstrap_servers, settings.telemetry_topic, config)
+        return records, f"topic {settings.telemetry_topic} on {settings.bootstrap_servers}"
+    assert settings.simulate is not None  # validate() says one of the three
+    records = simulated(settings.simulate, settings.duration, settings.seed, settings.interval_ms, settings.mode)
+    return records, f"scenario {settings.simulate}"
 
 
 def main(settings: ReplaySettings) -> int:
     from streaming.session import build_session
 
     to_run = settings_to_run(settings)
-    if settings.input:
-        records = read_recording(settings.input)
-    elif settings.bootstrap_servers:
-        records = read_topic(
-            settings.bootstrap_servers, settings.telemetry_topic, kafka_config_pairs(settings.kafka_config)
-        )
-    else:
-        assert settings.simulate is not None  # validate() says one of the two
-        records = simulated(settings.simulate, settings.duration, settings.seed, settings.interval_ms, settings.mode)
-    log.info(kv(event="replay_started", records=len(records), settings=len(to_run), master=settings.spark_master))
-    spark = build_session(settings.spark_master, 2, app_name="isrwatch-replay")
-    try:
-        result = replay(
-            spark,
-            records,
-            to_run,
-            settings.flap_window_ms,
-            settings.top,
-            parse_time_ms(settings.since),
-            parse_time_ms(settings.until),
-        )
-    finally:
-        spark.stop()
+    records, what = _recording(settings)
+    with tempfile.TemporaryDirectory(prefix="isrwatch-replay-") as scratch:
+        staged = os.path.join(scratch, "records")
+        count = stage(records, staged, what)
+        log.info(kv(event="replay_started", records=count, settings=len(to_run), master=settings.spark_master))
+        spark = build_session(settings.spark_master, 2, app_name="isrwatch-replay", scratch_dir=scratch)
+        try:
+            raw = spark.read.schema(RAW_SCHEMA).parquet(staged)
+            result = replay(
+                spark,
+                raw,
+                to_run,
+                settings.flap_window_ms,
+                settings.top,
+                parse_time_ms(settings.since),
+                parse_time_ms(settings.until),
+            )
+        finally:
+            spark.stop()
     if settings.format == "json":
         json.dump(result["settings"], sys.stdout, indent=2)
         sys.stdout.write("\n")

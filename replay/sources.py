@@ -24,8 +24,6 @@ __all__ = ["read_recording", "read_topic", "simulated"]
 
 log = logging.getLogger(__name__)
 
-_PROGRESS_EVERY = 50_000
-
 
 def _file_records(path: Path) -> Iterator[bytes]:
     with open(path, "rb") as fh:
@@ -35,8 +33,9 @@ def _file_records(path: Path) -> Iterator[bytes]:
                 yield line
 
 
-def read_recording(path: str) -> list[bytes]:
-    """Every record of the spool directory or line file at ``path``; logs progress."""
+def read_recording(path: str) -> Iterator[bytes]:
+    """Every record of the spool directory or line file at ``path``, in order (checked first:
+    ConfigError when there is nothing to read)."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"--input {path}: no such file or directory")
@@ -45,18 +44,8 @@ def read_recording(path: str) -> list[bytes]:
         end = reader.end_offset()
         if end == 0:
             raise ConfigError(f"--input {path}: a directory, but no spool segments (<start>-<end>.jsonl) in it")
-        it: Iterator[bytes] = (r for _, r in reader.read(0, end))
-    else:
-        it = _file_records(p)
-    records = []
-    for record in it:
-        records.append(record)
-        if len(records) % _PROGRESS_EVERY == 0:
-            log.info(kv(event="replay_reading", records=len(records), path=path))
-    if not records:
-        raise ConfigError(f"--input {path}: no telemetry records in it")
-    log.info(kv(event="replay_read", records=len(records), path=path))
-    return records
+        return (r for _, r in reader.read(0, end))
+    return _file_records(p)
 
 
 # A partition whose leader sends nothing for this long while records are still due: the
@@ -65,9 +54,9 @@ def read_recording(path: str) -> list[bytes]:
 _STALL_S = 60.0
 
 
-def read_topic(bootstrap_servers: str, topic: str, kafka_config: dict[str, str]) -> list[bytes]:
+def read_topic(bootstrap_servers: str, topic: str, kafka_config: dict[str, str]) -> Iterator[bytes]:
     """Every record of ``topic``, from each partition's low watermark to its high watermark
-    at the start; logs progress. UnreachableError / ConfigError with the reason."""
+    at the start (a null value as ``b""``). UnreachableError / ConfigError with the reason."""
     from confluent_kafka import Consumer, TopicPartition
 
     from isrwatch.exceptions import UnreachableError
@@ -81,7 +70,7 @@ def read_topic(bootstrap_servers: str, topic: str, kafka_config: dict[str, str])
     total = sum(hi - lo for lo, hi in due.values())
     log.info(kv(event="replay_reading_topic", topic=topic, partitions=len(high[topic]), records=total))
     consumer = Consumer({**consumer_config(options), "auto.offset.reset": "earliest", "logger": rdlog})
-    records: list[bytes] = []
+    read = 0
     nexts = {p: lo for p, (lo, _) in due.items()}
     try:
         consumer.assign([TopicPartition(topic, p, lo) for p, (lo, _) in due.items()])
@@ -93,7 +82,7 @@ def read_topic(bootstrap_servers: str, topic: str, kafka_config: dict[str, str])
                     late = sorted(p for p in due if nexts[p] < due[p][1])
                     raise UnreachableError(
                         f"topic {topic}: partitions {late} sent nothing for {_STALL_S:.0f} s "
-                        f"({total - len(records)} records still due); is their leader up?"
+                        f"({total - read} records still due); is their leader up?"
                     )
                 continue
             p, offset = m.partition(), m.offset()
@@ -101,24 +90,17 @@ def read_topic(bootstrap_servers: str, topic: str, kafka_config: dict[str, str])
                 continue
             nexts[p] = offset + 1
             last_progress = time.monotonic()
-            records.append(m.value() or b"")  # a null value: rejected by the parser as empty_value
-            if len(records) % _PROGRESS_EVERY == 0:
-                log.info(kv(event="replay_reading", records=len(records), of=total, topic=topic))
+            read += 1
+            yield m.value() or b""  # a null value: rejected by the parser as empty_value
     finally:
         consumer.close()
-    log.info(kv(event="replay_read", records=len(records), topic=topic))
-    if not records:
-        raise ConfigError(f"topic {topic} on {bootstrap_servers}: no telemetry records in it")
-    return records
 
 
-def simulated(scenario: str, duration_s: float, seed: int, interval_ms: int, mode: str) -> list[bytes]:
+def simulated(scenario: str, duration_s: float, seed: int, interval_ms: int, mode: str) -> Iterator[bytes]:
     """The telemetry of ``scenario`` over ``duration_s`` simulated seconds, computed without
     waiting: rounds every ``interval_ms`` (``mode`` poll, as the collector) or one observation
     per follower fetch (``mode`` fetch, what the leader itself sees)."""
     from simulator.run import iter_records  # the simulator only for --simulate (demo wiring)
 
     rounds = iter_records(scenario, seed=seed, duration_s=duration_s, interval_ms=interval_ms, mode=mode)
-    records = [r for _, batch in rounds for r in batch]
-    log.info(kv(event="replay_simulated", scenario=scenario, duration_s=duration_s, mode=mode, records=len(records)))
-    return records
+    return (r for _, batch in rounds for r in batch)

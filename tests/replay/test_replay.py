@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from isrwatch.rule import Rule, RuleConfig, removal_window
 from replay.main import Setting, replay
 from replay.sources import read_recording
+from replay.stage import frame, stage
 from simulator.run import iter_records
 from simulator.truth import TrueChange
 
@@ -30,14 +32,18 @@ ISRWATCH = str(Path(sys.executable).with_name("isrwatch"))
 FLAP_MS = 10_000
 
 
-def test_the_message_rule_flaps_on_bursts_and_the_time_rule_does_not() -> None:
+def test_the_message_rule_flaps_on_bursts_and_the_time_rule_does_not(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     done = subprocess.run(
         [ISRWATCH, "replay", "--simulate", "burst", "--rule", "legacy-messages", "--rule", "kip16", "--format", "json"],
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    assert not list(scratch.iterdir()), "the replay left files in the temp directory"
     got = {s["rule"]: s for s in json.loads(done.stdout)}
     assert set(got) == {"legacy-messages", "kip16"}
     for s in got.values():
@@ -45,6 +51,8 @@ def test_the_message_rule_flaps_on_bursts_and_the_time_rule_does_not() -> None:
     assert got["legacy-messages"]["lag_max_messages"] == 4000  # the seeds' threshold, by default
     assert got["legacy-messages"]["flaps"] >= 1, got["legacy-messages"]
     assert got["kip16"]["flaps"] == 0 and got["kip16"]["shrinks"] == 0, got["kip16"]
+    # the advice agrees: every follower caught up again well within the lag the rule ran with
+    assert got["kip16"]["longest_recovered"]["seconds"] < got["kip16"]["lag_time_max_ms"] / 1000
 
 
 def _stuck_follower(truth: list[TrueChange]) -> list[bytes]:
@@ -58,7 +66,7 @@ def test_a_stuck_follower_is_dropped_where_the_leader_dropped_it_and_earlier_wit
     shrinks = {(c.topic, c.partition, b): c.t_ms for c in truth if c.change == "shrink" for b in c.brokers}
     assert shrinks, "the scenario made no shrink"
     settings = [Setting(Rule.KIP16_REFINED, 10_000, None), Setting(Rule.KIP16_REFINED, 6_000, None)]
-    result = replay(spark, records, settings, FLAP_MS, top=3)
+    result = replay(spark, frame(spark, records), settings, FLAP_MS, top=3)
     at = [
         {(f["topic"], f["partition"], f["broker_id"]): f["t_ms"] for f in s["first_shrinks"]}
         for s in result["settings"]
@@ -72,6 +80,10 @@ def test_a_stuck_follower_is_dropped_where_the_leader_dropped_it_and_earlier_wit
         assert lo <= shrunk <= hi, (replica, at[0][replica], shrunk)
         assert at[0][replica] - at[1][replica] == 4_000
     assert result["settings"][0]["expands"] == len(shrinks)  # the fault ends: every follower back
+    # the advice: the stalled follower was the longest without catching up (the 35 s stall)
+    longest = result["settings"][0]["longest_recovered"]
+    assert (longest["topic"], longest["partition"], longest["broker_id"]) in shrinks
+    assert 34 <= longest["seconds"] <= 45, longest
 
 
 def test_bad_records_in_a_recording_are_counted_and_change_nothing(spark, tmp_path: Path) -> None:
@@ -79,11 +91,11 @@ def test_bad_records_in_a_recording_are_counted_and_change_nothing(spark, tmp_pa
     bad = [b"\xff\xfe not utf-8", b"{}", b"[1, 2]", b'{"version": 99, "cluster": "c"}', b"{" * 5000, b"null"]
     path = tmp_path / "recorded.jsonl"
     path.write_bytes(b"\n".join(bad[:3] + records + bad[3:]) + b"\n\n")
-    mixed = read_recording(str(path))
+    mixed = list(read_recording(str(path)))
     assert len(mixed) == len(records) + len(bad)
     settings = [Setting(Rule.KIP16, 10_000, None), Setting(Rule.LEGACY_MESSAGES, 10_000, 4000)]
-    clean = replay(spark, records, settings, FLAP_MS, top=3)
-    dirty = replay(spark, mixed, settings, FLAP_MS, top=3)
+    clean = replay(spark, frame(spark, records), settings, FLAP_MS, top=3)
+    dirty = replay(spark, frame(spark, mixed), settings, FLAP_MS, top=3)
     assert dirty["rejected_records"] == len(bad) and clean["rejected_records"] == 0
     assert dirty["settings"] == clean["settings"]
     assert clean["settings"][0]["shrinks"] >= 1
@@ -93,7 +105,9 @@ def test_a_recording_with_no_valid_observation_is_refused_with_its_counts(spark)
     from isrwatch.exceptions import ConfigError
 
     with pytest.raises(ConfigError, match="none of the 3 records holds a valid observation"):
-        replay(spark, [b"", b"\xff", b'{"version": 1}'], [Setting(Rule.KIP16, 10_000, None)], FLAP_MS, top=3)
+        replay(
+            spark, frame(spark, [b"", b"\xff", b'{"version": 1}']), [Setting(Rule.KIP16, 10_000, None)], FLAP_MS, top=3
+        )
 
 
 def test_since_and_until_keep_the_observations_inside_them(spark) -> None:
@@ -101,10 +115,23 @@ def test_since_and_until_keep_the_observations_inside_them(spark) -> None:
     records = _stuck_follower(truth)
     shrink_ms = min(c.t_ms for c in truth if c.change == "shrink")
     setting = [Setting(Rule.KIP16_REFINED, 10_000, None)]
-    whole = replay(spark, records, setting, FLAP_MS, top=3)
-    before = replay(spark, records, setting, FLAP_MS, top=3, until_ms=shrink_ms - 15_000)
+    whole = replay(spark, frame(spark, records), setting, FLAP_MS, top=3)
+    before = replay(spark, frame(spark, records), setting, FLAP_MS, top=3, until_ms=shrink_ms - 15_000)
     assert whole["settings"][0]["shrinks"] >= 1 and before["settings"][0]["shrinks"] == 0
     assert before["end_ms"] <= shrink_ms - 15_000 < whole["end_ms"]
     assert (
-        replay(spark, records, setting, FLAP_MS, top=3, since_ms=whole["start_ms"] + 1)["start_ms"] > whole["start_ms"]
+        replay(spark, frame(spark, records), setting, FLAP_MS, top=3, since_ms=whole["start_ms"] + 1)["start_ms"]
+        > whole["start_ms"]
     )
+
+
+def test_a_recording_staged_in_chunks_reads_back_whole_and_in_order(spark, tmp_path: Path, monkeypatch) -> None:
+    from replay import stage as staging
+
+    monkeypatch.setattr(staging, "CHUNK", 7)
+    records = [f"record {i}".encode() for i in range(30)] + [b"", b"\xff"]
+    assert stage(iter(records), str(tmp_path / "staged"), "test") == len(records)
+    assert len(list((tmp_path / "staged").glob("*.parquet"))) == 5
+    rows = spark.read.schema(staging.RAW_SCHEMA).parquet(str(tmp_path / "staged")).orderBy("offset").collect()
+    assert [bytes(r.value) for r in rows] == records
+    assert [r.offset for r in rows] == list(range(len(records)))

@@ -17,13 +17,13 @@ def test_a_spool_directory_in_its_order(tmp_path: Path) -> None:
     spool = SpoolWriter(tmp_path / "spool")
     spool.append(RECORDS[:2])
     spool.append(RECORDS[2:])
-    assert read_recording(str(tmp_path / "spool")) == RECORDS
+    assert list(read_recording(str(tmp_path / "spool"))) == RECORDS
 
 
 def test_a_line_file_without_its_blank_lines(tmp_path: Path) -> None:
     path = tmp_path / "rec.jsonl"
     path.write_bytes(b"\n".join([RECORDS[0], b"", RECORDS[1], b"  ", RECORDS[2]]) + b"\r\n")
-    assert read_recording(str(path)) == RECORDS
+    assert list(read_recording(str(path))) == RECORDS
 
 
 def test_a_directory_that_is_not_a_spool_is_refused(tmp_path: Path) -> None:

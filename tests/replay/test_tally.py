@@ -50,3 +50,25 @@ def test_the_json_names_the_worst_first() -> None:
     d = tally([tr(A, 1, True), tr(A, 2, False), tr(A, 3, True), tr(C, 1, True)], 10, 10_000).as_dict(top=1)
     assert d["worst_partitions"] == [{"cluster": "c", "topic": "orders", "partition": 0, "shrinks": 2}]
     assert {"shrinks", "expands", "flaps"} <= d.keys()
+
+
+def test_the_table_gives_each_setting_a_line_and_the_advice_with_its_caveats() -> None:
+    from replay.main import render_table
+
+    base = tally([tr(A, 1_000, True), tr(A, 2_000, False)], 10_000, 10_000).as_dict(top=3)
+    longest = {"seconds": 7.5, "cluster": "c", "topic": "orders", "partition": 0, "broker_id": 2, "at_ms": 5}
+    result = {
+        "records": 10, "observations": 30, "rejected_records": 1, "rejected_observations": 0,
+        "start_ms": 0, "end_ms": 10_000,
+        "settings": [
+            {"rule": "legacy-messages", "lag_time_max_ms": 10_000, "lag_max_messages": 4000, **base,
+             "longest_recovered": None},
+            {"rule": "kip16", "lag_time_max_ms": None, "lag_max_messages": None, **base, "longest_recovered": longest},
+        ],
+    }  # fmt: skip
+    lines = render_table(result).splitlines()
+    assert lines[0].startswith("replayed 10 records, 30 observations over 10 s (1 records")
+    assert lines[2].split()[:6] == ["legacy-messages", "10000", "4000", "1", "1", "1"]
+    assert lines[3].split()[:3] == ["kip16", "recorded", "-"]
+    assert "was 7.5 s (orders-0 on broker 2): a replica.lag.time.max.ms above 7500 ms" in lines[5]
+    assert lines[6].startswith("caveats:")
