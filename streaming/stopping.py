@@ -24,17 +24,18 @@ def stop_query(q: Any, drain_s: float) -> None:
     """Let the query finish what is already available (a stop does not cut a batch
     halfway: a restart would redo it, harmlessly but noisily), then stop it."""
     if q.isActive:
-        waiter = threading.Thread(target=_process_available, args=(q,), name=f"drain-{q.name}", daemon=True)
+        name = q.name
+        waiter = threading.Thread(target=_process_available, args=(q, name), name=f"drain-{name}", daemon=True)
         waiter.start()
         waiter.join(drain_s)
     q.stop()
 
 
-def _process_available(q: Any) -> None:
+def _process_available(q: Any, name: str) -> None:
     try:
         q.processAllAvailable()
-    except Exception:  # the query failed meanwhile; stop() reports nothing more
-        log.debug("drain_failed query=%s", q.name, exc_info=True)
+    except Exception:  # the query failed meanwhile, or the JVM is gone: stop() says what matters
+        log.debug("drain_failed query=%s", name, exc_info=True)  # no call into the JVM here
 
 
 def install_signals(job: Job) -> None:
@@ -45,7 +46,8 @@ def install_signals(job: Job) -> None:
     SIGINT handler, which cancels Spark's jobs and raises KeyboardInterrupt inside
     whatever call into the JVM the main thread is making (a traceback, not a stop).
     A signal sent to the whole process group (a terminal's Ctrl-C, systemd) ends the
-    JVM too: Py4J's own error logs of the calls that then fail are left out."""
+    JVM too: what the dying JVM makes Py4J and PySpark print (``_quiet_the_bridge``) is
+    left out."""
     if threading.current_thread() is not threading.main_thread():
         return
 
@@ -55,11 +57,28 @@ def install_signals(job: Job) -> None:
         if not job.stop_event.is_set():
             job.signalled = signum
             log.info("stopping %s", kv(signal=signal.Signals(signum).name))
-            logging.getLogger().addFilter(_without_py4j_send_errors)
+            _quiet_the_bridge()
         job.stop_event.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+
+
+def _quiet_the_bridge() -> None:
+    """Once a stop is asked for, the JVM may be ending too (the signal went to the whole
+    process group): every call into it then fails, and Py4J and PySpark print each failure
+    with its traceback. The job's own log says it stops and when it has stopped."""
+    logging.getLogger().addFilter(_without_py4j_send_errors)  # Py4J logs these on the root logger
+    for name in ("py4j", "py4j.clientserver", "py4j.java_gateway"):  # "exception while executing the Python Proxy"
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:  # PySpark's accumulator server prints a broken connection with socketserver's default handler
+        from pyspark import SparkContext
+
+        server = getattr(SparkContext._active_spark_context, "_accumulatorServer", None)
+        if server is not None:
+            server.handle_error = lambda request, address: log.debug("accumulator_connection_lost")
+    except Exception:  # noqa: BLE001 - best effort: only what is printed depends on it
+        log.debug("accumulator_server_not_quietened", exc_info=True)
 
 
 def _without_py4j_send_errors(record: logging.LogRecord) -> bool:
