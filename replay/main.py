@@ -27,6 +27,7 @@ from isrwatch.logs import kv
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.settings import kafka_config_pairs
 from isrwatch.status import State, Thresholds
+from replay.report import write_report
 from replay.settings import DEFAULT_LAG_MAX_MESSAGES, ReplaySettings, parse_time_ms, split_list
 from replay.sources import read_recording, read_topic, simulated
 from replay.stage import RAW_SCHEMA, stage
@@ -79,6 +80,7 @@ def _transitions(evaluated: DataFrame) -> list[Transition]:
     from streaming import replicas
 
     out_of_sync = F.col("lag_state") == State.OUT_OF_SYNC.value
+    warning = F.col("lag_state").isin(State.NEARING.value, State.CRITICAL.value)
     reps = F.col("latest.replicas")
     rows = (
         evaluated.where(F.col(replicas.CHANGE))
@@ -91,6 +93,7 @@ def _transitions(evaluated: DataFrame) -> list[Transition]:
             out_of_sync.alias("out"),
             F.when(reps.isNotNull(), F.size(reps)).alias("n_replicas"),
             F.col("latest.min_isr").cast("int").alias("min_isr"),
+            warning.alias("warning"),
         )
         .collect()
     )
@@ -101,6 +104,7 @@ def _transitions(evaluated: DataFrame) -> list[Transition]:
             bool(r.out),
             r.n_replicas,
             r.min_isr,
+            bool(r.warning),
         )  # fmt: skip
         for r in rows
     ]
@@ -169,6 +173,7 @@ def replay(
                 + f" ({rejected_records} rejected records, {rejected_obs} rejected observations)"
             )
         results = []
+        series = []  # per setting, followers out of the ISR over time (the report's chart)
         for i, setting in enumerate(settings, 1):
             t0 = time.monotonic()
             lag = setting.lag_time_max_ms or (reported[0] if len(reported) == 1 else FALLBACK_LAG_TIME_MAX_MS)
@@ -186,6 +191,7 @@ def replay(
                 label["lag_time_max_ms_from"] = "telemetry"
             longest = None if setting.rule is Rule.LEGACY_MESSAGES else _longest_recovered(evaluated)
             results.append({**label, **counted.as_dict(top), "longest_recovered": longest})
+            series.append(counted.out_over_time)
             log.info(
                 kv(
                     event="replay_setting",
@@ -202,6 +208,7 @@ def replay(
             "start_ms": int(start_ms),
             "end_ms": int(end_ms),
             "settings": results,
+            "series": series,
         }
     finally:
         good.unpersist()
@@ -291,6 +298,9 @@ def main(settings: ReplaySettings) -> int:
             )
         finally:
             spark.stop()
+    if settings.report:
+        path = write_report(result, settings.report)
+        log.info(kv(event="replay_report", path=path))
     if settings.format == "json":
         json.dump(result["settings"], sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -99,6 +99,9 @@ class ReplaySettings:
         check=positive,
     )
     format: str = option("table", "output: a table on the terminal, or JSON (one object per setting)", choices=FORMATS)
+    report: str | None = option(
+        None, "also write an HTML page with the charts to this directory (index.html)", metavar="DIR"
+    )
     top: int = option(3, "worst partitions and brokers listed per setting", check=positive)
     spark_master: str = option("local[2]", "Spark master for the replay (batch mode)")
 

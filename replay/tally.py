@@ -31,6 +31,7 @@ class Transition:
     out: bool
     replicas: int | None = None  # the partition's replica count, when reported
     min_isr: int | None = None
+    warning: bool = False  # not out, but nearing the lag (the Nearing / Imminent alerts' states)
 
 
 @dataclass
@@ -44,6 +45,10 @@ class Tally:
     shrinks_by_partition: Counter[Partition] = field(default_factory=Counter)
     shrinks_by_broker: Counter[tuple[str, int]] = field(default_factory=Counter)
     first_shrink_ms: dict[Key, int] = field(default_factory=dict)
+    # per shrink: seconds from the follower's first warning (nearing the lag) to the shrink; 0: none
+    warning_leads_s: list[float] = field(default_factory=list)
+    # (t_ms, followers out of the ISR from then on), in time order: the fleet's ISR over time
+    out_over_time: list[tuple[int, int]] = field(default_factory=list)
 
     def as_dict(self, top: int) -> dict[str, Any]:
         return {
@@ -60,12 +65,22 @@ class Tally:
             "worst_brokers": [
                 {"cluster": c, "broker_id": b, "shrinks": n} for (c, b), n in self.shrinks_by_broker.most_common(top)
             ],
+            "shrinks_warned": sum(1 for lead in self.warning_leads_s if lead > 0),
+            "warning_lead_s_median": _median(self.warning_leads_s),
             # when each follower would first have been dropped: what a setting changes in detection
             "first_shrinks": [
                 {"cluster": c, "topic": t, "partition": p, "broker_id": b, "t_ms": ms}
                 for (c, t, p, b), ms in sorted(self.first_shrink_ms.items())
             ],
         }
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return round(ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2, 3)
 
 
 def tally(transitions: Iterable[Transition], end_ms: int, flap_window_ms: int) -> Tally:
@@ -81,11 +96,18 @@ def tally(transitions: Iterable[Transition], end_ms: int, flap_window_ms: int) -
         trs.sort(key=lambda tr: tr.t_ms)
         part: Partition = key[:3]
         left: int | None = None
+        warned: int | None = None  # since when the follower has been nearing the lag
         for tr in trs:
             if tr.replicas is not None or tr.min_isr is not None:
                 sizes[part] = (tr.replicas, tr.min_isr)
+            if tr.warning and warned is None and left is None:
+                warned = tr.t_ms
+            elif not tr.warning and not tr.out:
+                warned = None
             if tr.out and left is None:
                 left = tr.t_ms
+                out.warning_leads_s.append((tr.t_ms - warned) / 1000.0 if warned is not None else 0.0)
+                warned = None
                 out.shrinks += 1
                 out.shrinks_by_partition[part] += 1
                 out.shrinks_by_broker[(key[0], key[3])] += 1
@@ -100,6 +122,10 @@ def tally(transitions: Iterable[Transition], end_ms: int, flap_window_ms: int) -
                 left = None
         if left is not None:
             out.replica_seconds_out += max(0, end_ms - left) / 1000.0
+    away_total = 0
+    for t, step in sorted(e for events in moves.values() for e in events):
+        away_total += step
+        out.out_over_time.append((t, away_total))
     for part, events in moves.items():
         replicas, min_isr = sizes.get(part, (None, None))
         if replicas is None or min_isr is None:

@@ -72,3 +72,23 @@ def test_the_table_gives_each_setting_a_line_and_the_advice_with_its_caveats() -
     assert lines[3].split()[:3] == ["kip16", "recorded", "-"]
     assert "was 7.5 s (orders-0 on broker 2): a replica.lag.time.max.ms above 7500 ms" in lines[5]
     assert lines[6].startswith("caveats:")
+
+
+def test_a_warning_before_a_shrink_is_its_lead_and_a_jump_straight_out_has_none() -> None:
+    got = tally(
+        [
+            Transition(A, 1_000, False, warning=True),
+            Transition(A, 6_000, True),
+            Transition(A, 9_000, False),
+            Transition(B, 2_000, True),  # straight out, no warning
+            Transition(B, 3_000, False),
+            Transition(B, 4_000, False, warning=True),  # warned, then back to ok: no shrink
+            Transition(B, 5_000, False),
+        ],
+        10_000,
+        10_000,
+    )
+    assert sorted(got.warning_leads_s) == [0.0, 5.0]
+    d = got.as_dict(top=3)
+    assert (d["shrinks_warned"], d["warning_lead_s_median"]) == (1, 2.5)
+    assert got.out_over_time == [(2_000, 1), (3_000, 0), (6_000, 1), (9_000, 0)]
