@@ -5,6 +5,7 @@
   of the validation table (``tools/validation_table.py``).
 * ``check_nearing_lead``: what a row must show (one statement for every test that pauses a
   follower).
+* ``replay_telemetry``: ``isrwatch replay`` of a run's recorded telemetry topic, as a user runs it.
 * ``write_result``: one JSON file per test in ``$ISRWATCH_VALIDATION_OUT`` (default
   ``<tmp>/isrwatch-validation``).
 """
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ __all__ = [
     "STRICT_LEAD_ENV",
     "Shrinks",
     "check_nearing_lead",
+    "replay_telemetry",
     "first_event",
     "nearing_row",
     "repeated_transitions",
@@ -150,3 +154,14 @@ def repeated_transitions(events: list[AlertEvent]) -> list[tuple[Any, str]]:
             wrong.append((e.identity, e.status))
         last[e.identity] = e.status
     return wrong
+
+
+def replay_telemetry(cluster: Any, topic: str, *flags: str) -> list[dict[str, Any]]:
+    """The settings' results (``--format json``) of ``isrwatch replay`` over the telemetry
+    topic ``topic`` of ``cluster``, with ``flags`` (rules, values)."""
+    argv = [sys.executable, "-m", "isrwatch", "replay", "--bootstrap-servers", cluster.bootstrap_servers,
+            *cluster.kafka_config_flags(), "--telemetry-topic", topic, *flags, "--format", "json"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: list[dict[str, Any]] = json.loads(done.stdout)
+    return result

@@ -25,6 +25,11 @@ have dropped it from the ISR, then resumed. For every pause:
   the brokers themselves logged out of the ISR (a paused leader, resumed,
   shrinks its ISR to itself: docs/kafka.md).
 
+Issue 15, on the separate-telemetry deployment: the recorded telemetry topic replayed with
+``isrwatch replay`` under the setting the brokers ran (``kip16``, the lag) drops every paused
+follower the leaders dropped, the leader's shrink inside the replay's predicted window, and
+nothing the brokers did not drop; with a lag 5 s shorter it drops them 5 s earlier.
+
 Issue 17, on the watched-cluster deployment (each broker leads partitions of
 the state topic): ``isrwatch exporter`` reads the state topic and a real
 Prometheus with the shipped rules scrapes it and the job's own /metrics. For
@@ -48,7 +53,7 @@ from tests.e2e.gauges import GaugeWatch, prometheus_config
 from tests.e2e.kafka_io import ProduceLoad, read_records
 from tests.e2e.pauses import layout, pause_round
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
-from tests.e2e.results import Shrinks, check_nearing_lead, write_result
+from tests.e2e.results import Shrinks, check_nearing_lead, replay_telemetry, write_result
 
 DATA_PARTITIONS = 3
 # Longest stretch without a completed micro-batch while a broker is paused: the trigger
@@ -176,6 +181,12 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, k
             pending = counts("isrwatch_output_records_pending")
             lost = counts("isrwatch_output_records_lost_total")
     truth = Shrinks.read(cluster, topic, started)
+    replayed = None
+    if telemetry is not None:  # issue 15: the recording, replayed under the brokers' setting and a shorter one
+        shorter = LAG_MS - 5_000
+        replayed = replay_telemetry(
+            telemetry, pipe.telemetry_topic, "--rule", "kip16", "--lag-time-max-ms", f"{LAG_MS},{shorter}"
+        )
     write_result(
         f"broker_pauses_{deployment}",
         {
@@ -187,6 +198,7 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, k
             "output_records_lost": lost,
             "output_records_pending_at_end": pending,
             "state_topic_after_compaction": after_compaction,
+            "replayed": replayed,
             "alerts": [[e.arrived, e.name, e.status, *e.replica] for e in pipe.alerts()],
         },
     )
@@ -218,3 +230,27 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, k
         paused_broker = any(r["broker"] == b and p in r["followed"] for r in rounds)
         logged_out = any(c.partition == p and b in c.isr_before and b not in c.isr_after for c in truth.lines)
         assert t == topic and (paused_broker or logged_out), f"{e.name} for {t}-{p} broker {b}: no cause"
+
+    if replayed is not None:
+        _check_replay(replayed, rounds, truth, topic)
+
+
+def _check_replay(replayed: list[dict[str, Any]], rounds: list[dict[str, Any]], truth: Shrinks, topic: str) -> None:
+    """Issue 15: the replay at the brokers' setting drops the paused followers where the leaders
+    did (0.9's leader checks every lag: its shrink falls in (lcu + lag, lcu + 2 lag]), allowing a
+    collector round and a second for the telemetry's view of the follower's last catch-up; it
+    drops nothing the brokers did not; 5 s less lag drops each 5 s earlier."""
+    at, shorter = ({(f["topic"], f["partition"], f["broker_id"]): f["t_ms"] for f in s["first_shrinks"]}
+                   for s in replayed)  # fmt: skip
+    slack_ms = (COLLECT_INTERVAL_S + 1.0) * 1000
+    for r in rounds:
+        for row in r["rows"]:
+            replica = (topic, row["partition"], r["broker"])
+            assert replica in at, f"the replay did not drop {replica}: {sorted(at)}"
+            shrink_ms = row["shrink_at"] * 1000
+            assert at[replica] - slack_ms <= shrink_ms <= at[replica] + LAG_MS + slack_ms, (replica, at[replica], row)
+            assert abs((at[replica] - shorter[replica]) - 5_000) <= slack_ms, (replica, at[replica], shorter[replica])
+    for t, p, b in at:
+        assert any(c.partition == p and b in c.isr_before and b not in c.isr_after for c in truth.lines), (
+            f"the replay dropped {t}-{p} broker {b}, which no leader dropped"
+        )

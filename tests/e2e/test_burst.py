@@ -15,15 +15,12 @@ burst puts thousands of messages behind, drops and re-admits followers (flaps).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 
 from isrwatch.alerts import AlertName
 from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
-from tests.e2e.results import write_result
+from tests.e2e.results import replay_telemetry, write_result
 
 BURST = 50_000
 MESSAGE_BYTES = 1000
@@ -63,19 +60,10 @@ def test_burst_absorbed_by_healthy_followers_raises_no_out_of_sync_and_no_shrink
     bad = {AlertName.OUT_OF_SYNC.value, AlertName.IMMINENT.value, AlertName.STALLED.value}
     assert not [e.body for e in alerts if e.name in bad], "an absorbed burst raised a critical alert"
 
-    replayed = _replay(cluster, pipe.telemetry_topic)
+    rules = ["--rule", "legacy-messages", "--rule", "kip16", "--rule", "kip16-refined"]
+    replayed = replay_telemetry(cluster, pipe.telemetry_topic, "--lag-time-max-ms", str(LAG_MS), *rules)
     write_result("burst_replay", {"lag_time_max_ms": LAG_MS, "broker_shrinks": len(shrinks), "settings": replayed})
     got = {s["rule"]: s for s in replayed}
     for rule in ("kip16", "kip16-refined"):
         assert got[rule]["shrinks"] == len(shrinks) == 0, got[rule]  # the broker's own history
     assert got["legacy-messages"]["flaps"] >= 1, got["legacy-messages"]
-
-
-def _replay(cluster, topic: str) -> list[dict]:
-    """``isrwatch replay`` of the recorded telemetry topic, as a user runs it."""
-    argv = [sys.executable, "-m", "isrwatch", "replay", "--bootstrap-servers", cluster.bootstrap_servers,
-            *cluster.kafka_config_flags(), "--telemetry-topic", topic, "--lag-time-max-ms", str(LAG_MS),
-            "--rule", "legacy-messages", "--rule", "kip16", "--rule", "kip16-refined", "--format", "json"]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
