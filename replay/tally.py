@@ -44,7 +44,7 @@ class Tally:
     under_min_isr_seconds: float = 0.0
     shrinks_by_partition: Counter[Partition] = field(default_factory=Counter)
     shrinks_by_broker: Counter[tuple[str, int]] = field(default_factory=Counter)
-    first_shrink_ms: dict[Key, int] = field(default_factory=dict)
+    shrink_events: list[tuple[Key, int]] = field(default_factory=list)  # every shrink: (replica, t_ms)
     # per shrink: seconds from the follower's first warning (nearing the lag) to the shrink; 0: none
     warning_leads_s: list[float] = field(default_factory=list)
     # (t_ms, followers out of the ISR from then on), in time order: the fleet's ISR over time
@@ -67,10 +67,10 @@ class Tally:
             ],
             "shrinks_warned": sum(1 for lead in self.warning_leads_s if lead > 0),
             "warning_lead_s_median": _median(self.warning_leads_s),
-            # when each follower would first have been dropped: what a setting changes in detection
-            "first_shrinks": [
+            # when each follower would have been dropped, every time: what a setting changes in detection
+            "shrink_events": [
                 {"cluster": c, "topic": t, "partition": p, "broker_id": b, "t_ms": ms}
-                for (c, t, p, b), ms in sorted(self.first_shrink_ms.items())
+                for (c, t, p, b), ms in sorted(self.shrink_events, key=lambda e: (e[1], e[0]))
             ],
         }
 
@@ -111,7 +111,7 @@ def tally(transitions: Iterable[Transition], end_ms: int, flap_window_ms: int) -
                 out.shrinks += 1
                 out.shrinks_by_partition[part] += 1
                 out.shrinks_by_broker[(key[0], key[3])] += 1
-                out.first_shrink_ms.setdefault(key, tr.t_ms)
+                out.shrink_events.append((key, tr.t_ms))
                 moves[part].append((tr.t_ms, 1))
             elif not tr.out and left is not None:
                 out.expands += 1

@@ -68,7 +68,7 @@ def test_a_stuck_follower_is_dropped_where_the_leader_dropped_it_and_earlier_wit
     settings = [Setting(Rule.KIP16_REFINED, 10_000, None), Setting(Rule.KIP16_REFINED, 6_000, None)]
     result = replay(spark, frame(spark, records), settings, FLAP_MS, top=3)
     at = [
-        {(f["topic"], f["partition"], f["broker_id"]): f["t_ms"] for f in s["first_shrinks"]}
+        {(f["topic"], f["partition"], f["broker_id"]): f["t_ms"] for f in s["shrink_events"]}
         for s in result["settings"]
     ]
     assert set(at[0]) == set(shrinks), (at[0], shrinks)

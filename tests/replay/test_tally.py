@@ -27,7 +27,7 @@ def test_a_follower_still_out_counts_to_the_end_and_order_does_not_matter() -> N
     # 5 s out, back at 9 s (a flap), out again at 20 s until the end
     assert (got.shrinks, got.expands, got.flaps) == (2, 1, 1)
     assert got.replica_seconds_out == pytest.approx(4.0 + 10.0)
-    assert got.first_shrink_ms == {A: 5_000}
+    assert got.shrink_events == [(A, 5_000), (A, 20_000)]
 
 
 def test_repeated_verdicts_are_not_new_shrinks() -> None:
