@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from isrwatch import cli
 from isrwatch.rule import Rule
 from replay.main import Setting, settings_to_run
 from replay.settings import ReplaySettings, parse_time_ms
@@ -51,19 +52,26 @@ def test_by_default_every_rule_at_the_recorded_setting() -> None:
         (["--input", "/nonexistent/recording"], "no such file or directory"),
     ],
 )
-def test_a_wrong_flag_is_one_line(args: list[str], says: str, tmp_path: Path) -> None:
-    done = subprocess.run([ISRWATCH, "replay", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+def test_a_wrong_flag_is_one_line(args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["replay", *args]) == 2  # checked before any record is read or Spark starts
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith("isrwatch replay: error:") and says in err, err
+
+
+def test_the_console_script_says_it_in_one_line(tmp_path: Path) -> None:
+    done = subprocess.run([ISRWATCH, "replay"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("isrwatch replay: error:") and says in last, done.stderr
-    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "isrwatch replay: error: give one recording to replay: --input PATH, --bootstrap-servers HOSTS or "
+        "--simulate SCENARIO"
+    ], done.stderr
 
 
-def test_an_empty_recording_is_refused(tmp_path: Path) -> None:
+def test_an_empty_recording_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n\n")
-    done = subprocess.run([ISRWATCH, "replay", "--input", str(empty)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "no telemetry records in it" in done.stderr, done.stderr
+    assert cli.main(["replay", "--input", str(empty)]) == 2
+    assert "no telemetry records in it" in capsys.readouterr().err
 
 
 def test_times_are_epoch_ms_or_iso_8601_utc_unless_said() -> None:
