@@ -35,6 +35,7 @@ import urllib.request
 from collections import defaultdict
 from typing import Any
 
+from isrwatch.alerts import AlertName
 from localkafka import free_port
 from localspark import LocalSpark
 from tests.e2e.accounting import drain_and_count
@@ -169,6 +170,13 @@ def test_two_watched_clusters_in_one_job_stay_apart(kafka_cluster_factory, tmp_p
     )
     _check_round(r)
     assert all(cluster_of(e) == "e2e" for e in pipe.alerts() if e.replica[2] >= 0), "a replica alert left cluster e2e"
-    assert not [e for e in pipe.alerts() if cluster_of(e) == "b"], "cluster b was alerted"
+    assert not [e for e in pipe.alerts() if cluster_of(e) == "b" and e.replica[2] >= 0], "cluster b had a replica alert"
+    # IsrwatchTelemetryStale may come and go while Spark warms up or a batch runs long on a loaded
+    # machine (seen once: both clusters stale for 2 s, before the pause): the job's own slowness,
+    # which it reports for every cluster alike. One for b alone would be the fault crossing over.
+    for e in pipe.alerts(AlertName.TELEMETRY_STALE.value):
+        if cluster_of(e) == "b":
+            twin = [x for x in pipe.alerts(AlertName.TELEMETRY_STALE.value, e.status) if cluster_of(x) == "e2e"]
+            assert any(abs(x.arrived - e.arrived) <= 1.0 for x in twin), f"cluster b alone went stale: {e.body}"
     assert ratios["b"] and len(ratios["b"]) == len(ratios["e2e"]), f"each cluster's replicas apart: {ratios}"
     assert max(ratios["b"]) < 0.5, f"cluster b's replicas are healthy: {ratios['b']}"
