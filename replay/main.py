@@ -160,8 +160,9 @@ def replay(
         valid = valid.where(F.col("t_ms") <= until_ms)
     good = valid.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        n_records = parsed.count()
-        rejected_records = parsed.where(F.col("reason").isNotNull()).count()
+        counts = parsed.agg(F.count(F.lit(1)), F.count(F.col("reason"))).first()  # count(col): its non-nulls
+        assert counts is not None  # an aggregate without grouping has one row
+        n_records, rejected_records = int(counts[0]), int(counts[1])
         rejected_obs = obs.where(F.col("reason").isNotNull()).count()
         span = good.agg(F.min("t_ms"), F.max("t_ms"), F.count(F.lit(1)), F.collect_set("lag_time_max_ms")).first()
         assert span is not None  # an aggregate without grouping has one row
@@ -183,13 +184,17 @@ def replay(
                 o = o.withColumn("lag_time_max_ms", F.lit(None).cast(good.schema["lag_time_max_ms"].dataType))
             rows = replicas.observation_rows(o, cfg, lag // 2)
             carried = rows.select(*replicas.STATE_COLUMNS).limit(0)
-            evaluated = replicas.evaluate_batch(rows, carried, cfg, Thresholds())
-            counted = tally(_transitions(evaluated), int(end_ms), flap_window_ms)
+            # held: the transitions and the advice both read it (one window over the recording, not two)
+            evaluated = replicas.evaluate_batch(rows, carried, cfg, Thresholds()).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                counted = tally(_transitions(evaluated), int(end_ms), flap_window_ms)
+                longest = None if setting.rule is Rule.LEGACY_MESSAGES else _longest_recovered(evaluated)
+            finally:
+                evaluated.unpersist()
             label = setting.label()
             if setting.lag_time_max_ms is None:
                 label["lag_time_max_ms"] = reported[0] if len(reported) == 1 else None
                 label["lag_time_max_ms_from"] = "telemetry"
-            longest = None if setting.rule is Rule.LEGACY_MESSAGES else _longest_recovered(evaluated)
             results.append({**label, **counted.as_dict(top), "longest_recovered": longest})
             series.append(counted.out_over_time)
             log.info(
