@@ -11,7 +11,7 @@ import pytest
 
 from isrwatch.alerts import AlertName
 from tests.e2e.gauges import GaugeWatch
-from tests.e2e.pipeline import LAG_MS, Pipeline, until
+from tests.e2e.pipeline import Pipeline, until
 from tests.e2e.results import Shrinks, first_event, nearing_row
 
 __all__ = ["layout", "pause_round", "AGREE_S"]
@@ -54,7 +54,7 @@ def pause_round(
             shrinks = Shrinks.read(cluster, topic, paused_at)
             return all(shrinks.first(p, broker) is not None for p in followed)
 
-        until(f"the leaders to drop broker {broker} from the ISR", all_shrunk, 4 * LAG_MS / 1000, pipe)
+        until(f"the leaders to drop broker {broker} from the ISR", all_shrunk, 4 * cluster.lag_time_max_ms / 1000, pipe)
     finally:
         cluster.resume(broker)
     resumed_at = time.time()
@@ -116,7 +116,14 @@ def pause_round(
     rows = []
     for p in followed:
         row = nearing_row(
-            f"broker {broker} paused", topic, p, broker, paused_at, nearing.get(p), shrinks.first(p, broker)
+            f"broker {broker} paused",
+            topic,
+            p,
+            broker,
+            paused_at,
+            nearing.get(p),
+            shrinks.first(p, broker),
+            cluster.lag_time_max_ms,
         )
         row["stalled_arrived"] = stalled[p].arrived if p in stalled else None
         if watch is not None:

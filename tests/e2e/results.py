@@ -27,6 +27,7 @@ from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, AlertEvent, Pipeline
 
 __all__ = [
     "LEAD_FLOOR_S",
+    "lead_floor_s",
     "RESULTS_ENV",
     "STRICT_LEAD_ENV",
     "Shrinks",
@@ -41,9 +42,15 @@ __all__ = [
 
 RESULTS_ENV = "ISRWATCH_VALIDATION_OUT"
 STRICT_LEAD_ENV = "ISRWATCH_STRICT_LEAD"
+
+
 # Issue 9's bound on a Nearing alert's lead before the leader's shrink: lag/2, less one
 # collector interval and a second for the job.
-LEAD_FLOOR_S = LAG_MS / 2000 - COLLECT_INTERVAL_S - 1.0
+def lead_floor_s(lag_ms: int) -> float:
+    return lag_ms / 2000 - COLLECT_INTERVAL_S - 1.0
+
+
+LEAD_FLOOR_S = lead_floor_s(LAG_MS)
 
 
 def results_dir() -> Path:
@@ -98,14 +105,16 @@ def nearing_row(
     fault_at: float,
     e: AlertEvent | None,
     shrink: float | None,
+    lag_ms: int = LAG_MS,
 ) -> dict[str, Any]:
     """One row of the validation table (tools/validation_table.py): a follower's first
     ``KafkaReplicaNearingIsrShrink`` against the leader's logged shrink. The predicted
     crossing of lag/2 is the start of the predicted window minus lag/2."""
     window = e.window if e else None
-    crossing = window[0] - LAG_MS / 2000 if window else None
+    crossing = window[0] - lag_ms / 2000 if window else None
     return {
         "scenario": scenario,
+        "lag_time_max_ms": lag_ms,
         "topic": topic,
         "partition": partition,
         "broker_id": broker_id,
@@ -136,11 +145,12 @@ def check_nearing_lead(row: dict[str, Any], where: str) -> None:
     assertion, which ``make test`` does not make. It is recorded in every row
     (``arrival_lead_s``), and ``make validation`` (``ISRWATCH_STRICT_LEAD=1``) holds it.
     """
+    floor = lead_floor_s(row.get("lag_time_max_ms", LAG_MS))
     assert row["alert_arrived"] is not None, f"no Nearing alert for {where}: {row}"
-    assert row["lead_s"] is not None and row["lead_s"] >= LEAD_FLOOR_S, (
-        f"{where}: the job's crossing led the shrink by {row['lead_s']}s < {LEAD_FLOOR_S}s: {row}"
+    assert row["lead_s"] is not None and row["lead_s"] >= floor, (
+        f"{where}: the job's crossing led the shrink by {row['lead_s']}s < {floor}s: {row}"
     )
-    bound = LEAD_FLOOR_S if os.environ.get(STRICT_LEAD_ENV) == "1" else 0.0
+    bound = floor if os.environ.get(STRICT_LEAD_ENV) == "1" else 0.0
     assert row["arrival_lead_s"] > bound, f"{where}: alert lead {row['arrival_lead_s']:.2f}s <= {bound}s: {row}"
 
 
