@@ -47,6 +47,9 @@ test: install ## run every test (unit, property, Spark, real Kafka/Prometheus/Al
 campaign: install ## the long campaigns left out of make test: poison records on real Kafka (~5 min)
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m campaign; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
+reliability: install ## issue 14's reliability campaign: 10,000 fuzzed telemetry records on real Kafka (ISRWATCH_FUZZ_SEED, ISRWATCH_FUZZ_RECORDS; a few minutes)
+	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests/e2e/test_fuzz_campaign.py -s; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
 test-unit: install ## fast tests only: no Kafka, Spark, Prometheus or Alertmanager, nothing slow (under a minute)
 	$(PY) -m pytest tests -m "not integration and not slow"
 
@@ -78,4 +81,4 @@ bench-scaling: install ## the job on local[2] and on a standalone cluster of 1 a
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install system-packages run test campaign test-unit lint local-kafka local-spark validation bench bench-quick bench-scaling clean
+.PHONY: help install system-packages run test campaign reliability test-unit lint local-kafka local-spark validation bench bench-quick bench-scaling clean
