@@ -44,7 +44,7 @@ run: install ## run the streaming job on the embedded simulator (SCENARIO=stuck-
 test: install ## run every test (unit, property, Spark, real Kafka/Prometheus/Alertmanager) but the long campaigns
 	$(PY) -m pytest tests -m "not campaign" --durations=30; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
-campaign: install ## the long campaigns left out of make test: poison records on real Kafka (~5 min)
+campaign: install ## the long campaigns left out of make test: poison records on real Kafka, collector clock ±30 s (~15 min)
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m campaign; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 reliability: install ## issue 14's reliability campaign: 10,000 fuzzed telemetry records on real Kafka (ISRWATCH_FUZZ_SEED, ISRWATCH_FUZZ_RECORDS; a few minutes)

@@ -26,6 +26,12 @@ __all__ = ["BatchHandler"]
 # The job's logger: operators, the benchmarks and the tests read "streaming.job batch ..." lines.
 log = logging.getLogger("streaming.job")
 
+# A cluster's telemetry clock this far ahead of the job's is reported (a collector's clock
+# ahead: ages are measured on the collector's clock alone and stay right, but alert times
+# are the collector's, clamped to the job's clock for Alertmanager), at most once per period.
+CLOCK_AHEAD_WARN_MS = 5_000
+CLOCK_WARN_EVERY_S = 600.0
+
 
 @dataclass
 class BatchHandler:
@@ -41,6 +47,7 @@ class BatchHandler:
     refresh_batches: int
     side_counts: dict[str, int]  # dead letters by reason, for the embedder (JobHandles)
     side_done: int = field(init=False)  # the last batch whose rare rows were written
+    _clock_warned: dict[str, float] = field(init=False, default_factory=dict)  # cluster -> monotonic
 
     def __post_init__(self) -> None:
         self.side_done = self.checkpoint.load_side()
@@ -69,6 +76,7 @@ class BatchHandler:
         self.store.health.record_batch(elapsed, report.observations, dead)
         wall_ms = int(time.time() * 1000)
         lag_s = max(((wall_ms - t) / 1000 for t in report.clusters.values()), default=0.0)
+        self._check_clocks(report.clusters, wall_ms)
         # The field order is kept: operators and tests parse "batch_id= observations= replicas= states=".
         log.info(
             "batch %s",
@@ -87,6 +95,29 @@ class BatchHandler:
                 changes=len(changes),
             ),
         )
+
+    def _check_clocks(self, clusters: dict[str, int], wall_ms: int) -> None:
+        """Warn about a cluster whose telemetry is stamped ahead of the job's clock (not with
+        the embedded simulator running faster than real time: no future check there)."""
+        if self.future_tolerance_ms is None:
+            return
+        now = time.monotonic()
+        for cluster, t in clusters.items():
+            ahead_ms = t - wall_ms
+            if (
+                ahead_ms > CLOCK_AHEAD_WARN_MS
+                and now - self._clock_warned.get(cluster, -CLOCK_WARN_EVERY_S) >= CLOCK_WARN_EVERY_S
+            ):
+                self._clock_warned[cluster] = now
+                log.warning(
+                    kv(
+                        event="telemetry_clock_ahead",
+                        cluster=cluster,
+                        ahead_s=round(ahead_ms / 1000, 1),
+                        hint="the collector's clock is ahead of the job's: synchronise them (NTP); "
+                        "lag ages stay right, alert times are the collector's",
+                    )
+                )
 
     def _write_side(self, out: BatchOutput, batch_id: int) -> dict[str, int]:
         """Dead letters and ISR change counts of a batch not handled before; by reason."""

@@ -188,8 +188,11 @@ class Pipeline:
         job_args: Iterable[str] = (),
         telemetry_cluster: Any = None,
         state_topic_config: dict[str, Any] | None = None,
+        collector_wrapper: Iterable[str] = (),
     ) -> None:
         self.cluster = cluster
+        # a command the collectors run under (a clock fault: tests/support/skewed_clock.py)
+        self.collector_wrapper = list(collector_wrapper)
         # where isrwatch's own topics live: the watched cluster, or a separate one
         self.telemetry_cluster = telemetry_cluster or cluster
         self.workdir = workdir
@@ -259,7 +262,7 @@ class Pipeline:
             "--lag-time-max-ms",
             str(watched.lag_time_max_ms),
         ]
-        return _Child(child, argv, self.workdir, None)
+        return _Child(child, [*self.collector_wrapper, *argv], self.workdir, None)
 
     def start_job(self) -> None:
         argv = self._base("run", self.telemetry_cluster) + [
