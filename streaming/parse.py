@@ -51,7 +51,9 @@ REASONS = {
     "unknown_version": "version is missing or not one this job reads",
     "missing_cluster": "cluster is missing or empty",
     "bad_observations": "observations is missing or not an array",
-    "missing_ids": "an observation lacks topic, partition, broker_id, leader_id or t_ms (or one has the wrong type)",
+    "bad_type": "a field has the wrong type or is out of range (text, a fraction, NaN or more than 64 bits "
+    "where a whole number belongs; a list that is not a list)",
+    "missing_ids": "an observation lacks topic, partition, broker_id, leader_id or t_ms",
     "negative_value": "an observation has a negative offset, id or time",
     "prev_after_t": "prev_t_ms is after t_ms",
     "leader_leo_backwards": "prev_leader_leo is above leader_leo",
@@ -61,8 +63,21 @@ REASONS = {
 
 # The reasons that reject a whole record (the others reject one observation or ISR change).
 RECORD_REASONS = frozenset(
-    ("empty_value", "not_utf8", "not_json", "not_object", "unknown_version", "missing_cluster", "bad_observations")
+    (
+        "empty_value",
+        "not_utf8",
+        "not_json",
+        "not_object",
+        "unknown_version",
+        "missing_cluster",
+        "bad_observations",
+        "bad_type",
+    )
 )
+
+# The parsed body's column that holds the record's text when a field did not convert (Spark's
+# JSON reader keeps the rest as nulls otherwise: a wrong type would read as a missing value).
+CORRUPT = "_corrupt_record"
 
 DEADLETTER_COLUMNS = [
     "reason",
@@ -108,7 +123,8 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column]:
         F.coalesce(F.octet_length(F.col("value")), F.lit(0)).alias("value_bytes"),
         F.try_validate_utf8(F.col("value").cast("string")).alias("value"),
     ]
-    rec = F.from_json(F.col("value"), SPARK_SCHEMA_DDL)  # validated once, parsed once
+    # validated once, parsed once
+    rec = F.from_json(F.col("value"), f"{SPARK_SCHEMA_DDL}, {CORRUPT} STRING", {"columnNameOfCorruptRecord": CORRUPT})
     r = F.col("rec")
     size = F.col("value_bytes")
     looks_like_object = F.ltrim(F.col("value")).startswith("{")
@@ -124,6 +140,7 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column]:
         )
         .when(F.coalesce(F.length(r["cluster"]), F.lit(0)) == 0, F.lit("missing_cluster"))
         .when(r["observations"].isNull(), F.lit("bad_observations"))
+        .when(r[CORRUPT].isNotNull(), F.lit("bad_type"))
     )
     # Only records with a version problem get this far at all (text that is
     # not UTF-8 has no parse); the common case never evaluates the parses above.
@@ -133,7 +150,8 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column]:
         | ~F.array_contains(versions, r["version"])
         | r["cluster"].isNull()
         | (r["cluster"] == "")
-        | r["observations"].isNull(),
+        | r["observations"].isNull()
+        | r[CORRUPT].isNotNull(),
         reason,
     )
     detail = (
@@ -142,6 +160,7 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column]:
             F.concat(F.lit("version="), F.coalesce(r["version"].cast("string"), F.lit("null"))),
         )
         .when(reason == "not_json", F.lit("cannot parse as JSON"))
+        .when(reason == "bad_type", F.lit("a field of the wrong type or out of range"))
         .when(reason == "not_utf8", F.concat(F.lit("bytes="), size.cast("string")))
         .when(reason == "empty_value", F.when(F.col("raw").isNull(), F.lit("null value")).otherwise(F.lit("0 bytes")))
         .otherwise(F.lit(None).cast("string"))

@@ -44,6 +44,13 @@ def test_reasons(spark) -> None:
         (_record([_obs(prev_leader_leo=200)]), "leader_leo_backwards"),
         (_record([_obs(t_ms=now + 3_600_000, prev_t_ms=now)]), "future_t"),
         (_record([], isr_changes=[{"t_ms": now, "topic": "t", "partition": 0, "isr_before": [1]}]), "bad_isr_change"),
+        # Spark's JSON reader would read each of these as a null field (a null leo: "did not answer")
+        (_record([_obs(leo="x")]), "bad_type"),
+        (_record([_obs(), _obs(leader_leo=float("nan"))]), "not_json"),  # NaN is not JSON
+        (_record([_obs(hw=2**64)]), "bad_type"),
+        (_record([_obs(prev_leo=1.5)]), "bad_type"),
+        (_record([_obs(isr="1")]), "bad_type"),
+        (_record([_obs(partition="x")]), "bad_type"),
     ]
     good = encode_record(TelemetryRecord("c", "test", now, (Observation("t", 1, 2, 1, now, 5, 5),), (good_change,)))
     rows = [(None, v, "spool", 0, i, None) for i, (v, _) in enumerate(values)]
