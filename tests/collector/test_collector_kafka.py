@@ -40,6 +40,8 @@ def read_topic(cluster, topic):
 def test_collect_command_publishes_valid_telemetry_whose_leos_match_the_brokers(kafka_cluster, unique_name):
     topic, telemetry = unique_name("data"), unique_name("telemetry")
     kafka_cluster.create_topic(telemetry, 1, 1)
+    # the watched topic, each broker leading one partition (no fault here; the telemetry
+    # topic above is placed by Kafka)
     kafka_cluster.create_topic(topic, assignment=[[1, 2, 3], [2, 3, 1], [3, 1, 2]])
     counts = {0: 30, 1: 41, 2: 52}
     p = Producer(kafka_cluster.client_config(acks="all"))

@@ -34,6 +34,8 @@ def test_killed_job_restarted_on_its_checkpoint_loses_no_telemetry_and_repeats_n
 ):
     cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
     topic = "ledger"
+    # the watched topic, pinned so the paused broker follows both partitions; isrwatch's own
+    # topics are placed by Kafka (Pipeline.create_topics)
     cluster.create_topic(topic, assignment=[[1, 2, 3], [2, 1, 3]])
     # The collector is stopped at the end: no IsrwatchTelemetryStale for that.
     pipeline = Pipeline(cluster, tmp_path, job_args=["--stale-after-seconds", "600"])

@@ -38,6 +38,8 @@ def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(kafka_
         replica_fetch_wait_max_ms=FETCH_WAIT_MS,
     )
     topic = "firehose"
+    # the watched topic: broker 1 leads, 2 and 3 are the slow followers under test; isrwatch's
+    # own topics are placed by Kafka (Pipeline.create_topics)
     cluster.create_topic(topic, assignment=[[1, 2, 3]])
     heavy = ProduceLoad(cluster, topic, 1, rate=HEAVY_RATE, size=MESSAGE_BYTES)
     with ProduceLoad(cluster, topic, 1, rate=LIGHT[0], size=LIGHT[1]), Pipeline(cluster, tmp_path) as pipe:

@@ -39,6 +39,8 @@ def read_all(cluster, topic: str) -> list[dict]:
 def test_steady_load_raises_nothing_and_bad_telemetry_goes_to_the_dead_letter_topic(kafka_cluster_factory, tmp_path):
     cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
     topic = "steady"
+    # the watched topic, pinned so each broker leads or follows it; isrwatch's own topics are
+    # placed by Kafka (Pipeline.create_topics)
     cluster.create_topic(topic, assignment=[[1, 2, 3], [2, 3, 1]])
     started = time.time()
     # IsrwatchTelemetryStale also fires when the job's own batches fall 15 s behind, which a
