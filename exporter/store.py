@@ -144,8 +144,10 @@ class StatusStore:
     # how the process feeding this store is doing (exporter.health), served with its data
     health: Health = field(default_factory=Health)
 
-    def update(self, statuses: Iterable[ReplicaStatus]) -> None:
-        """Replace each given replica's status (newer or not: last write wins)."""
+    def update(self, statuses: Iterable[ReplicaStatus], *, telemetry: bool = True) -> None:
+        """Replace each given replica's status (newer or not: last write wins). ``telemetry``
+        False: statuses carried past their telemetry (streaming.lookahead), whose times do
+        not move the cluster's telemetry time."""
         grouped: dict[PartitionKey, list[ReplicaStatus]] = {}
         for s in statuses:
             grouped.setdefault(_partition_key(s), []).append(s)
@@ -166,7 +168,7 @@ class StatusStore:
                     updated[s.broker_id] = wall
                     self._received[(pkey, s.broker_id)] = now
                     cluster = s.cluster
-                    if s.eval_ms > self._telemetry_ms.get(cluster, -1):
+                    if telemetry and s.eval_ms > self._telemetry_ms.get(cluster, -1):
                         self._telemetry_ms[cluster] = s.eval_ms
                 self._partitions[pkey] = PartitionView.of(replicas, updated)
 

@@ -173,6 +173,7 @@ class Job:
         from streaming.checkpoint import DriverCheckpoint
         from streaming.handler import BatchHandler
         from streaming.listener import QueryEvents
+        from streaming.lookahead import Lookahead
         from streaming.monitor import Monitor
         from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer
         from streaming.parse import REASONS
@@ -219,6 +220,18 @@ class Job:
         if states is not None:
             self._on_close("state topic", states.close)
         ckpt = DriverCheckpoint(checkpoint_dir)
+        # Between batches the clock runs on for Kafka telemetry, stamped as it happens; the
+        # embedded simulator and spools (replays, faster than real time) wait for evidence.
+        lookahead = (
+            Lookahead(
+                self.cfg,
+                self.th,
+                live_ms=int(settings.stale_after_seconds * 1000),
+                horizon_ms=settings.lookahead_ms,
+            )
+            if self.kafka_mode and settings.lookahead_ms != 0
+            else None
+        )
         self.monitor = handles.monitor = Monitor(
             self.cfg,
             self.th,
@@ -228,6 +241,7 @@ class Job:
             sinks=sinks,
             state_topic=states,
             checkpoint=ckpt,
+            lookahead=lookahead,
         )
         restored = query.restore_statuses(spark, checkpoint_dir, self.cfg, self.th)
         if restored:
@@ -345,10 +359,12 @@ class Job:
     def await_stop(self) -> None:
         """Until ``--duration`` passes, ``stop_event`` is set, or the query or the
         simulator fails (an IsrwatchError saying why). Meanwhile, once a tick: the
-        stale-telemetry check, and once a minute forgetting replicas gone quiet."""
+        stale-telemetry check, the lookahead's crossings, and once a minute forgetting
+        replicas gone quiet."""
         settings = self.settings
         start = time.monotonic()
-        tick = min(1.0, settings.trigger_seconds)
+        # A fifth of a second: the lookahead's crossings are said within a tick of their time.
+        tick = min(0.2, settings.trigger_seconds)
         next_forget = start + 60
         while not self.stop_event.wait(tick):
             failure = self.events.failure() if self.events is not None else None
@@ -361,6 +377,7 @@ class Job:
             if self.feeder is not None and self.feeder.error is not None:
                 raise IsrwatchError(f"embedded simulator failed: {self.feeder.error}")
             self.monitor.check_stale()
+            self.monitor.carry_forward()
             now = time.monotonic()
             if now >= next_forget:
                 self.monitor.forget(FORGET_AFTER_MS)

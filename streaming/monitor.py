@@ -16,6 +16,10 @@ in proportion to its rows and the alerts firing, not to the replicas tracked.
 ``check_stale`` runs from a timer on the wall clock: a cluster whose
 telemetry clock has not moved for ``stale_after_seconds`` raises
 ``IsrwatchTelemetryStale``; its replicas keep their frozen ages.
+
+``carry_forward`` runs from the same timer: a follower behind, due to cross
+``nearing_ratio`` before the next batch can show it, is said nearing when it
+does (``streaming.lookahead``, bounded; Kafka telemetry only).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from isrwatch.alerts import Alert, AlertBook, AlertName, Transition, partition_a
 from isrwatch.rule import RuleConfig
 from isrwatch.status import ReplicaStatus, State, Thresholds, status_key
 from streaming.checkpoint import DriverCheckpoint
+from streaming.lookahead import Lookahead
 from streaming.notify import AlertSink
 
 __all__ = ["Monitor", "BatchReport", "REPLICA_SCOPE", "STALE_SCOPE"]
@@ -83,6 +88,7 @@ class Monitor:
         state_topic: Any | None = None,
         checkpoint: DriverCheckpoint | None = None,
         wall_clock: Any = time.time,
+        lookahead: Lookahead | None = None,
     ) -> None:
         self.cfg = cfg
         self.thresholds = thresholds
@@ -93,6 +99,7 @@ class Monitor:
         self.state_topic = state_topic
         self.checkpoint = checkpoint
         self._wall = wall_clock
+        self.lookahead = lookahead
         self._lock = threading.RLock()
         self.statuses: dict[ReplicaKey, ReplicaStatus] = {}
         self._last_t: dict[ReplicaKey, int] = {}  # newest telemetry time of each replica
@@ -120,8 +127,10 @@ class Monitor:
                 self.store.set_telemetry_time(c, now)
         return len(statuses)
 
-    def _merge(self, items: Iterable[Evaluated]) -> tuple[list[ReplicaStatus], int]:
-        """Take in evaluated replicas; returns them and the observations new to the driver."""
+    def _merge(self, items: Iterable[Evaluated]) -> tuple[list[ReplicaStatus], list[ReplicaStatus], int]:
+        """Take in evaluated replicas; returns the statuses held for them (``_hold``), the
+        statuses as evaluated, and the observations new to the driver."""
+        held = []
         statuses = []
         n = 0
         wall = int(self._wall() * 1000)
@@ -132,14 +141,20 @@ class Monitor:
             self._counts[key] = count
             self._last_t[key] = last_t
             statuses.append(s)
-            touched.add(self._hold(s))
+            h = self._observed(key, s)
+            held.append(h)
+            touched.add(self._hold(h))
             if last_t > self.cluster_now.get(s.cluster, -1):
                 self.cluster_now[s.cluster] = last_t
                 self._advanced_wall_ms[s.cluster] = wall
             self._advanced_wall_ms.setdefault(s.cluster, wall)
         for pkey in touched:
             self._update_partition_alert(pkey)
-        return statuses, n
+        return held, statuses, n
+
+    def _observed(self, key: ReplicaKey, s: ReplicaStatus) -> ReplicaStatus:
+        """The status to hold for ``s``, evaluated from telemetry: ``s``, or the lookahead's."""
+        return s if self.lookahead is None else self.lookahead.observe(key, s)
 
     def _hold(self, s: ReplicaStatus) -> PartitionKey:
         """Keep ``s`` as its replica's status and the replica alerts it calls for; its partition."""
@@ -184,16 +199,18 @@ class Monitor:
         with self._lock:
             replay = batch_id <= self.handled_batch
             steps = [] if replay else self._steps(changes)
-            statuses, report.observations = self._merge(items)
+            held, statuses, report.observations = self._merge(items)
             report.rows = report.replicas = len(statuses)
             report.statuses = len(self.statuses)
             clusters = {s.cluster for s in statuses}
             report.clusters = {c: self.cluster_now[c] for c in clusters}
-            self.store.update(statuses)
+            self.store.update(held, telemetry=False)  # (the telemetry time: just below)
             for c in clusters:
                 self.store.set_telemetry_time(c, self.cluster_now[c])
             if self.state_topic is not None:
-                self.state_topic.update(statuses)  # every replica of the batch has new telemetry
+                # Every replica of the batch has new telemetry. The topic has the evaluated
+                # statuses only, so a replica's records are in telemetry-time order.
+                self.state_topic.update(statuses)
             if replay:
                 report.skipped = True
                 log.info(
@@ -206,10 +223,11 @@ class Monitor:
             self.handled_batch = batch_id
             if self.checkpoint is not None:
                 self.checkpoint.save_book(self.book, batch_id)
-        for t, now in transitions:
-            report.started += len(t.started)
-            report.resolved += len(t.resolved)
-            self._send(t, now)
+            # (Sent under the lock: the timer's transitions between batches go out in order with these.)
+            for t, now in transitions:
+                report.started += len(t.started)
+                report.resolved += len(t.resolved)
+                self._send(t, now)
         return report
 
     def _steps(self, changes: Sequence[ReplicaStatus]) -> list[tuple[Transition, int]]:
@@ -221,7 +239,8 @@ class Monitor:
             cluster, at = ordered[i].cluster, ordered[i].eval_ms
             touched: set[PartitionKey] = set()
             while i < len(ordered) and ordered[i].cluster == cluster and ordered[i].eval_ms == at:
-                touched.add(self._hold(ordered[i]))
+                s = ordered[i]
+                touched.add(self._hold(self._observed((s.cluster, s.topic, s.partition, s.broker_id), s)))
                 i += 1
             for pkey in touched:
                 self._update_partition_alert(pkey)
@@ -237,6 +256,36 @@ class Monitor:
         others = [a for a in self.book.active.values() if _cluster_of(a) != cluster]
         return self.book.update([*desired, *others], now_ms, scope=REPLICA_SCOPE)
 
+    def carry_forward(self) -> list[ReplicaStatus]:
+        """The timer's other job: the followers whose Nearing crossing has come on the wall
+        clock before a batch showed it (``streaming.lookahead``) are held nearing, in the
+        store and the alerts, from their crossing. Returns them."""
+        if self.lookahead is None:
+            return []
+        wall = int(self._wall() * 1000)
+        with self._lock:
+            carried = self.lookahead.due(wall, self.cluster_now, self.statuses)
+            if not carried:
+                return []
+            for pkey in {self._hold(s) for s in carried}:
+                self._update_partition_alert(pkey)
+            self.store.update(carried, telemetry=False)
+            transitions = []
+            for cluster in sorted({s.cluster for s in carried}):
+                at = max(s.eval_ms for s in carried if s.cluster == cluster)
+                transitions.append((self._transition(cluster, at), at))
+            if self.checkpoint is not None:
+                self.checkpoint.save_book(self.book, self.handled_batch)
+            for t, at in transitions:
+                self._send(t, at)
+        for s in carried:
+            log.info(
+                "carried_forward cluster=%s replica=%s/%s/%s lag_ratio=%.3f eval_ms=%s ahead_of_telemetry_ms=%s",
+                s.cluster, s.topic, s.partition, s.broker_id, s.lag_ratio, s.eval_ms,
+                s.eval_ms - self.cluster_now.get(s.cluster, s.eval_ms),
+            )  # fmt: skip
+        return carried
+
     def check_stale(self) -> Transition:
         """The wall-clock timer's job: raise or resolve ``IsrwatchTelemetryStale``."""
         wall = int(self._wall() * 1000)
@@ -248,12 +297,12 @@ class Monitor:
             ]
             # Keep the first start time's text stable while it holds.
             t = self.book.update(desired, wall, scope=STALE_SCOPE)
-            if (t.started or t.resolved) and self.checkpoint is not None:
-                self.checkpoint.save_book(self.book, self.handled_batch)
-        if t.started or t.resolved:
-            for a in t.started:
-                log.warning("telemetry_stale %s", a.summary)
-            self._send(t, wall)
+            if t.started or t.resolved:
+                if self.checkpoint is not None:
+                    self.checkpoint.save_book(self.book, self.handled_batch)
+                self._send(t, wall)
+        for a in t.started:
+            log.warning("telemetry_stale %s", a.summary)
         return t
 
     def _send(self, t: Transition, now_ms: int) -> None:
@@ -273,6 +322,8 @@ class Monitor:
             for k in gone:
                 del self._last_t[k]
                 self._counts.pop(k, None)
+                if self.lookahead is not None:
+                    self.lookahead.forget(k)
                 self._replica_alerts.get(k[0], {}).pop(k, None)
                 pkey = k[:3]
                 members = self._members.get(pkey, set())

@@ -33,6 +33,10 @@ def _checkpoint_path(v: str | None) -> str | None:
     return None
 
 
+def _not_negative(v: int | None) -> str | None:
+    return None if v is None or v >= 0 else f"{v} must be 0 or more"
+
+
 def _refresh_batches(v: int) -> str | None:
     return None if 1 <= v <= 600 else f"{v} must be from 1 to 600"
 
@@ -84,6 +88,14 @@ class JobSettings:
     )
     stale_after_seconds: float = option(
         15.0, "no telemetry from a cluster this long: IsrwatchTelemetryStale", check=positive
+    )
+    lookahead_ms: int | None = option(
+        None,
+        "between micro-batches, a follower behind is said nearing when it crosses nearing-ratio on the job's clock, "
+        "inferred at most this far past its newest telemetry (0: off; default: a quarter of replica.lag.time.max.ms; "
+        "Kafka telemetry only: docs/streaming.md)",
+        check=_not_negative,
+        metavar="MS",
     )
     observation_gap_ms: int | None = option(
         None,

@@ -1,0 +1,142 @@
+"""Between micro-batches, the clock runs on: a follower's Nearing at the moment it crosses.
+
+The broker's rule needs no new evidence to drop a follower: the leader compares
+``now - lastCaughtUpTimeMs`` with ``replica.lag.time.max.ms`` on its own clock, which
+never stops. The job's clock is its telemetry, and telemetry reaches it a micro-batch
+late (a collector round, the wait for the running batch, the batch itself: 2-5 s
+measured, docs/validation.md). So a follower whose newest status shows it behind
+crosses ``nearing_ratio`` at ``lcu + nearing_ratio * lag`` whether or not a batch
+has shown it yet.
+
+``Lookahead`` keeps, for each follower that is behind and ok, the time it will cross,
+and once that time has come on the job's wall clock says the replica is nearing then
+(``carry``: its newest status carried forward to the crossing, nothing else changed).
+What it may infer is bounded, so that no evidence is never read as bad evidence:
+
+* at most ``horizon`` past the replica's own newest status (default a quarter of its
+  ``replica.lag.time.max.ms``): a collector that stops, a leader that stops answering
+  (the replica's status is the last time its leader answered) or a job that falls
+  behind carries no replica further than that;
+* only while its cluster's telemetry is current (the newest telemetry within
+  ``live_ms`` of the wall clock): a backlog, a replay of old telemetry or a collector
+  whose clock is well behind the job's carries nothing;
+* only Nearing, only for a follower in the ISR that is behind (a caught-up follower
+  crosses ``horizon`` after its newest status at the earliest, and the default
+  horizon is below every threshold); the other states and alerts come from evidence.
+
+A status that arrives later with the same last catch-up and an older time does not
+undo the crossing (the evidence agrees with it); one that shows the follower caught
+up since, or out of the ISR, or is newer than the crossing, replaces it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import ReplicaStatus, State, Thresholds
+
+__all__ = ["Lookahead", "carry", "last_caught_up_ms", "HORIZON_SHARE"]
+
+# The default horizon, as a share of the replica's replica.lag.time.max.ms: at Kafka's
+# default 30 s, 7.5 s past the newest telemetry; a follower is carried to Nearing only if
+# its newest status already showed it behind for at least nearing_ratio - this share.
+HORIZON_SHARE = 0.25
+
+ReplicaKey = tuple[str, str, int, int]
+
+
+def last_caught_up_ms(s: ReplicaStatus) -> int:
+    """The follower's ``lastCaughtUpTimeMs`` as ``s`` computed it."""
+    return s.shrink_window_start_ms - s.lag_time_max_ms
+
+
+def carry(s: ReplicaStatus, at_ms: int, th: Thresholds) -> ReplicaStatus:
+    """``s`` at the later time ``at_ms``, with no new evidence: the age since the last
+    catch-up grows, everything else stays."""
+    lag = s.lag_time_max_ms
+    age = max(0, at_ms - last_caught_up_ms(s))
+    ratio = age / lag
+    if ratio >= 1.0:
+        lag_state = State.OUT_OF_SYNC
+    elif ratio >= th.critical_ratio:
+        lag_state = State.CRITICAL
+    elif ratio >= th.nearing_ratio:
+        lag_state = State.NEARING
+    else:
+        lag_state = State.OK
+    return dataclasses.replace(
+        s,
+        eval_ms=at_ms,
+        state=State.STALLED if s.state is State.STALLED else lag_state,
+        lag_state=lag_state,
+        time_since_caught_up_s=age / 1000.0,
+        lag_ratio=ratio,
+        peak_lag_ratio=max(ratio, s.peak_lag_ratio or 0.0),
+        time_to_shrink_s=max(0, s.shrink_window_start_ms - at_ms) / 1000.0,
+    )
+
+
+class Lookahead:
+    """The followers due to cross ``nearing_ratio`` between batches, and those carried there.
+    Not thread-safe: ``streaming.monitor.Monitor`` calls it under its lock."""
+
+    def __init__(self, cfg: RuleConfig, th: Thresholds, *, live_ms: int, horizon_ms: int | None = None) -> None:
+        self.th = th
+        self.live_ms = live_ms
+        self.horizon_ms = horizon_ms
+        # The legacy rule's ratio is also a message count, which does not grow with the clock.
+        self.enabled = cfg.rule is not Rule.LEGACY_MESSAGES and horizon_ms != 0
+        self._due: dict[ReplicaKey, tuple[int, int]] = {}  # key -> (crossing, newest evidence)
+        self.carried: dict[ReplicaKey, ReplicaStatus] = {}  # key -> the status carried to its crossing
+
+    def horizon(self, s: ReplicaStatus) -> int:
+        return self.horizon_ms if self.horizon_ms is not None else int(s.lag_time_max_ms * HORIZON_SHARE)
+
+    def observe(self, key: ReplicaKey, s: ReplicaStatus) -> ReplicaStatus:
+        """Take in ``s``, a status made from telemetry; returns the status to hold for the
+        replica: ``s``, or the crossing already carried if ``s`` agrees with it."""
+        if not self.enabled:
+            return s
+        held = s
+        carried = self.carried.pop(key, None)
+        if (
+            carried is not None
+            and s.eval_ms < carried.eval_ms
+            and s.in_isr
+            and last_caught_up_ms(s) == last_caught_up_ms(carried)
+        ):
+            held = self.carried[key] = carry(s, carried.eval_ms, self.th)  # (s's other fields: stalled, offsets)
+        self._plan(key, held, s.eval_ms)
+        return held
+
+    def _plan(self, key: ReplicaKey, s: ReplicaStatus, evidence_ms: int) -> None:
+        self._due.pop(key, None)
+        if s.lag_state is not State.OK or not s.in_isr or s.time_since_caught_up_s <= 0:
+            return
+        crossing = last_caught_up_ms(s) + math.ceil(self.th.nearing_ratio * s.lag_time_max_ms)
+        if crossing - evidence_ms <= self.horizon(s):
+            self._due[key] = (crossing, evidence_ms)
+
+    def due(
+        self, wall_ms: int, cluster_now: dict[str, int], statuses: dict[ReplicaKey, ReplicaStatus]
+    ) -> list[ReplicaStatus]:
+        """The followers whose crossing has come, each carried to it (and remembered as such)."""
+        out = []
+        for key, (crossing, evidence_ms) in list(self._due.items()):
+            s = statuses.get(key)
+            if s is None:
+                del self._due[key]
+                continue
+            if wall_ms - cluster_now.get(key[0], evidence_ms) > self.live_ms:
+                continue  # the cluster's telemetry is behind: wait for it
+            if crossing <= wall_ms:  # (and within the horizon of the evidence: _plan)
+                del self._due[key]
+                carried = self.carried[key] = carry(s, crossing, self.th)
+                out.append(carried)
+        return out
+
+    def forget(self, key: ReplicaKey) -> None:
+        self._due.pop(key, None)
+        self.carried.pop(key, None)

@@ -1,0 +1,169 @@
+"""The lookahead between batches (streaming.lookahead) through the driver's monitor, without
+Spark: a follower behind is said nearing at its crossing on the wall clock, and only within
+the bounds that keep a gap in telemetry from reading as a follower out of sync."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from isrwatch.alerts import AlertName
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import State, Thresholds, evaluate
+from streaming.lookahead import Lookahead, carry, last_caught_up_ms
+from streaming.state import row_to_aggregate
+from tests.streaming.test_monitor import Clock, Collect, _monitor, _row
+
+LAG_MS = 10_000  # _row's replica.lag.time.max.ms
+HORIZON_MS = LAG_MS // 4  # the default
+T0 = 1_000_000  # telemetry time of the first batch (ms); the wall clock is set to match
+
+
+class StateTopic:
+    def __init__(self) -> None:
+        self.written = []
+
+    def update(self, statuses) -> None:
+        self.written.extend(statuses)
+
+
+def _setup(tmp_path, rule: Rule = Rule.KIP16_REFINED, horizon_ms: int | None = None):
+    clock, sink, topic = Clock(), Collect(), StateTopic()
+    cfg = RuleConfig(rule, LAG_MS)
+    m = _monitor(
+        tmp_path,
+        clock,
+        sink,
+        state_topic=topic,
+        lookahead=Lookahead(cfg, Thresholds(), live_ms=15_000, horizon_ms=horizon_ms),
+    )
+    m.cfg = cfg
+    return m, clock, sink, topic
+
+
+def _batch(m, batch_id: int, t_ms: int, caught_up_ms: int, *, in_isr: bool = True, leo: int = 10):
+    row = _row(t_ms, caught_up_ms, batch_id + 1)
+    row["latest"]["leo"] = row["known_leo"] = leo
+    if not in_isr:
+        row["latest"]["isr"] = [1]
+    agg = row_to_aggregate(row)
+    s = evaluate(agg, t_ms, m.cfg, m.thresholds)
+    return m.apply_statuses(batch_id, [(s, t_ms, batch_id + 1)])
+
+
+def _started(sink) -> list[tuple[str, int]]:
+    return [(a.name.value, a.starts_ms) for t in sink.transitions for a in t.started]
+
+
+def _resolved(sink) -> list[str]:
+    return [a.name.value for t in sink.transitions for a in t.resolved]
+
+
+def test_a_follower_behind_is_nearing_at_its_crossing_on_the_wall_clock(tmp_path) -> None:
+    m, clock, sink, _ = _setup(tmp_path)
+    # Behind for 3 s of 10 at T0: it crosses 0.5 at lcu + 5 s = T0 + 2 s, within the horizon.
+    _batch(m, 0, T0, T0 - 3_000)
+    clock.t = (T0 + 1_900) / 1000
+    assert m.carry_forward() == [] and not _started(sink)
+    clock.t = (T0 + 2_000) / 1000
+    [carried] = m.carry_forward()
+    assert carried.lag_state is State.NEARING and carried.lag_ratio == 0.5 and carried.eval_ms == T0 + 2_000
+    assert _started(sink) == [(AlertName.NEARING.value, T0 + 2_000)]
+    assert next(iter(m.store.snapshot().statuses())).lag_ratio == 0.5  # the job's own gauges say so too
+    assert m.carry_forward() == []  # said once
+
+
+def test_evidence_that_agrees_keeps_the_alert_and_evidence_that_refutes_it_resolves_it(tmp_path) -> None:
+    m, clock, sink, topic = _setup(tmp_path)
+    _batch(m, 0, T0, T0 - 3_000)
+    clock.t = (T0 + 2_100) / 1000
+    m.carry_forward()
+    # The next batch's telemetry ends before the crossing, with the same last catch-up:
+    # it agrees; no transition, and the state topic gets the evaluated status, not the carried one.
+    _batch(m, 1, T0 + 1_500, T0 - 3_000)
+    assert _started(sink) == [(AlertName.NEARING.value, T0 + 2_000)] and not _resolved(sink)
+    assert [s.eval_ms for s in topic.written] == [T0, T0 + 1_500]
+    assert next(iter(m.store.snapshot().statuses())).eval_ms == T0 + 2_000
+    # Then telemetry past the crossing, still behind: evidence of the same alert, held.
+    _batch(m, 2, T0 + 2_500, T0 - 3_000)
+    assert len(_started(sink)) == 1 and not _resolved(sink)
+    # Then the follower caught up: resolved.
+    _batch(m, 3, T0 + 3_000, T0 + 2_900, leo=20)
+    assert _resolved(sink) == [AlertName.NEARING.value]
+
+
+def test_a_catch_up_before_the_crossing_resolves_the_carried_alert(tmp_path) -> None:
+    m, clock, sink, _ = _setup(tmp_path)
+    _batch(m, 0, T0, T0 - 3_000)
+    clock.t = (T0 + 2_000) / 1000
+    m.carry_forward()
+    _batch(m, 1, T0 + 1_500, T0 + 1_000, leo=20)  # it had caught up at T0 + 1 s
+    assert _resolved(sink) == [AlertName.NEARING.value]
+    clock.t += 60
+    assert m.carry_forward() == []
+
+
+def test_nothing_is_inferred_further_than_the_horizon_past_the_newest_telemetry(tmp_path) -> None:
+    m, clock, sink, _ = _setup(tmp_path)
+    # Behind for 2 s: its crossing is 3 s after the evidence, past the 2.5 s horizon.
+    _batch(m, 0, T0, T0 - 2_000)
+    for wall in (T0 + 3_000, T0 + 10_000):
+        clock.t = wall / 1000
+        assert m.carry_forward() == []
+    assert not _started(sink)
+
+
+def test_a_follower_caught_up_or_out_of_the_isr_is_not_carried(tmp_path) -> None:
+    m, clock, sink, _ = _setup(tmp_path)
+    _batch(m, 0, T0, T0, leo=20)  # caught up at its newest telemetry
+    clock.t = (T0 + HORIZON_MS) / 1000
+    assert m.carry_forward() == []
+    m2, clock2, sink2, _ = _setup(tmp_path / "2")
+    _batch(m2, 0, T0, T0 - 3_000, in_isr=False)  # already out of sync from evidence
+    clock2.t = (T0 + 2_000) / 1000
+    assert m2.carry_forward() == []
+    assert [n for n, _ in _started(sink2)] == [
+        AlertName.NEARING.value, AlertName.IMMINENT.value, AlertName.OUT_OF_SYNC.value
+    ]  # fmt: skip
+
+
+def test_telemetry_behind_the_wall_clock_carries_nothing(tmp_path) -> None:
+    """A backlog, a replay or a collector's clock well behind: the cluster's newest telemetry
+    is older than the stale limit on the wall clock, so the crossing waits for evidence."""
+    m, clock, sink, _ = _setup(tmp_path)
+    _batch(m, 0, T0, T0 - 3_000)
+    clock.t = (T0 + 16_000) / 1000
+    assert m.carry_forward() == []
+
+
+def test_off_for_the_legacy_rule_and_at_zero(tmp_path) -> None:
+    for rule, horizon in ((Rule.LEGACY_MESSAGES, None), (Rule.KIP16_REFINED, 0)):
+        m, clock, sink, _ = _setup(tmp_path / f"{rule.value}{horizon}", rule, horizon)
+        _batch(m, 0, T0, T0 - 3_000)
+        clock.t = (T0 + 2_000) / 1000
+        assert m.carry_forward() == []
+
+
+@given(
+    age=st.integers(0, 9_999),
+    ahead=st.integers(0, 20_000),
+    stalled=st.booleans(),
+)
+def test_carry_grows_only_the_age(age: int, ahead: int, stalled: bool) -> None:
+    """``carry`` is the reference evaluated later with no new evidence: the same last
+    catch-up, the ratio of the longer age, the state of that ratio (stalled kept)."""
+    cfg, th = RuleConfig(Rule.KIP16, LAG_MS), Thresholds()
+    row = _row(T0, T0 - age, 1)
+    if stalled:
+        row["latest"]["leo"] = None
+        row["last_answer_ms"] = T0 - 5_000
+    s = evaluate(row_to_aggregate(row), T0, cfg, th)
+    later = carry(s, T0 + ahead, th)
+    again = evaluate(
+        row_to_aggregate({**row, "last_t_ms": T0 + ahead, "last_leader_answer_ms": T0 + ahead}), T0 + ahead, cfg, th
+    )
+    assert last_caught_up_ms(later) == last_caught_up_ms(s)
+    assert abs(later.lag_ratio - again.lag_ratio) < 1e-9
+    assert later.lag_state is again.lag_state
+    assert (later.state is State.STALLED) == (s.state is State.STALLED)
+    assert later.time_to_shrink_s == again.time_to_shrink_s
