@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
+from isrwatch.alerts import AlertName, replica_alerts
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import ReplicaStatus, State, Thresholds
 
@@ -110,6 +112,22 @@ class Lookahead:
             held = self.carried[key] = carry(s, carried.eval_ms, self.th)  # (s's other fields: stalled, offsets)
         self._plan(key, held, s.eval_ms)
         return held
+
+    def resume(self, key: ReplicaKey, s: ReplicaStatus, firing_since: dict[tuple[str, Any], int]) -> ReplicaStatus:
+        """After a restart: ``s``, restored from telemetry, carried again to its crossing if
+        the restored alert book (``firing_since``: alert key -> start) has the Nearing alert
+        this job said for it there (else the first batch would resolve it, and a later one
+        say it again)."""
+        if not self.enabled or s.lag_state is not State.OK or not s.in_isr or s.time_since_caught_up_s <= 0:
+            return s
+        crossing = last_caught_up_ms(s) + math.ceil(self.th.nearing_ratio * s.lag_time_max_ms)
+        carried = carry(s, crossing, self.th)
+        nearing = [a for a in replica_alerts(carried, self.th) if a.name is AlertName.NEARING]
+        if not nearing or firing_since.get(nearing[0].key) != crossing:
+            return s
+        self.carried[key] = carried
+        self._due.pop(key, None)
+        return carried
 
     def _plan(self, key: ReplicaKey, s: ReplicaStatus, evidence_ms: int) -> None:
         self._due.pop(key, None)

@@ -122,6 +122,8 @@ class Monitor:
         into the store, without announcing anything."""
         with self._lock:
             statuses = self._merge(items)[0]
+            if self.lookahead is not None:
+                statuses = self._resume_carried(statuses)
             self.store.update(statuses)
             for c, now in self.cluster_now.items():
                 self.store.set_telemetry_time(c, now)
@@ -151,6 +153,19 @@ class Monitor:
         for pkey in touched:
             self._update_partition_alert(pkey)
         return held, statuses, n
+
+    def _resume_carried(self, statuses: list[ReplicaStatus]) -> list[ReplicaStatus]:
+        """The restored statuses, those the book shows carried to Nearing carried again."""
+        assert self.lookahead is not None
+        since = {k: a.starts_ms for k, a in self.book.active.items()}
+        out = []
+        for s in statuses:
+            key = (s.cluster, s.topic, s.partition, s.broker_id)
+            held = self.lookahead.resume(key, s, since)
+            if held is not s:
+                self._update_partition_alert(self._hold(held))
+            out.append(held)
+        return out
 
     def _observed(self, key: ReplicaKey, s: ReplicaStatus) -> ReplicaStatus:
         """The status to hold for ``s``, evaluated from telemetry: ``s``, or the lookahead's."""

@@ -167,3 +167,21 @@ def test_carry_grows_only_the_age(age: int, ahead: int, stalled: bool) -> None:
     assert later.lag_state is again.lag_state
     assert (later.state is State.STALLED) == (s.state is State.STALLED)
     assert later.time_to_shrink_s == again.time_to_shrink_s
+
+
+def test_a_restart_keeps_a_carried_alert_that_its_evidence_still_agrees_with(tmp_path) -> None:
+    """The job stopped after saying Nearing between batches: restored from the same evidence
+    (its state store), the first batch older than the crossing must not resolve it."""
+    m, clock, sink, _ = _setup(tmp_path)
+    _batch(m, 0, T0, T0 - 3_000)
+    clock.t = (T0 + 2_000) / 1000
+    m.carry_forward()
+    restored = m.statuses[("c", "t", 0, 2)]
+    evidence = evaluate(row_to_aggregate(_row(T0, T0 - 3_000, 1)), T0, m.cfg, m.thresholds)
+    again, clock2, sink2, _ = _setup(tmp_path)  # the same checkpoint: the alert book
+    assert restored.eval_ms == T0 + 2_000 and again.book.active
+    again.restore([(evidence, T0, 1)])
+    _batch(again, 1, T0 + 1_500, T0 - 3_000)
+    assert not _resolved(sink2) and not _started(sink2)
+    _batch(again, 2, T0 + 3_000, T0 + 2_900, leo=20)
+    assert _resolved(sink2) == [AlertName.NEARING.value]
