@@ -24,15 +24,18 @@ What it may infer is bounded, so that no evidence is never read as bad evidence:
   crosses ``horizon`` after its newest status at the earliest, and the default
   horizon is below every threshold); the other states and alerts come from evidence.
 
-A status that arrives later with the same last catch-up and an older time does not
-undo the crossing (the evidence agrees with it); one that shows the follower caught
-up since, or out of the ISR, or is newer than the crossing, replaces it.
+A replica carried to Nearing stays there while its telemetry agrees: each new status
+that still shows it behind, in the ISR and due to cross within the horizon of its own
+time is carried to its crossing (telemetry arriving late can move the last catch-up a
+collector round on; the alert holds rather than resolving and starting again). A status
+that shows it caught up, or at Nearing or beyond from telemetry alone, replaces it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection
 from typing import Any
 
 from isrwatch.alerts import AlertName, replica_alerts
@@ -90,7 +93,7 @@ class Lookahead:
         self.horizon_ms = horizon_ms
         # The legacy rule's ratio is also a message count, which does not grow with the clock.
         self.enabled = cfg.rule is not Rule.LEGACY_MESSAGES and horizon_ms != 0
-        self._due: dict[ReplicaKey, tuple[int, int]] = {}  # key -> (crossing, newest evidence)
+        self._due: dict[ReplicaKey, int] = {}  # key -> its crossing, within the horizon of its status
         self.carried: dict[ReplicaKey, ReplicaStatus] = {}  # key -> the status carried to its crossing
 
     def horizon(self, s: ReplicaStatus) -> int:
@@ -98,58 +101,65 @@ class Lookahead:
 
     def observe(self, key: ReplicaKey, s: ReplicaStatus) -> ReplicaStatus:
         """Take in ``s``, a status made from telemetry; returns the status to hold for the
-        replica: ``s``, or the crossing already carried if ``s`` agrees with it."""
+        replica: ``s``, or, for a replica carried to Nearing that ``s`` still shows behind
+        and due to cross within the horizon, ``s`` carried to its crossing. (Telemetry that
+        arrives late can move the last catch-up a collector round on: the alert holds.)"""
         if not self.enabled:
             return s
         held = s
         carried = self.carried.pop(key, None)
-        if (
-            carried is not None
-            and s.eval_ms < carried.eval_ms
-            and s.in_isr
-            and last_caught_up_ms(s) == last_caught_up_ms(carried)
-        ):
-            held = self.carried[key] = carry(s, carried.eval_ms, self.th)  # (s's other fields: stalled, offsets)
-        self._plan(key, held, s.eval_ms)
+        if carried is not None:
+            crossing = self._crossing(s)
+            if crossing is not None:
+                held = self.carried[key] = carry(s, max(crossing, carried.eval_ms), self.th)
+        self._plan(key, held)
         return held
 
-    def resume(self, key: ReplicaKey, s: ReplicaStatus, firing_since: dict[tuple[str, Any], int]) -> ReplicaStatus:
+    def resume(self, key: ReplicaKey, s: ReplicaStatus, firing: Collection[tuple[str, Any]]) -> ReplicaStatus:
         """After a restart: ``s``, restored from telemetry, carried again to its crossing if
-        the restored alert book (``firing_since``: alert key -> start) has the Nearing alert
-        this job said for it there (else the first batch would resolve it, and a later one
-        say it again)."""
-        if not self.enabled or s.lag_state is not State.OK or not s.in_isr or s.time_since_caught_up_s <= 0:
+        the restored alert book (``firing``: the keys of its alerts) has it nearing and ``s``
+        agrees (behind, due within the horizon); else the first batch would resolve the
+        alert and a later one say it again."""
+        crossing = self._crossing(s) if self.enabled else None
+        if crossing is None:
             return s
-        crossing = last_caught_up_ms(s) + math.ceil(self.th.nearing_ratio * s.lag_time_max_ms)
         carried = carry(s, crossing, self.th)
         nearing = [a for a in replica_alerts(carried, self.th) if a.name is AlertName.NEARING]
-        if not nearing or firing_since.get(nearing[0].key) != crossing:
+        if not nearing or nearing[0].key not in firing:
             return s
         self.carried[key] = carried
         self._due.pop(key, None)
         return carried
 
-    def _plan(self, key: ReplicaKey, s: ReplicaStatus, evidence_ms: int) -> None:
-        self._due.pop(key, None)
+    def _crossing(self, s: ReplicaStatus) -> int | None:
+        """When ``s``'s follower crosses ``nearing_ratio`` if it is ok, in the ISR and behind,
+        and that is within the horizon of ``s``'s time; else None."""
         if s.lag_state is not State.OK or not s.in_isr or s.time_since_caught_up_s <= 0:
-            return
+            return None
         crossing = last_caught_up_ms(s) + math.ceil(self.th.nearing_ratio * s.lag_time_max_ms)
-        if crossing - evidence_ms <= self.horizon(s):
-            self._due[key] = (crossing, evidence_ms)
+        return crossing if crossing - s.eval_ms <= self.horizon(s) else None
+
+    def _plan(self, key: ReplicaKey, s: ReplicaStatus) -> None:
+        crossing = self._crossing(s)
+        if crossing is None:
+            self._due.pop(key, None)
+        else:
+            self._due[key] = crossing
 
     def due(
         self, wall_ms: int, cluster_now: dict[str, int], statuses: dict[ReplicaKey, ReplicaStatus]
     ) -> list[ReplicaStatus]:
-        """The followers whose crossing has come, each carried to it (and remembered as such)."""
+        """The followers whose crossing has come on the wall clock, each carried to it (and
+        remembered as such)."""
         out = []
-        for key, (crossing, evidence_ms) in list(self._due.items()):
+        for key, crossing in list(self._due.items()):
             s = statuses.get(key)
             if s is None:
                 del self._due[key]
                 continue
-            if wall_ms - cluster_now.get(key[0], evidence_ms) > self.live_ms:
+            if wall_ms - cluster_now.get(key[0], s.eval_ms) > self.live_ms:
                 continue  # the cluster's telemetry is behind: wait for it
-            if crossing <= wall_ms:  # (and within the horizon of the evidence: _plan)
+            if crossing <= wall_ms:
                 del self._due[key]
                 carried = self.carried[key] = carry(s, crossing, self.th)
                 out.append(carried)

@@ -157,11 +157,11 @@ class Monitor:
     def _resume_carried(self, statuses: list[ReplicaStatus]) -> list[ReplicaStatus]:
         """The restored statuses, those the book shows carried to Nearing carried again."""
         assert self.lookahead is not None
-        since = {k: a.starts_ms for k, a in self.book.active.items()}
+        firing = set(self.book.active)
         out = []
         for s in statuses:
             key = (s.cluster, s.topic, s.partition, s.broker_id)
-            held = self.lookahead.resume(key, s, since)
+            held = self.lookahead.resume(key, s, firing)
             if held is not s:
                 self._update_partition_alert(self._hold(held))
             out.append(held)

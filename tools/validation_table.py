@@ -61,10 +61,18 @@ def lead_table(results: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _name_status(alert: list[Any]) -> tuple[str, str]:
+    """(name, status) of a recorded alert: ``[arrived, name, status, ...]``, or the restart
+    test's ``[arrived, run, Alertmanager body]``."""
+    if isinstance(alert[2], dict):
+        return alert[2]["labels"]["alertname"], alert[2]["status"]
+    return alert[1], alert[2]
+
+
 def scenario_table(results: list[dict[str, Any]]) -> list[str]:
     out = ["| test | scenario | alerts (name: firing/resolved) | real shrinks | notes |", "|---|---|---|---|---|"]
     for r in results:
-        counts: Counter = Counter((a[1], a[2]) for a in r.get("alerts", []))
+        counts: Counter = Counter(_name_status(a) for a in r.get("alerts", []))
         names = sorted({n for n, _ in counts})
         alerts = ", ".join(f"{n}: {counts[(n, 'firing')]}/{counts[(n, 'resolved')]}" for n in names) or "none"
         shrinks = r.get("shrinks", sum(1 for row in r.get("rows", []) if row.get("shrink_at")))

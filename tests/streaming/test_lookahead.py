@@ -185,3 +185,19 @@ def test_a_restart_keeps_a_carried_alert_that_its_evidence_still_agrees_with(tmp
     assert not _resolved(sink2) and not _started(sink2)
     _batch(again, 2, T0 + 3_000, T0 + 2_900, leo=20)
     assert _resolved(sink2) == [AlertName.NEARING.value]
+
+
+def test_a_last_catch_up_moved_a_round_later_by_late_telemetry_keeps_the_alert(tmp_path) -> None:
+    """Observations that arrive late (a late partition) can raise the last catch-up by a
+    collector round: the follower is still behind and crosses 0.5 s later; the alert holds
+    (no resolve and start again), its status carried to the later crossing."""
+    m, clock, sink, topic = _setup(tmp_path)
+    _batch(m, 0, T0, T0 - 3_000)
+    clock.t = (T0 + 2_000) / 1000
+    m.carry_forward()
+    _batch(m, 1, T0 + 1_500, T0 - 2_500)
+    assert _started(sink) == [(AlertName.NEARING.value, T0 + 2_000)] and not _resolved(sink)
+    held = m.statuses[("c", "t", 0, 2)]
+    assert held.eval_ms == T0 + 2_500 and held.lag_ratio == 0.5
+    _batch(m, 2, T0 + 3_000, T0 - 2_500)  # evidence past the crossing: Nearing from telemetry
+    assert len(_started(sink)) == 1 and not _resolved(sink)
