@@ -135,11 +135,13 @@ def check_nearing_lead(row: dict[str, Any], where: str) -> None:
     ``lead_floor_s`` of the row's lag (the job's last-caught-up time within a collector round of the broker's).
 
     The arrival's own lead against that floor leaves the job 1.5 s from the crossing to
-    the printed alert; measured here it takes 2.3-2.8 s (a collector round, the wait for the
-    running micro-batch, one batch), so whether a run meets it depends on where in its check
-    period the leader happens to drop the follower and on the machine's load: a timed
-    assertion, which ``make test`` does not make. It is recorded in every row
-    (``arrival_lead_s``), and ``make validation`` (``ISRWATCH_STRICT_LEAD=1``) holds it.
+    the printed alert. With the lookahead (streaming/lookahead.py) the job says Nearing at the
+    crossing on its wall clock once it has telemetry within the horizon before it: measured
+    0.2-1.7 s after the crossing, the longer ones when a slow batch delivered that telemetry
+    late. Whether a run meets the floor still depends on the machine's load and on where in
+    its check period the leader drops the follower: a timed assertion, which ``make test``
+    does not make. It is recorded in every row (``arrival_lead_s``), and ``make validation``
+    (``ISRWATCH_STRICT_LEAD=1``) holds it.
     """
     floor = lead_floor_s(row["lag_time_max_ms"])
     assert row["alert_arrived"] is not None, f"no Nearing alert for {where}: {row}"
