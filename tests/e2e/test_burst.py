@@ -10,7 +10,9 @@ Issue 15, the seeds' story on a real broker: the telemetry the collector recorde
 telemetry topic) replayed with ``isrwatch replay`` under the message rule with the seeds'
 ``replica.lag.max.messages`` (4000) and under the time rules at the broker's own setting. The
 broker logged no shrink; the time rules must say the same, and the message rule, which the
-burst puts thousands of messages behind, drops and re-admits followers (flaps).
+burst can put thousands of messages behind, drops and re-admits followers (flaps) when a
+collector round catches them there: recorded at 4000, 1000 and 250 messages, not asserted
+(it depends on how fast the machine replicates), beyond dropping no fewer at a lower limit.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tests.e2e.results import replay_telemetry, write_result
 
 BURST = 50_000
 MESSAGE_BYTES = 1000
+MESSAGE_LIMITS = (4000, 1000, 250)  # replica.lag.max.messages replayed: the seeds' 4000, and lower
 
 
 def test_burst_absorbed_by_healthy_followers_raises_no_out_of_sync_and_no_shrink(kafka_cluster_factory, tmp_path):
@@ -61,9 +64,17 @@ def test_burst_absorbed_by_healthy_followers_raises_no_out_of_sync_and_no_shrink
     assert not [e.body for e in alerts if e.name in bad], "an absorbed burst raised a critical alert"
 
     rules = ["--rule", "legacy-messages", "--rule", "kip16", "--rule", "kip16-refined"]
-    replayed = replay_telemetry(cluster, pipe.telemetry_topic, "--lag-time-max-ms", str(LAG_MS), *rules)
+    messages = ["--lag-max-messages", ",".join(map(str, MESSAGE_LIMITS))]
+    replayed = replay_telemetry(cluster, pipe.telemetry_topic, "--lag-time-max-ms", str(LAG_MS), *rules, *messages)
     write_result("burst_replay", {"lag_time_max_ms": LAG_MS, "broker_shrinks": len(shrinks), "settings": replayed})
-    got = {s["rule"]: s for s in replayed}
+    got = {s["rule"]: s for s in replayed if s["rule"] != "legacy-messages"}
     for rule in ("kip16", "kip16-refined"):
         assert got[rule]["shrinks"] == len(shrinks) == 0, got[rule]  # the broker's own history
-    assert got["legacy-messages"]["flaps"] >= 1, got["legacy-messages"]
+    # The message rule: how far behind a collector round catches the followers during a 1 s
+    # burst depends on how fast the machine replicates (2-3 of 4 followers past 4,000 messages
+    # in two runs, none in a third), so no count is asserted (a timed assertion); a lower
+    # replica.lag.max.messages must drop followers at least as often as a higher one.
+    legacy = {s["lag_max_messages"]: s["shrinks"] for s in replayed if s["rule"] == "legacy-messages"}
+    assert sorted(legacy) == sorted(MESSAGE_LIMITS), legacy
+    counts = [legacy[n] for n in sorted(MESSAGE_LIMITS, reverse=True)]
+    assert counts == sorted(counts), f"fewer shrinks with a lower replica.lag.max.messages: {legacy}"
