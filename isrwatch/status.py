@@ -24,6 +24,7 @@ __all__ = [
     "ReplicaAggregate",
     "ReplicaStatus",
     "evaluate",
+    "lag_state_of",
     "STATUS_FIELDS",
     "status_from_values",
     "status_key",
@@ -140,6 +141,17 @@ def status_from_values(values: Sequence[Any]) -> ReplicaStatus:
     return status
 
 
+def lag_state_of(ratio: float, out_of_isr: bool, th: Thresholds) -> State:
+    """The state a lag ratio calls for (a follower the ISR left out is out of sync)."""
+    if ratio >= 1.0 or out_of_isr:
+        return State.OUT_OF_SYNC
+    if ratio >= th.critical_ratio:
+        return State.CRITICAL
+    if ratio >= th.nearing_ratio:
+        return State.NEARING
+    return State.OK
+
+
 def evaluate(agg: ReplicaAggregate, cluster_now_ms: int, cfg: RuleConfig, th: Thresholds) -> ReplicaStatus:
     """Evaluate one replica at the cluster's telemetry clock.
 
@@ -182,14 +194,7 @@ def evaluate(agg: ReplicaAggregate, cluster_now_ms: int, cfg: RuleConfig, th: Th
         and now - (agg.last_answer_ms if agg.last_answer_ms is not None else agg.first_t_ms) >= th.stall_after_ms
         and offset_lag > 0
     )
-    if ratio >= 1.0 or (agg.isr and not in_isr):
-        lag_state = State.OUT_OF_SYNC
-    elif ratio >= th.critical_ratio:
-        lag_state = State.CRITICAL
-    elif ratio >= th.nearing_ratio:
-        lag_state = State.NEARING
-    else:
-        lag_state = State.OK
+    lag_state = lag_state_of(ratio, bool(agg.isr) and not in_isr, th)
     state = State.STALLED if stalled else lag_state
 
     start = lcu + max_lag

@@ -40,7 +40,7 @@ from typing import Any
 
 from isrwatch.alerts import AlertName, replica_alerts
 from isrwatch.rule import Rule, RuleConfig
-from isrwatch.status import ReplicaStatus, State, Thresholds
+from isrwatch.status import ReplicaStatus, State, Thresholds, lag_state_of
 
 __all__ = ["Lookahead", "carry", "last_caught_up_ms", "HORIZON_SHARE"]
 
@@ -63,14 +63,7 @@ def carry(s: ReplicaStatus, at_ms: int, th: Thresholds) -> ReplicaStatus:
     lag = s.lag_time_max_ms
     age = max(0, at_ms - last_caught_up_ms(s))
     ratio = age / lag
-    if ratio >= 1.0:
-        lag_state = State.OUT_OF_SYNC
-    elif ratio >= th.critical_ratio:
-        lag_state = State.CRITICAL
-    elif ratio >= th.nearing_ratio:
-        lag_state = State.NEARING
-    else:
-        lag_state = State.OK
+    lag_state = lag_state_of(ratio, False, th)  # (only followers in the ISR are carried)
     return dataclasses.replace(
         s,
         eval_ms=at_ms,
