@@ -55,6 +55,19 @@ class Collector:
                     "broker or more (docs/deploy.md)",
                 )
             )
+        replicated = [p.partition for p in self.publisher.chooser.partitions if len(p.replicas) > 1]
+        if self.publisher.same_cluster and replicated:
+            log.warning(
+                kv(
+                    event="telemetry_topic_replicated",
+                    topic=self.settings.telemetry_topic,
+                    partitions=len(replicated),
+                    hint="a follower that hangs holds back the high watermark of every partition it follows, so "
+                    "the job reads nothing written there until the broker drops it: the shrink it should warn of. "
+                    "On the watched cluster give the topic one replica per partition, or use "
+                    "--telemetry-bootstrap-servers (docs/deploy.md)",
+                )
+            )
         log.info(
             kv(
                 event="collector_connected",

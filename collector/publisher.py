@@ -75,6 +75,7 @@ class TelemetryPartition:
     partition: int
     leader: int
     isr: tuple[int, ...] = ()
+    replicas: tuple[int, ...] = ()
 
 
 @dataclass
@@ -191,7 +192,7 @@ class TelemetryPublisher:
         if tmd is None or tmd.error is not None or not tmd.partitions:
             return
         self.chooser.partitions = [
-            TelemetryPartition(p.id, p.leader, tuple(p.isrs))
+            TelemetryPartition(p.id, p.leader, tuple(p.isrs), tuple(p.replicas))
             for p in sorted(tmd.partitions.values(), key=lambda p: p.id)
         ]
 

@@ -30,10 +30,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Deferred", "SHORT_READ_S", "offsets_digest"]
+__all__ = ["Deferred", "SHORT_READ_S", "SHORT_READ_NEW_S", "offsets_digest"]
 
-# A read task that gets no record for this long stops short and defers the rest.
-SHORT_READ_S = 3.0
+# A read task that gets no record for this long stops short and defers the rest: a
+# consumer that has read from the partition before (kept between batches), whose
+# leader answers in milliseconds when it answers at all; and a consumer new to the
+# partition, which first connects and asks for metadata. (With 3 s for both, the
+# first batch of a pause waited 3-4 s, time the lookahead lacks before a crossing.)
+SHORT_READ_S = 1.0
+SHORT_READ_NEW_S = 3.0
 _KEEP_PLANS_S = 3600.0
 
 Offsets = dict[str, dict[str, int]]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import InputPartition
 
 from isrwatch.logs import kv
-from streaming.deferred import SHORT_READ_S, Deferred
+from streaming.deferred import SHORT_READ_NEW_S, SHORT_READ_S, Deferred
 from streaming.source_spool import raw_arrow_schema
 
 if TYPE_CHECKING:
@@ -37,6 +37,8 @@ _ARROW_ROWS = 4096
 # rather than failing the query, which would stop the monitor.
 _READ_TIMEOUT_S = 300.0
 _READ_WARN_S = 15.0
+# One consume() call's wait: the short-read check runs between calls.
+_CONSUME_S = 0.25
 # Range consumers kept between reads in a (reused) Python worker, by configuration
 # and partition: a consumer that already knows the partition's leader is not held up
 # by another broker that hangs, and requests on one librdkafka handle wait behind
@@ -46,14 +48,16 @@ _RangeKey = tuple[tuple[tuple[str, str], ...], str, int]
 _RANGE_CONSUMERS: dict[_RangeKey, Any] = {}
 
 
-def _range_consumer(config: dict[str, Any], topic: str, partition: int) -> tuple[_RangeKey, Any]:
+def _range_consumer(config: dict[str, Any], topic: str, partition: int) -> tuple[_RangeKey, Any, bool]:
+    """(key, consumer, whether it was kept from an earlier read of the partition)."""
     from confluent_kafka import Consumer
 
     key = (tuple(sorted((str(k), str(v)) for k, v in config.items())), topic, partition)
     consumer = _RANGE_CONSUMERS.pop(key, None)  # one reader at a time per consumer
-    if consumer is None:
-        consumer = Consumer({**config, "enable.partition.eof": False, "auto.offset.reset": "earliest", "logger": rdlog})
-    return key, consumer
+    if consumer is not None:
+        return key, consumer, True
+    consumer = Consumer({**config, "enable.partition.eof": False, "auto.offset.reset": "earliest", "logger": rdlog})
+    return key, consumer, False
 
 
 def _release(key: _RangeKey, consumer: Any, healthy: bool) -> None:
@@ -107,7 +111,8 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
             schema=schema,
         )
 
-    key, consumer = _range_consumer(config, r.topic, r.partition)
+    key, consumer, kept = _range_consumer(config, r.topic, r.partition)
+    short_after = SHORT_READ_S if kept else SHORT_READ_NEW_S
     healthy = False
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
@@ -117,9 +122,9 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
         deferred = Deferred(r.state_dir) if r.state_dir else None
         short = False
         while nxt < r.end:
-            msgs = consumer.consume(num_messages=min(10_000, r.end - nxt), timeout=1.0)
+            msgs = consumer.consume(num_messages=min(10_000, r.end - nxt), timeout=_CONSUME_S)
             waited = time.monotonic() - last_progress
-            if not msgs and deferred is not None and waited > SHORT_READ_S:
+            if not msgs and deferred is not None and waited > short_after:
                 # the leader hangs: hand Spark what was read, the rest goes to a later batch
                 deferred.stopped_short((r.topic, r.partition, r.start, r.end), nxt)
                 log.warning(kv(event="range_deferred", topic=r.topic, partition=r.partition, read_upto=nxt, end=r.end))
