@@ -16,7 +16,12 @@ What it may infer is bounded, so that no evidence is never read as bad evidence:
 * at most ``horizon`` past the replica's own newest status (default a quarter of its
   ``replica.lag.time.max.ms``): a collector that stops, a leader that stops answering
   (the replica's status is the last time its leader answered) or a job that falls
-  behind carries no replica further than that;
+  behind carries no replica further than that. A follower whose newest status is
+  *stalled* (its broker silent for ``--stall-after-ms`` while its leader answers and
+  moves on) is carried from anywhere before its crossing (half its lag): that status is
+  evidence that it fetches nothing, the telemetry to come would show the same until the
+  broker answers again, and the wider bound covers the micro-batches that bring it
+  (measured: a stalled follower's Nearing 1.4-1.8 s after its crossing with the quarter);
 * only while its cluster's telemetry is current (the newest telemetry within
   ``live_ms`` of the wall clock): a backlog, a replay of old telemetry or a collector
   whose clock is well behind the job's carries nothing;
@@ -42,12 +47,14 @@ from isrwatch.alerts import AlertName, replica_alerts
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import ReplicaStatus, State, Thresholds, lag_state_of
 
-__all__ = ["Lookahead", "carry", "last_caught_up_ms", "HORIZON_SHARE"]
+__all__ = ["Lookahead", "carry", "last_caught_up_ms", "HORIZON_SHARE", "STALLED_HORIZON_SHARE"]
 
 # The default horizon, as a share of the replica's replica.lag.time.max.ms: at Kafka's
 # default 30 s, 7.5 s past the newest telemetry; a follower is carried to Nearing only if
 # its newest status already showed it behind for at least nearing_ratio - this share.
 HORIZON_SHARE = 0.25
+# The horizon of a stalled follower: any crossing of the default nearing ratio.
+STALLED_HORIZON_SHARE = 0.5
 
 ReplicaKey = tuple[str, str, int, int]
 
@@ -90,7 +97,12 @@ class Lookahead:
         self.carried: dict[ReplicaKey, ReplicaStatus] = {}  # key -> the status carried to its crossing
 
     def horizon(self, s: ReplicaStatus) -> int:
-        return self.horizon_ms if self.horizon_ms is not None else int(s.lag_time_max_ms * HORIZON_SHARE)
+        """How far past ``s``'s time its crossing may be inferred: ``--lookahead-ms`` when
+        given, else a share of the replica's lag (a stalled follower's is wider)."""
+        if self.horizon_ms is not None:
+            return self.horizon_ms
+        share = STALLED_HORIZON_SHARE if s.state is State.STALLED else HORIZON_SHARE
+        return int(s.lag_time_max_ms * share)
 
     def observe(self, key: ReplicaKey, s: ReplicaStatus) -> ReplicaStatus:
         """Take in ``s``, a status made from telemetry; returns the status to hold for the

@@ -92,8 +92,8 @@ class JobSettings:
     lookahead_ms: int | None = option(
         None,
         "between micro-batches, a follower behind is said nearing when it crosses nearing-ratio on the job's clock, "
-        "inferred at most this far past its newest telemetry (0: off; default: a quarter of replica.lag.time.max.ms; "
-        "Kafka telemetry only: docs/streaming.md)",
+        "inferred at most this far past its newest telemetry (0: off; default: a quarter of replica.lag.time.max.ms, "
+        "half for a stalled follower; Kafka telemetry only: docs/streaming.md)",
         check=_not_negative,
         metavar="MS",
     )

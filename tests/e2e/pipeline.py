@@ -59,6 +59,7 @@ JOB_START_S = 240.0
 _WINDOW = re.compile(r"window (\S+) \.\. (\S+)\)")
 _BEHIND = re.compile(r"(\d+) messages behind")
 _BATCH = re.compile(r"\bbatch batch_id=(\d+) observations=(\d+) replicas=(\d+) states=(\d+)")
+_TELEMETRY_LAG = re.compile(r"\bbatch batch_id=\d+ .*\btelemetry_lag_s=([\d.]+)")
 
 
 @dataclass(frozen=True)
@@ -373,6 +374,25 @@ class Pipeline:
         # ... and has caught up with the telemetry published meanwhile (a batch after this instant).
         seen = len(self.batches())
         until("a fresh batch", lambda: len(self.batches()) > seen + 1, 60, self)
+
+    def wait_steady(self, batches: int = 3, lag_s: float = 5.0, timeout_s: float = 120.0) -> bool:
+        """Until the job's last ``batches`` batches each held telemetry at most ``lag_s`` old:
+        a job in service, past Spark's warm-up (its first batches take 10-30 s on this
+        machine), which is when a fault finds a user's job. Best effort: False when the
+        machine is too loaded for that within ``timeout_s`` (the caller goes on)."""
+
+        def steady() -> bool:
+            assert self.job is not None
+            lags = [float(x) for x in _TELEMETRY_LAG.findall(self.job.log())][-batches:]
+            return len(lags) == batches and max(lags) <= lag_s
+
+        deadline = time.monotonic() + timeout_s
+        while not steady():
+            self.check_alive("the job to run steadily")
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.25)
+        return True
 
     def check_alive(self, what: str) -> None:
         for child in self.children():

@@ -41,9 +41,14 @@ def _setup(tmp_path, rule: Rule = Rule.KIP16_REFINED, horizon_ms: int | None = N
     return m, clock, sink, topic
 
 
-def _batch(m, batch_id: int, t_ms: int, caught_up_ms: int, *, in_isr: bool = True, leo: int = 10):
+def _batch(m, batch_id: int, t_ms: int, caught_up_ms: int, *, in_isr: bool = True, leo: int = 10, silent_ms: int = 0):
+    """One batch of one replica evaluated at ``t_ms``; ``silent_ms`` > 0: its broker has not
+    answered for that long (no LEO in the newest observation) while its leader does."""
     row = _row(t_ms, caught_up_ms, batch_id + 1)
     row["latest"]["leo"] = row["known_leo"] = leo
+    if silent_ms:
+        row["latest"]["leo"] = None
+        row["last_answer_ms"] = t_ms - silent_ms
     if not in_isr:
         row["latest"]["isr"] = [1]
     agg = row_to_aggregate(row)
@@ -111,6 +116,26 @@ def test_nothing_is_inferred_further_than_the_horizon_past_the_newest_telemetry(
         clock.t = wall / 1000
         assert m.carry_forward() == []
     assert not _started(sink)
+
+
+def test_a_stalled_follower_is_carried_from_further_back(tmp_path) -> None:
+    """Its broker silent for the stall time while its leader answers: evidence that it fetches
+    nothing, so its crossing is said on the wall clock even when the newest telemetry is
+    more than the quarter horizon before it; the same follower answering is not."""
+    m, clock, sink, _ = _setup(tmp_path)
+    # Behind for 1 s, silent for 3 s (the stall time): it crosses 0.5 at T0 + 4 s, 4 s
+    # after its newest status: past the quarter horizon (2.5 s), within the stalled one.
+    _batch(m, 0, T0, T0 - 1_000, silent_ms=3_000)
+    assert m.statuses[("c", "t", 0, 2)].state is State.STALLED
+    clock.t = (T0 + 4_000) / 1000
+    [carried] = m.carry_forward()
+    assert carried.state is State.STALLED and carried.lag_state is State.NEARING and carried.eval_ms == T0 + 4_000
+    assert (AlertName.NEARING.value, T0 + 4_000) in _started(sink)
+    # The same evidence from a follower that answers: beyond the horizon, nothing inferred.
+    m2, clock2, sink2, _ = _setup(tmp_path / "2")
+    _batch(m2, 0, T0, T0 - 1_000)
+    clock2.t = (T0 + 4_000) / 1000
+    assert m2.carry_forward() == [] and not _started(sink2)
 
 
 def test_a_follower_caught_up_or_out_of_the_isr_is_not_carried(tmp_path) -> None:
