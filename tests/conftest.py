@@ -33,9 +33,10 @@ SHARED_BROKER_SETTINGS: dict[str, Any] = {
 # test_poison_records.py: two job starts on real Kafka (5-8 min); the poison-record fix itself is
 # covered in make test by tests/streaming/test_poison.py and test_deadletters.py.
 # test_fuzz_campaign.py: 10,000 fuzzed telemetry records on real Kafka (`make reliability`, minutes).
+# test_outages.py: the telemetry cluster unreachable for two minutes (`make reliability`, ~5 min).
 # (The broker pauses and the telemetry gaps, issues 9 and 17, are in make test: ~4, ~4 and
 # ~6.5 min.)
-CAMPAIGN_FILES = {"test_poison_records.py", "test_fuzz_campaign.py"}
+CAMPAIGN_FILES = {"test_poison_records.py", "test_fuzz_campaign.py", "test_outages.py"}
 
 
 TIERS = ("kafka", "spark", "services")
