@@ -9,6 +9,11 @@ re-runs after a crash announces nothing twice.
 
 ``side.json`` does the same for the batch's dead letters and ISR change
 counts: the last batch id whose output was written.
+
+``alertmanager-backlog.json`` (``DeliveryBacklog``) holds the resolutions an
+Alertmanager has not taken yet, so that a job stopped or killed while one is
+down still resolves those alerts once it is back (firing alerts need no file:
+the restored book sends them again).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 from isrwatch.alerts import AlertBook
 from isrwatch.exceptions import IsrwatchError
 
-__all__ = ["DriverCheckpoint"]
+__all__ = ["DriverCheckpoint", "DeliveryBacklog"]
 
 log = logging.getLogger(__name__)
 
@@ -93,3 +98,35 @@ class DriverCheckpoint:
     def save_side(self, batch_id: int) -> None:
         with self._lock:
             _write_atomic(self.side_path, {"batch_id": batch_id, "query": _QUERY})
+
+
+class DeliveryBacklog:
+    """Per Alertmanager URL, the resolutions it has not taken yet: ``(alert key, wire body)``
+    pairs (``streaming.notify.AlertmanagerSink`` writes it whenever the set changes)."""
+
+    def __init__(self, checkpoint_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(checkpoint_dir) / "isrwatch" / "alertmanager-backlog.json"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def load(self) -> dict[str, list[tuple[Any, dict[str, Any]]]]:
+        """URL -> [(key, body)]; empty when there is no file. A file that cannot be read is
+        logged and left (the alerts it held expire at their endsAt in Alertmanager)."""
+        try:
+            data = _read(self.path) or {}
+            return {
+                url: [(_key(item["key"]), dict(item["body"])) for item in items]
+                for url, items in dict(data.get("targets", {})).items()
+            }
+        except (IsrwatchError, KeyError, TypeError, ValueError) as e:
+            log.warning("alertmanager_backlog_unreadable path=%s error=%s", self.path, str(e).splitlines()[0])
+            return {}
+
+    def save(self, pending: dict[str, list[tuple[Any, dict[str, Any]]]]) -> None:
+        targets = {url: [{"key": key, "body": body} for key, body in items] for url, items in pending.items() if items}
+        _write_atomic(self.path, {"targets": targets})
+
+
+def _key(raw: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """An alert key read back from JSON (lists) as the tuples ``Alert.key`` is made of."""
+    name, labels = raw
+    return str(name), tuple((str(k), str(v)) for k, v in labels)

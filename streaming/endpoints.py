@@ -68,9 +68,13 @@ def runbook_base(alerting: AlertingSettings, settings: JobSettings, metrics_port
     return f"http://{f'[{host}]' if ':' in host else host}:{metrics_port}/runbook"
 
 
-def alert_sinks(settings: JobSettings, alerting: AlertingSettings, producer: Any, runbook: str) -> list[Any]:
-    """The sinks ``alerting`` asks for; ``producer`` (Kafka mode) writes ``settings``' alerts topic."""
+def alert_sinks(
+    settings: JobSettings, alerting: AlertingSettings, producer: Any, runbook: str, checkpoint_dir: str
+) -> list[Any]:
+    """The sinks ``alerting`` asks for; ``producer`` (Kafka mode) writes ``settings``' alerts topic;
+    resolutions an Alertmanager has not taken are kept under ``checkpoint_dir``."""
     from streaming import notify
+    from streaming.checkpoint import DeliveryBacklog
 
     sinks: list[Any] = []
     if not settings.bootstrap_servers or not alerting.alertmanager_url:
@@ -96,6 +100,7 @@ def alert_sinks(settings: JobSettings, alerting: AlertingSettings, producer: Any
                 resend_seconds=alerting.resend_seconds,
                 generator_url=alerting.grafana_url or "",
                 runbook_base=runbook,
+                backlog=DeliveryBacklog(checkpoint_dir),
             )
         )
     return sinks

@@ -211,7 +211,11 @@ class Job:
             list(self.sinks)
             if self.sinks is not None
             else alert_sinks(
-                settings, self.alerting, producer, runbook_base(self.alerting, settings, handles.metrics_port)
+                settings,
+                self.alerting,
+                producer,
+                runbook_base(self.alerting, settings, handles.metrics_port),
+                checkpoint_dir,
             )
         )
         for sink in sinks:

@@ -8,7 +8,8 @@ flushes what it still holds on ``close``:
   pair gets everything), re-sends firing alerts every ``resend_seconds`` and
   resolves them with ``endsAt``; a background thread retries with exponential
   backoff while an Alertmanager is down and keeps the firing set and pending
-  resolutions until each URL has taken them.
+  resolutions until each URL has taken them; with a ``backlog``
+  (``streaming.checkpoint.DeliveryBacklog``) the pending resolutions survive a restart.
 * ``KafkaAlertsSink``: one record per started or resolved alert.
 """
 
@@ -139,6 +140,8 @@ class _Target:
 
     url: str
     resolved: dict[AlertKey, Alert] = field(default_factory=dict)  # pending resolutions
+    # pending resolutions of an earlier run of the job, as it would have posted them
+    restored: dict[AlertKey, dict[str, Any]] = field(default_factory=dict)
     next_at: float = 0.0  # monotonic time of the next post
     failures: int = 0
     delivered_gen: int = -1  # the sink's generation this target has fully taken
@@ -162,6 +165,7 @@ class AlertmanagerSink:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 30.0,
         clock: Callable[[], float] = time.time,
+        backlog: Any = None,
     ) -> None:
         if not urls:
             raise ValueError("AlertmanagerSink needs at least one URL")
@@ -180,6 +184,9 @@ class AlertmanagerSink:
         self._verify: str | bool = False if insecure else (ca_file or True)
         self._session.headers["Content-Type"] = "application/json"
         self._targets = [_Target(u.rstrip("/") + "/api/v2/alerts") for u in urls]
+        self._backlog = backlog
+        if backlog is not None:
+            self._restore(backlog.load())
         self._firing: dict[AlertKey, Alert] = {}
         self._gen = 0
         self._closing = False
@@ -195,14 +202,18 @@ class AlertmanagerSink:
             # after a restart) is news too: deliver it now, not at the next re-send.
             news = bool(transition.started or transition.resolved)
             news = news or any(a.key not in self._firing for a in transition.holding)
+            changed = bool(transition.resolved)
             for alert in (*transition.started, *transition.holding):
                 self._firing[alert.key] = alert
                 for t in self._targets:
-                    t.resolved.pop(alert.key, None)
+                    changed = t.resolved.pop(alert.key, None) is not None or changed
+                    changed = t.restored.pop(alert.key, None) is not None or changed
             for alert in transition.resolved:
                 self._firing.pop(alert.key, None)
                 for t in self._targets:
                     t.resolved[alert.key] = alert
+            if changed:
+                self._save()
             if news:
                 self._gen += 1
                 now = time.monotonic()
@@ -219,7 +230,32 @@ class AlertmanagerSink:
     def pending(self) -> dict[str, int]:
         """Per URL, resolutions not yet delivered (for logs and tests)."""
         with self._cond:
-            return {t.url: len(t.resolved) for t in self._targets}
+            return {t.url: len(t.resolved) + len(t.restored) for t in self._targets}
+
+    def _restore(self, saved: dict[str, list[tuple[AlertKey, dict[str, Any]]]]) -> None:
+        """Take the pending resolutions of an earlier run, for the URLs still configured."""
+        by_url = {t.url: t for t in self._targets}
+        for url, items in saved.items():
+            target = by_url.get(url)
+            if target is None:
+                log.warning(kv(event="alertmanager_backlog_dropped", url=url, resolutions=len(items)))
+                continue
+            target.restored.update(items)
+            log.info(kv(event="alertmanager_backlog_restored", url=url, resolutions=len(items)))
+
+    def _save(self) -> None:
+        """Under the lock: write the pending resolutions (when a backlog is kept)."""
+        if self._backlog is None:
+            return
+        now = self._clock()
+        pending = {
+            t.url: [*t.restored.items(), *((k, self._wire(a, now, None)) for k, a in t.resolved.items())]
+            for t in self._targets
+        }
+        try:
+            self._backlog.save(pending)
+        except OSError as e:  # a full disk must not stop the delivery itself
+            log.warning(kv(event="alertmanager_backlog_not_saved", error=e.strerror or type(e).__name__))
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every URL has taken every start and resolution sent so
@@ -253,7 +289,7 @@ class AlertmanagerSink:
 
     # -- the delivery thread --------------------------------------------
 
-    def _payload(self, target: _Target) -> tuple[list[dict[str, Any]], dict[AlertKey, Alert], int]:
+    def _payload(self, target: _Target) -> tuple[list[dict[str, Any]], dict[AlertKey, Alert | dict[str, Any]], int]:
         """Under the lock: the body to post now, the resolutions it carries
         and the generation it covers."""
         now = self._clock()
@@ -261,9 +297,11 @@ class AlertmanagerSink:
         body = []
         for alert in self._firing.values():
             body.append(self._wire(alert, now, ends))
-        carried = dict(target.resolved)
-        for alert in carried.values():
+        carried: dict[AlertKey, Alert | dict[str, Any]] = dict(target.resolved)
+        for alert in target.resolved.values():
             body.append(self._wire(alert, now, None))
+        carried.update(target.restored)
+        body.extend(target.restored.values())
         return body, carried, self._gen
 
     def _wire(self, alert: Alert, now: float, firing_ends: float | None) -> dict[str, Any]:
@@ -325,6 +363,10 @@ class AlertmanagerSink:
                         for key, alert in carried.items():
                             if target.resolved.get(key) is alert:
                                 del target.resolved[key]
+                            elif target.restored.get(key) is alert:
+                                del target.restored[key]
+                        if carried:
+                            self._save()
                         target.delivered_gen = max(target.delivered_gen, gen)
                         target.next_at = now + self.resend_seconds
                         if outcome == "ok" and body:

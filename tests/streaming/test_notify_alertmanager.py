@@ -167,6 +167,45 @@ def test_a_resolution_made_during_a_network_fault_is_delivered_after_it() -> Non
             proxy.close()
 
 
+def test_a_resolution_pending_when_the_job_stops_is_delivered_by_the_next_run(tmp_path: Path) -> None:
+    """Issue 14, item 3: the delivery backlog survives a restart. Alertmanager cannot be
+    reached when an alert resolves and the job stops; the next run, on the same checkpoint,
+    resolves it once Alertmanager answers (without the file the alert would stay firing
+    there until its endsAt, four re-send intervals: 4 minutes here)."""
+    from streaming.checkpoint import DeliveryBacklog
+
+    cluster = fresh_cluster()
+    with Alertmanager() as am:
+        proxy = TcpProxy(am.port)
+        url = f"http://127.0.0.1:{proxy.port}"
+        book = AlertBook()
+        options = {"resend_seconds": 60, "backoff_initial_s": 0.2, "backoff_max_s": 1, "timeout_s": 2}
+        first = AlertmanagerSink([url], backlog=DeliveryBacklog(tmp_path), **options)
+        try:
+            t0 = now_ms()
+            first.send(book.update(replica_alerts(status(cluster, 2, State.STALLED, t0)), t0), t0)
+            assert first.flush(10)
+            assert names(am.wait_for(lambda a: len(a) == 1, cluster=cluster)) == {"KafkaReplicaStalled"}
+            proxy.cut()
+            t1 = now_ms()
+            first.send(book.update([], t1), t1)
+        finally:
+            first.close(timeout_s=1)  # the job stops: the resolution is still pending
+        assert names(am.alerts(cluster=cluster)) == {"KafkaReplicaStalled"}
+        proxy.restore()
+        second = AlertmanagerSink([url], backlog=DeliveryBacklog(tmp_path), **options)
+        try:
+            assert second.pending() == {f"{url}/api/v2/alerts": 1}
+            assert second.flush(15)
+            assert am.wait_for(lambda a: not a, cluster=cluster) == []
+            assert second.pending() == {f"{url}/api/v2/alerts": 0}
+        finally:
+            second.close()
+            proxy.close()
+        # delivered: a third run has nothing left to send
+        assert DeliveryBacklog(tmp_path).load() == {}
+
+
 def _tls_and_auth(tmp: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and an Alertmanager web config
     with TLS and a basic auth user ``isrwatch`` / ``s3cret``."""
