@@ -34,9 +34,10 @@ SHARED_BROKER_SETTINGS: dict[str, Any] = {
 # covered in make test by tests/streaming/test_poison.py and test_deadletters.py.
 # test_fuzz_campaign.py: 10,000 fuzzed telemetry records on real Kafka (`make reliability`, minutes).
 # test_outages.py: the telemetry cluster unreachable for two minutes (`make reliability`, ~5 min).
+# test_kill_campaign.py: the job kill -9'd twenty times (`make reliability`, 15-20 min).
 # (The broker pauses and the telemetry gaps, issues 9 and 17, are in make test: ~4, ~4 and
 # ~6.5 min.)
-CAMPAIGN_FILES = {"test_poison_records.py", "test_fuzz_campaign.py", "test_outages.py"}
+CAMPAIGN_FILES = {"test_poison_records.py", "test_fuzz_campaign.py", "test_outages.py", "test_kill_campaign.py"}
 
 
 TIERS = ("kafka", "spark", "services")
