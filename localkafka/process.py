@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ __all__ = [
     "LocalKafkaError",
     "find_libs",
     "java_command",
+    "jmx_flags",
     "start_zookeeper",
     "write_properties",
     "zookeeper_command",
@@ -142,12 +143,32 @@ class JvmProcess:
         self.paused = False
 
 
-def java_command(java: Path | str, libs: Path, main: str, *args: str, log4j: Path, heap_mb: int) -> list[str]:
-    """The command line of one of the cluster's JVMs (UTC timestamps, the jars of ``libs``)."""
+def jmx_flags(port: int) -> list[str]:
+    """JVM flags serving the platform MBean server (the broker's metrics) over JMX remote on
+    127.0.0.1:``port`` only, registry and RMI objects on the same port, no authentication, no TLS
+    (a loopback test cluster; a production broker sets the same standard flags, with both on)."""
+    prefix = "-Dcom.sun.management.jmxremote"
+    return [
+        f"{prefix}.port={port}",
+        f"{prefix}.rmi.port={port}",
+        f"{prefix}.host=127.0.0.1",
+        f"{prefix}.local.only=true",
+        f"{prefix}.authenticate=false",
+        f"{prefix}.ssl=false",
+        "-Djava.rmi.server.hostname=127.0.0.1",
+    ]
+
+
+def java_command(
+    java: Path | str, libs: Path, main: str, *args: str, log4j: Path, heap_mb: int, jvm_flags: Sequence[str] = ()
+) -> list[str]:
+    """The command line of one of the cluster's JVMs (UTC timestamps, the jars of ``libs``,
+    ``jvm_flags`` after the common ones)."""
     return [
         str(java),
         f"-Xmx{heap_mb}m",
         *JVM_FLAGS,
+        *jvm_flags,
         "-Duser.timezone=UTC",
         f"-Dlog4j.configuration=file:{log4j}",
         "-cp",
