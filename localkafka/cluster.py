@@ -43,6 +43,7 @@ from localkafka.process import (
     java_command,
     jmx_flags,
     start_zookeeper,
+    write_jmx_auth,
     write_properties,
 )
 
@@ -97,6 +98,7 @@ class LocalKafka:
 
     ``broker_settings`` override the defaults for every broker (for example
     ``{"replica.lag.time.max.ms": 4000, "zookeeper.session.timeout.ms": 60000}``).
+    ``jmx_credentials`` (user, password): the brokers' JMX asks for them (a read-only role).
     Use as a context manager, or call :meth:`start` and :meth:`close`.
     """
 
@@ -108,6 +110,7 @@ class LocalKafka:
         heap_mb: int = 256,
         start_timeout_s: float = 90.0,
         controller: int = 1,
+        jmx_credentials: tuple[str, str] | None = None,
     ) -> None:
         if brokers < 1:
             raise LocalKafkaError(f"brokers={brokers} must be at least 1")
@@ -132,6 +135,7 @@ class LocalKafka:
         self.zk_port = free_port()
         self.ports = {b: free_port() for b in self.broker_ids}
         self.jmx_ports = {b: free_port() for b in self.broker_ids}
+        self._jmx_auth = write_jmx_auth(self.dir / "jmx", *jmx_credentials) if jmx_credentials else None
         self._zk: JvmProcess | None = None
         self._brokers: dict[int, JvmProcess] = {}
         self._closed = False
@@ -253,7 +257,11 @@ class LocalKafka:
         log4j = bdir / "log4j.properties"
         log4j.write_text(LOG4J.format(path=bdir / "server.log"))
         cmd = self._java(
-            "kafka.Kafka", str(props), log4j=log4j, heap_mb=self.heap_mb, jvm_flags=jmx_flags(self.jmx_ports[broker_id])
+            "kafka.Kafka",
+            str(props),
+            log4j=log4j,
+            heap_mb=self.heap_mb,
+            jvm_flags=jmx_flags(self.jmx_ports[broker_id], self._jmx_auth),
         )
         return JvmProcess(f"broker-{broker_id}", cmd, bdir / "server.log")
 

@@ -26,6 +26,7 @@ __all__ = [
     "find_libs",
     "java_command",
     "jmx_flags",
+    "write_jmx_auth",
     "start_zookeeper",
     "write_properties",
     "zookeeper_command",
@@ -143,20 +144,38 @@ class JvmProcess:
         self.paused = False
 
 
-def jmx_flags(port: int) -> list[str]:
+def jmx_flags(port: int, auth_dir: Path | None = None) -> list[str]:
     """JVM flags serving the platform MBean server (the broker's metrics) over JMX remote on
-    127.0.0.1:``port`` only, registry and RMI objects on the same port, no authentication, no TLS
-    (a loopback test cluster; a production broker sets the same standard flags, with both on)."""
+    127.0.0.1:``port`` only, registry and RMI objects on the same port, no TLS; no
+    authentication unless ``auth_dir`` holds ``jmxremote.password`` and ``jmxremote.access``
+    (:func:`write_jmx_auth`)."""
     prefix = "-Dcom.sun.management.jmxremote"
+    auth = [f"{prefix}.authenticate=false"]
+    if auth_dir is not None:
+        auth = [
+            f"{prefix}.authenticate=true",
+            f"{prefix}.password.file={auth_dir / 'jmxremote.password'}",
+            f"{prefix}.access.file={auth_dir / 'jmxremote.access'}",
+        ]
     return [
         f"{prefix}.port={port}",
         f"{prefix}.rmi.port={port}",
         f"{prefix}.host=127.0.0.1",
-        f"{prefix}.local.only=true",
-        f"{prefix}.authenticate=false",
+        *auth,
         f"{prefix}.ssl=false",
         "-Djava.rmi.server.hostname=127.0.0.1",
     ]
+
+
+def write_jmx_auth(auth_dir: Path, user: str, password: str) -> Path:
+    """The JMX remote password and access files: ``user`` with ``password``, read-only (the JVM
+    refuses a password file others can read)."""
+    auth_dir.mkdir(parents=True, exist_ok=True)
+    passwords = auth_dir / "jmxremote.password"
+    passwords.write_text(f"{user} {password}\n")
+    passwords.chmod(0o600)
+    (auth_dir / "jmxremote.access").write_text(f"{user} readonly\n")
+    return auth_dir
 
 
 def java_command(

@@ -16,11 +16,12 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from collector.clientconfig import kafka_python_config
-from collector.jmx import RMI_TIMEOUT_MS, JmxConnection
+from collector.jmx import RMI_TIMEOUT_MS, JmxConnection, JmxError, start_jvm
 from collector.jmxprobe import JmxProbe
 from collector.probe import ClusterProbe, Snapshot
+from isrwatch.settings import Secret
 from isrwatch.telemetry import decode_record, json_schema
-from localkafka import COMPAT_CONFIG, free_port
+from localkafka import COMPAT_CONFIG, LocalKafka, free_port
 from tests.e2e.kafka_io import ProduceLoad, read_records
 
 pytestmark = pytest.mark.kafka
@@ -134,6 +135,20 @@ def test_a_paused_broker_is_unreachable_within_the_round_and_answers_again_after
         assert {key[0] for key in _leos(snap, topic)} == {1, 2, 3}
     finally:
         probe.close()
+
+
+def test_a_broker_asking_for_jmx_credentials_is_read_with_them_and_refuses_others() -> None:
+    start_jvm()
+    with LocalKafka(brokers=1, jmx_credentials=("monitor", SECRET)) as k:
+        good = JmxConnection(k.jmx_address(1), "monitor", Secret(SECRET))
+        try:
+            assert good.read().broker_id == 1
+        finally:
+            good.close()
+        for user, password in (("monitor", Secret("not-the-password")), (None, None)):
+            with pytest.raises(JmxError, match=r"SecurityException: Authentication failed") as caught:
+                JmxConnection(k.jmx_address(1), user, password).read()
+            assert SECRET not in str(caught.value) and "not-the-password" not in str(caught.value)
 
 
 def test_collect_source_jmx_publishes_telemetry_the_job_accepts(kafka_cluster, topic) -> None:
