@@ -99,6 +99,7 @@ class LocalKafka:
     ``broker_settings`` override the defaults for every broker (for example
     ``{"replica.lag.time.max.ms": 4000, "zookeeper.session.timeout.ms": 60000}``).
     ``jmx_credentials`` (user, password): the brokers' JMX asks for them (a read-only role).
+    ``jmx_keystore`` (a PKCS12 file, its password): the brokers' JMX and its registry use TLS.
     Use as a context manager, or call :meth:`start` and :meth:`close`.
     """
 
@@ -111,6 +112,7 @@ class LocalKafka:
         start_timeout_s: float = 90.0,
         controller: int = 1,
         jmx_credentials: tuple[str, str] | None = None,
+        jmx_keystore: tuple[str | os.PathLike[str], str] | None = None,
     ) -> None:
         if brokers < 1:
             raise LocalKafkaError(f"brokers={brokers} must be at least 1")
@@ -136,6 +138,7 @@ class LocalKafka:
         self.ports = {b: free_port() for b in self.broker_ids}
         self.jmx_ports = {b: free_port() for b in self.broker_ids}
         self._jmx_auth = write_jmx_auth(self.dir / "jmx", *jmx_credentials) if jmx_credentials else None
+        self._jmx_keystore = (Path(jmx_keystore[0]), jmx_keystore[1]) if jmx_keystore else None
         self._zk: JvmProcess | None = None
         self._brokers: dict[int, JvmProcess] = {}
         self._closed = False
@@ -261,7 +264,7 @@ class LocalKafka:
             str(props),
             log4j=log4j,
             heap_mb=self.heap_mb,
-            jvm_flags=jmx_flags(self.jmx_ports[broker_id], self._jmx_auth),
+            jvm_flags=jmx_flags(self.jmx_ports[broker_id], self._jmx_auth, self._jmx_keystore),
         )
         return JvmProcess(f"broker-{broker_id}", cmd, bdir / "server.log")
 

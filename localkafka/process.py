@@ -144,12 +144,21 @@ class JvmProcess:
         self.paused = False
 
 
-def jmx_flags(port: int, auth_dir: Path | None = None) -> list[str]:
+def jmx_flags(port: int, auth_dir: Path | None = None, keystore: tuple[Path, str] | None = None) -> list[str]:
     """JVM flags serving the platform MBean server (the broker's metrics) over JMX remote on
-    127.0.0.1:``port`` only, registry and RMI objects on the same port, no TLS; no
-    authentication unless ``auth_dir`` holds ``jmxremote.password`` and ``jmxremote.access``
-    (:func:`write_jmx_auth`)."""
+    127.0.0.1:``port`` only, registry and RMI objects on the same port. No authentication
+    unless ``auth_dir`` holds ``jmxremote.password`` and ``jmxremote.access``
+    (:func:`write_jmx_auth`); no TLS unless ``keystore`` (a PKCS12 file and its password) is
+    given, which puts the registry on TLS too."""
     prefix = "-Dcom.sun.management.jmxremote"
+    tls = [f"{prefix}.ssl=false"]
+    if keystore is not None:
+        tls = [
+            f"{prefix}.ssl=true",
+            f"{prefix}.registry.ssl=true",
+            f"-Djavax.net.ssl.keyStore={keystore[0]}",
+            f"-Djavax.net.ssl.keyStorePassword={keystore[1]}",
+        ]
     auth = [f"{prefix}.authenticate=false"]
     if auth_dir is not None:
         auth = [
@@ -162,7 +171,7 @@ def jmx_flags(port: int, auth_dir: Path | None = None) -> list[str]:
         f"{prefix}.rmi.port={port}",
         f"{prefix}.host=127.0.0.1",
         *auth,
-        f"{prefix}.ssl=false",
+        *tls,
         "-Djava.rmi.server.hostname=127.0.0.1",
     ]
 

@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -149,6 +150,52 @@ def test_a_broker_asking_for_jmx_credentials_is_read_with_them_and_refuses_other
             with pytest.raises(JmxError, match=r"SecurityException: Authentication failed") as caught:
                 JmxConnection(k.jmx_address(1), user, password).read()
             assert SECRET not in str(caught.value) and "not-the-password" not in str(caught.value)
+
+
+def _keystores(where: Path) -> tuple[Path, Path]:
+    """A self-signed key for 127.0.0.1 (PKCS12, password "broker-pw") and a truststore holding
+    its certificate (password "trust-pw"), made with the JDK's keytool."""
+    keystore, cert, truststore = where / "broker.p12", where / "broker.crt", where / "trust.p12"
+    for args in (
+        ["-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048", "-validity", "2",
+         "-dname", "CN=127.0.0.1", "-ext", "SAN=ip:127.0.0.1", "-keystore", str(keystore), "-storetype", "PKCS12",
+         "-storepass", "broker-pw"],
+        ["-exportcert", "-alias", "broker", "-keystore", str(keystore), "-storepass", "broker-pw", "-file", str(cert)],
+        ["-importcert", "-noprompt", "-alias", "broker", "-file", str(cert), "-keystore", str(truststore),
+         "-storetype", "PKCS12", "-storepass", "trust-pw"],
+    ):  # fmt: skip
+        subprocess.run(["keytool", *args], check=True, capture_output=True, timeout=120)
+    return keystore, truststore
+
+
+def test_collect_reads_brokers_whose_jmx_uses_tls_with_the_truststore_given(tmp_path: Path) -> None:
+    keystore, truststore = _keystores(tmp_path)
+    with LocalKafka(brokers=2, jmx_keystore=(keystore, "broker-pw")) as k:
+        watched = f"jmx-tls-{uuid.uuid4().hex[:8]}"
+        k.create_topic(watched, assignment=[[1, 2], [2, 1]])
+        k.create_topic(f"{watched}-telemetry", partitions=2, replication_factor=1)
+        command = [
+            sys.executable, "-m", "isrwatch", "collect", "--bootstrap-servers", k.bootstrap_servers,
+            *k.kafka_config_flags(), "--source", "jmx", *k.jmx_flags(), "--jmx-registry-ssl",
+            "--telemetry-topic", f"{watched}-telemetry", "--interval", "0.5", "--duration", "3", "--startup-timeout", "5",
+        ]  # fmt: skip
+        trusting = subprocess.run(
+            [*command, "--jmx-truststore", str(truststore), "--jmx-truststore-password", "trust-pw"],
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert trusting.returncode == 0, trusting.stderr[-3000:]
+        assert "jmx_unreachable" not in trusting.stderr and "brokers=1,2" in trusting.stderr
+        observed = {
+            (o.partition, o.broker_id, o.leo)
+            for _, _, _, value in read_records(k, f"{watched}-telemetry")
+            for o in decode_record(value or b"").observations
+            if o.topic == watched
+        }
+        assert {(0, 2, 0), (1, 1, 0)} <= observed
+        # Without the truststore the brokers' certificate is not trusted: nothing answers.
+        untrusting = subprocess.run(command, capture_output=True, text=True, timeout=180)
+        assert untrusting.returncode == 2
+        assert "no broker's JMX answered" in untrusting.stderr and "trust-pw" not in untrusting.stderr
 
 
 def test_collect_source_jmx_publishes_telemetry_the_job_accepts(kafka_cluster, topic) -> None:
