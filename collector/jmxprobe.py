@@ -28,6 +28,7 @@ from collector.jmx import BrokerReading, JmxConnection, JmxError, attach_thread,
 from collector.probe import ClusterProbe, Snapshot
 from isrwatch.exceptions import UnreachableError
 from isrwatch.logs import kv
+from isrwatch.settings import Secret
 
 __all__ = ["JmxProbe", "BrokerWorker"]
 
@@ -76,10 +77,18 @@ class BrokerWorker:
 class JmxProbe:
     """Offsets over JMX, leaders and ISRs from ``metadata`` (the fetch probe's Metadata request)."""
 
-    def __init__(self, metadata: ClusterProbe, connections: list[JmxConnection], round_timeout_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        metadata: ClusterProbe,
+        connections: list[JmxConnection],
+        round_timeout_s: float = 1.0,
+        truststore: str | None = None,
+        truststore_password: Secret | None = None,
+    ) -> None:
         self.metadata = metadata
         self.connections = connections
         self.round_timeout_s = round_timeout_s
+        self._truststore = (truststore, truststore_password)
         self.workers: list[BrokerWorker] = []
         self.readings: dict[int, BrokerReading] = {}  # the newest per broker
         self._failing: dict[str, str] = {}  # endpoint -> the reason last logged
@@ -92,7 +101,7 @@ class JmxProbe:
     def connect(self, timeout_s: float = 15.0) -> Snapshot:
         """Metadata, the JVM, a first round; UnreachableError with one clear line when no JMX endpoint answers."""
         self.metadata.open(timeout_s)
-        start_jvm()
+        start_jvm(*self._truststore)
         self.workers = [BrokerWorker(c) for c in self.connections]
         deadline = time.monotonic() + timeout_s
         while True:

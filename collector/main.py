@@ -9,7 +9,7 @@ import time
 from types import FrameType
 
 from collector.clientconfig import kafka_python_config, librdkafka_config
-from collector.jmx import JmxConnection, start_jvm
+from collector.jmx import JmxConnection
 from collector.jmxprobe import JmxProbe
 from collector.probe import ClusterProbe, Snapshot
 from collector.publisher import TelemetryPublisher, batch_records
@@ -34,7 +34,13 @@ class Collector:
         metadata = ClusterProbe(kafka_python_config(settings.bootstrap_servers, props), round_timeout)
         self.probe: ClusterProbe | JmxProbe = metadata
         if settings.source == "jmx":
-            self.probe = JmxProbe(metadata, jmx_connections(settings), round_timeout)
+            self.probe = JmxProbe(
+                metadata,
+                jmx_connections(settings),
+                round_timeout,
+                settings.jmx_truststore,
+                settings.jmx_truststore_password,
+            )
         self.tracker = ReplicaTracker(settings.lag_time_max_ms, settings.min_insync_replicas)
         separate = bool(settings.telemetry_bootstrap_servers)
         telemetry_props = {**props, **kafka_config_pairs(settings.telemetry_kafka_config)} if separate else props
@@ -48,8 +54,6 @@ class Collector:
         self._unreachable: set[int] = set()
 
     def start(self) -> Snapshot:
-        if self.settings.source == "jmx":
-            start_jvm(self.settings.jmx_truststore, self.settings.jmx_truststore_password)
         snap = self.probe.connect(self.settings.startup_timeout)
         self.publisher.refresh_partitions(timeout_s=5.0, force=True)
         count = len(self.publisher.chooser.partitions)

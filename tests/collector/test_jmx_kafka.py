@@ -219,7 +219,7 @@ def test_collect_source_jmx_publishes_telemetry_the_job_accepts(kafka_cluster, t
     schema = json_schema()
     latest = {}
     for value in values:
-        record = decode_record(value)  # the format's own check; the schema below is the job's
+        record = decode_record(value)  # isrwatch.telemetry's own check, then the JSON Schema
         assert record.source == "jmx" and record.cluster == "local"
         body = json.loads(value)
         jsonschema.validate(body, schema)
