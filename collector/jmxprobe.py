@@ -56,9 +56,12 @@ class BrokerWorker:
         self._jobs.put(future)
         return future
 
-    def stop(self, timeout_s: float = 1.0) -> None:
-        """End the thread; one stuck in a read is left behind (a daemon: it never holds up the exit)."""
+    def stop(self) -> None:
+        """Ask the thread to end after its read (:meth:`join` waits for it)."""
         self._jobs.put(None)
+
+    def join(self, timeout_s: float) -> None:
+        """Wait for the thread to end; one stuck in a read is left behind (a daemon: it never holds up the exit)."""
         self._thread.join(timeout_s)
 
     def _run(self) -> None:
@@ -120,9 +123,12 @@ class JmxProbe:
             )
         return snap
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 1.0) -> None:
         for w in self.workers:
             w.stop()
+        deadline = time.monotonic() + timeout_s
+        for w in self.workers:
+            w.join(max(0.0, deadline - time.monotonic()))
         self.workers = []
         self.metadata.close()
 

@@ -216,6 +216,7 @@ def test_collect_source_jmx_publishes_telemetry_the_job_accepts(kafka_cluster, t
 
     values = [value or b"" for _, _, _, value in read_records(k, telemetry)]
     assert len(values) >= 4  # about one a round
+    assert all(SECRET.encode() not in value for value in values)
     schema = json_schema()
     latest = {}
     for value in values:
