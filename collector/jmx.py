@@ -238,10 +238,11 @@ class JmxConnection:
 
     def _value(self, object_name: str, attribute: str) -> int | None:
         """One MBean's attribute as a whole number; None when the broker has no such MBean."""
-        names = self._names(object_name)
-        if not names:
+        try:
+            value = self._mbeans.getAttribute(_jclass("javax.management.ObjectName")(object_name), attribute)
+        except _jclass("javax.management.InstanceNotFoundException"):
             return None
-        return int(self._mbeans.getAttribute(names[0], attribute))
+        return int(value)
 
     def _broker_id(self) -> int:
         names = self._names(BROKER_ID_PATTERN)
