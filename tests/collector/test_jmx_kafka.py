@@ -28,6 +28,9 @@ from tests.e2e.kafka_io import ProduceLoad, read_records
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = 3
+# Each broker's read gets this long in the fault tests: generous for a loaded 2-core machine,
+# well under the RMI client's own timeout, which a round must never wait for.
+ROUND_TIMEOUT_S = 2.0
 SECRET = f"jmx-pw-{uuid.uuid4().hex[:10]}"
 
 
@@ -104,7 +107,7 @@ def test_jmx_and_fetch_agree_on_every_replicas_log_end_offset(kafka_cluster, top
 def test_a_closed_jmx_port_makes_its_broker_unreachable_and_the_others_carry_on(kafka_cluster, topic) -> None:
     k = kafka_cluster
     # broker 3's endpoint is a port nobody listens on
-    probe = _jmx_probe(k, [k.jmx_address(1), k.jmx_address(2), f"127.0.0.1:{free_port()}"], 1.0)
+    probe = _jmx_probe(k, [k.jmx_address(1), k.jmx_address(2), f"127.0.0.1:{free_port()}"], ROUND_TIMEOUT_S)
     try:
         for snap in (probe.connect(30), probe.snapshot()):
             assert snap.unreachable == {3}
@@ -115,7 +118,7 @@ def test_a_closed_jmx_port_makes_its_broker_unreachable_and_the_others_carry_on(
 
 def test_a_paused_broker_is_unreachable_within_the_round_and_answers_again_after(kafka_cluster, topic) -> None:
     k = kafka_cluster
-    probe = _jmx_probe(k, [k.jmx_address(b) for b in k.broker_ids], 1.0)
+    probe = _jmx_probe(k, [k.jmx_address(b) for b in k.broker_ids], ROUND_TIMEOUT_S)
     probe.connect(30)
     try:
         assert probe.snapshot().unreachable == set()
