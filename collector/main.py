@@ -9,6 +9,8 @@ import time
 from types import FrameType
 
 from collector.clientconfig import kafka_python_config, librdkafka_config
+from collector.jmx import JmxConnection
+from collector.jmxprobe import JmxProbe
 from collector.probe import ClusterProbe, Snapshot
 from collector.publisher import TelemetryPublisher, batch_records
 from collector.settings import CollectSettings
@@ -29,7 +31,16 @@ class Collector:
         self.settings = settings
         props = kafka_config_pairs(settings.kafka_config)
         round_timeout = settings.round_timeout or max(settings.interval, 0.5)
-        self.probe = ClusterProbe(kafka_python_config(settings.bootstrap_servers, props), round_timeout)
+        metadata = ClusterProbe(kafka_python_config(settings.bootstrap_servers, props), round_timeout)
+        self.probe: ClusterProbe | JmxProbe = metadata
+        if settings.source == "jmx":
+            self.probe = JmxProbe(
+                metadata,
+                jmx_connections(settings),
+                round_timeout,
+                settings.jmx_truststore,
+                settings.jmx_truststore_password,
+            )
         self.tracker = ReplicaTracker(settings.lag_time_max_ms, settings.min_insync_replicas)
         separate = bool(settings.telemetry_bootstrap_servers)
         telemetry_props = {**props, **kafka_config_pairs(settings.telemetry_kafka_config)} if separate else props
@@ -72,6 +83,7 @@ class Collector:
             kv(
                 event="collector_connected",
                 cluster=self.settings.cluster,
+                source=self.settings.source,
                 brokers=",".join(str(b) for b in sorted(snap.brokers)),
                 partitions=len(snap.partitions),
                 telemetry_topic=self.settings.telemetry_topic,
@@ -84,7 +96,11 @@ class Collector:
         snap = snap or self.probe.snapshot()
         result = self.tracker.observe(snap)
         records = batch_records(
-            self.settings.cluster, result.observations, result.isr_changes, self.settings.max_observations_per_record
+            self.settings.cluster,
+            result.observations,
+            result.isr_changes,
+            self.settings.max_observations_per_record,
+            source=self.settings.source,
         )
         self.publisher.unreachable = set(snap.unreachable)
         self.publisher.publish(records)
@@ -119,6 +135,14 @@ class Collector:
         if left:
             log.warning(kv(event="telemetry_undelivered_at_exit", records=left))
         self.probe.close()
+
+
+def jmx_connections(settings: CollectSettings) -> list[JmxConnection]:
+    """One connection per ``--jmx`` endpoint, with the JMX remote credentials and TLS options."""
+    return [
+        JmxConnection(endpoint, settings.jmx_user, settings.jmx_password, settings.jmx_registry_ssl)
+        for endpoint in settings.jmx
+    ]
 
 
 def main(settings: CollectSettings) -> int:

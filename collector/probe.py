@@ -73,6 +73,11 @@ class ClusterProbe:
 
     def connect(self, timeout_s: float = 15.0) -> Snapshot:
         """Connect and take a first snapshot; UnreachableError with one clear line when the cluster does not answer."""
+        self.open(timeout_s)
+        return self.snapshot()
+
+    def open(self, timeout_s: float = 15.0) -> list[PartitionState]:
+        """Connect and read metadata once (no offsets asked); UnreachableError as :meth:`connect`."""
         servers = ",".join(self.config["bootstrap_servers"])
         try:
             self.client = KafkaClient(api_version_auto_timeout_ms=int(timeout_s * 1000), **self.config)
@@ -80,11 +85,21 @@ class ClusterProbe:
             raise UnreachableError(f"cannot reach Kafka at {servers}: {type(e).__name__}") from None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            md = self._metadata(min(self.round_timeout_s * 2, max(0.1, deadline - time.monotonic())))
+            md = self.metadata(min(self.round_timeout_s * 2, max(0.1, deadline - time.monotonic())))
             if md is not None:
-                return self.snapshot()
+                return md
         self.close()
         raise UnreachableError(f"cannot reach Kafka at {servers}: no metadata answer in {timeout_s:.0f} s")
+
+    @property
+    def brokers(self) -> dict[int, str]:
+        """broker id -> host:port, from the newest metadata."""
+        return dict(self._brokers)
+
+    @property
+    def partitions(self) -> list[PartitionState]:
+        """Every partition of the newest metadata."""
+        return list(self._partitions)
 
     @property
     def cluster_id(self) -> str | None:
@@ -122,7 +137,7 @@ class ClusterProbe:
             ready |= {b for b in brokers if b not in ready and self.client.ready(b, metadata_priority=False)}
         return ready
 
-    def _metadata(self, timeout_s: float) -> list[PartitionState] | None:
+    def metadata(self, timeout_s: float) -> list[PartitionState] | None:
         """Fresh metadata from the least loaded broker; None when nobody answers in time."""
         assert self.client is not None
         node = self.client.least_loaded_node()
@@ -188,7 +203,7 @@ class ClusterProbe:
         assert self.client is not None
         started = time.monotonic()
         deadline = started + self.round_timeout_s
-        fresh = self._metadata(self.round_timeout_s / 2) is not None
+        fresh = self.metadata(self.round_timeout_s / 2) is not None
         partitions = self._partitions
         hosted: dict[int, list[tuple[str, int]]] = defaultdict(list)
         led: dict[int, list[tuple[str, int]]] = defaultdict(list)

@@ -50,8 +50,10 @@ def batch_records(
     isr_changes: Sequence[IsrChange],
     max_observations: int,
     sent_ms: int | None = None,
+    source: str = "fetch",
 ) -> list[TelemetryRecord]:
-    """The round as few records as fit: ``max_observations`` per record, ISR changes in the first."""
+    """The round as few records as fit: ``max_observations`` per record, ISR changes in the first.
+    ``source``: how the collector read the offsets (``fetch`` or ``jmx``)."""
     sent = int(time.time() * 1000) if sent_ms is None else sent_ms
     chunks = [observations[i : i + max_observations] for i in range(0, len(observations), max_observations)]
     if not chunks and isr_changes:
@@ -59,7 +61,7 @@ def batch_records(
     return [
         TelemetryRecord(
             cluster=cluster,
-            source="collector",
+            source=source,
             sent_ms=sent,
             observations=tuple(chunk),
             isr_changes=tuple(isr_changes) if i == 0 else (),

@@ -3,7 +3,7 @@
 One telemetry record (a Kafka record, or one line of the embedded spool) holds
 many observations of one cluster, JSON encoded::
 
-    {"version": 1, "cluster": "prod-eu", "source": "collector",
+    {"version": 1, "cluster": "prod-eu", "source": "fetch",
      "sent_ms": 1732190000123,
      "observations": [
         {"topic": "orders", "partition": 3, "broker_id": 2, "leader_id": 1,
@@ -22,7 +22,11 @@ epoch, the source's clock). ``leo`` is the follower's log end offset (its next
 fetch offset), ``leader_leo`` the leader's LEO at that time; either is null when
 that broker did not answer. ``prev_*`` are the same follower's previous
 observation, so the refined KIP-16 rule becomes a per-observation max (see
-``isrwatch.rule.caught_up_time``). The machine-readable schema is
+``isrwatch.rule.caught_up_time``). ``source`` says how the observations were made:
+``fetch`` or ``jmx`` (``isrwatch collect --source``: ListOffsets, or the brokers' MBeans),
+``simulator`` or ``simulator-fetch`` (the simulator); collectors before the JMX mode wrote
+``collector`` (fetch). It is optional and any text is valid: nothing downstream branches on
+it, so one format serves both collector modes. The machine-readable schema is
 ``isrwatch/schema/telemetry-v1.schema.json``; docs/telemetry.md explains it.
 """
 

@@ -6,6 +6,10 @@ package's shell scripts pass JVM flags Java 17 rejects), in its own process
 group, and is killed when the cluster stops, when the interpreter exits, or
 when the process that started it dies.
 
+Each broker serves its MBeans over JMX remote on its own loopback port
+(:meth:`LocalKafka.jmx_address`, no authentication, no TLS), for
+``isrwatch collect --source jmx``.
+
 Each broker writes ``broker-<id>/server.log`` with UTC timestamps; its
 ``Shrinking ISR for partition [t,p] from a,b to c`` lines are the ground truth
 that :meth:`LocalKafka.isr_shrinks` reads.
@@ -37,7 +41,9 @@ from localkafka.process import (
     LocalKafkaError,
     find_libs,
     java_command,
+    jmx_flags,
     start_zookeeper,
+    write_jmx_auth,
     write_properties,
 )
 
@@ -92,6 +98,8 @@ class LocalKafka:
 
     ``broker_settings`` override the defaults for every broker (for example
     ``{"replica.lag.time.max.ms": 4000, "zookeeper.session.timeout.ms": 60000}``).
+    ``jmx_credentials`` (user, password): the brokers' JMX asks for them (a read-only role).
+    ``jmx_keystore`` (a PKCS12 file, its password): the brokers' JMX and its registry use TLS.
     Use as a context manager, or call :meth:`start` and :meth:`close`.
     """
 
@@ -103,6 +111,8 @@ class LocalKafka:
         heap_mb: int = 256,
         start_timeout_s: float = 90.0,
         controller: int = 1,
+        jmx_credentials: tuple[str, str] | None = None,
+        jmx_keystore: tuple[str | os.PathLike[str], str] | None = None,
     ) -> None:
         if brokers < 1:
             raise LocalKafkaError(f"brokers={brokers} must be at least 1")
@@ -126,6 +136,9 @@ class LocalKafka:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.zk_port = free_port()
         self.ports = {b: free_port() for b in self.broker_ids}
+        self.jmx_ports = {b: free_port() for b in self.broker_ids}
+        self._jmx_auth = write_jmx_auth(self.dir / "jmx", *jmx_credentials) if jmx_credentials else None
+        self._jmx_keystore = (Path(jmx_keystore[0]), jmx_keystore[1]) if jmx_keystore else None
         self._zk: JvmProcess | None = None
         self._brokers: dict[int, JvmProcess] = {}
         self._closed = False
@@ -142,6 +155,17 @@ class LocalKafka:
 
     def address(self, broker_id: int) -> str:
         return f"127.0.0.1:{self.ports[broker_id]}"
+
+    def jmx_address(self, broker_id: int) -> str:
+        """host:port of the broker's JMX remote (RMI registry and objects on the same port)."""
+        return f"127.0.0.1:{self.jmx_ports[broker_id]}"
+
+    def jmx_flags(self) -> list[str]:
+        """Every broker's JMX endpoint as ``--jmx`` arguments of ``isrwatch collect --source jmx``."""
+        out = []
+        for b in self.broker_ids:
+            out += ["--jmx", self.jmx_address(b)]
+        return out
 
     @property
     def lag_time_max_ms(self) -> int:
@@ -209,8 +233,8 @@ class LocalKafka:
             shutil.rmtree(self.dir, ignore_errors=True)
         log.info(kv(event="local_kafka_stopped", dir=self.dir))
 
-    def _java(self, main: str, *args: str, log4j: Path, heap_mb: int) -> list[str]:
-        return java_command(self.java, self.libs, main, *args, log4j=log4j, heap_mb=heap_mb)
+    def _java(self, main: str, *args: str, log4j: Path, heap_mb: int, jvm_flags: list[str] | None = None) -> list[str]:
+        return java_command(self.java, self.libs, main, *args, log4j=log4j, heap_mb=heap_mb, jvm_flags=jvm_flags or [])
 
     def _start_zookeeper(self) -> None:
         self._zk = start_zookeeper(self.dir / "zookeeper", self.zk_port, self._java, self.start_timeout_s)
@@ -235,7 +259,13 @@ class LocalKafka:
         )
         log4j = bdir / "log4j.properties"
         log4j.write_text(LOG4J.format(path=bdir / "server.log"))
-        cmd = self._java("kafka.Kafka", str(props), log4j=log4j, heap_mb=self.heap_mb)
+        cmd = self._java(
+            "kafka.Kafka",
+            str(props),
+            log4j=log4j,
+            heap_mb=self.heap_mb,
+            jvm_flags=jmx_flags(self.jmx_ports[broker_id], self._jmx_auth, self._jmx_keystore),
+        )
         return JvmProcess(f"broker-{broker_id}", cmd, bdir / "server.log")
 
     def wait_ready(self, broker_ids: list[int] | None = None, timeout_s: float | None = None) -> None:

@@ -31,11 +31,15 @@ def main(settings: LocalKafkaSettings) -> int:
     with cluster:
         flags = " ".join(f"--kafka-config {k}={v}" for k, v in COMPAT_CONFIG.items())
         servers = cluster.bootstrap_servers
+        jmx = " ".join(cluster.jmx_flags())
         print(
             f"Kafka 0.9.0.1 is up: {len(cluster.broker_ids)} brokers, ZooKeeper {cluster.zookeeper_connect}\n"
             f"  bootstrap servers: {servers}\n"
             f"  broker logs:       {cluster.dir}/broker-*/server.log\n"
+            f"  broker JMX:        {', '.join(f'{b}={cluster.jmx_address(b)}' for b in cluster.broker_ids)}\n"
             f"  collector: isrwatch collect --bootstrap-servers {servers} "
+            f"--lag-time-max-ms {settings.lag_time_max_ms} {flags}\n"
+            f"  collector over JMX: isrwatch collect --source jmx {jmx} --bootstrap-servers {servers} "
             f"--lag-time-max-ms {settings.lag_time_max_ms} {flags}\n"
             f"  job:       isrwatch run --bootstrap-servers {servers} {flags}\n"
             f"  exporter:  isrwatch exporter --bootstrap-servers {servers} {flags}\n"

@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ __all__ = [
     "LocalKafkaError",
     "find_libs",
     "java_command",
+    "jmx_flags",
+    "write_jmx_auth",
     "start_zookeeper",
     "write_properties",
     "zookeeper_command",
@@ -142,12 +144,59 @@ class JvmProcess:
         self.paused = False
 
 
-def java_command(java: Path | str, libs: Path, main: str, *args: str, log4j: Path, heap_mb: int) -> list[str]:
-    """The command line of one of the cluster's JVMs (UTC timestamps, the jars of ``libs``)."""
+def jmx_flags(port: int, auth_dir: Path | None = None, keystore: tuple[Path, str] | None = None) -> list[str]:
+    """JVM flags serving the platform MBean server (the broker's metrics) over JMX remote on
+    127.0.0.1:``port`` only, registry and RMI objects on the same port. No authentication
+    unless ``auth_dir`` holds ``jmxremote.password`` and ``jmxremote.access``
+    (:func:`write_jmx_auth`); no TLS unless ``keystore`` (a PKCS12 file and its password) is
+    given, which puts the registry on TLS too."""
+    prefix = "-Dcom.sun.management.jmxremote"
+    tls = [f"{prefix}.ssl=false"]
+    if keystore is not None:
+        tls = [
+            f"{prefix}.ssl=true",
+            f"{prefix}.registry.ssl=true",
+            f"-Djavax.net.ssl.keyStore={keystore[0]}",
+            f"-Djavax.net.ssl.keyStorePassword={keystore[1]}",
+        ]
+    auth = [f"{prefix}.authenticate=false"]
+    if auth_dir is not None:
+        auth = [
+            f"{prefix}.authenticate=true",
+            f"{prefix}.password.file={auth_dir / 'jmxremote.password'}",
+            f"{prefix}.access.file={auth_dir / 'jmxremote.access'}",
+        ]
+    return [
+        f"{prefix}.port={port}",
+        f"{prefix}.rmi.port={port}",
+        f"{prefix}.host=127.0.0.1",
+        *auth,
+        *tls,
+        "-Djava.rmi.server.hostname=127.0.0.1",
+    ]
+
+
+def write_jmx_auth(auth_dir: Path, user: str, password: str) -> Path:
+    """The JMX remote password and access files: ``user`` with ``password``, read-only (the JVM
+    refuses a password file others can read)."""
+    auth_dir.mkdir(parents=True, exist_ok=True)
+    passwords = auth_dir / "jmxremote.password"
+    passwords.write_text(f"{user} {password}\n")
+    passwords.chmod(0o600)
+    (auth_dir / "jmxremote.access").write_text(f"{user} readonly\n")
+    return auth_dir
+
+
+def java_command(
+    java: Path | str, libs: Path, main: str, *args: str, log4j: Path, heap_mb: int, jvm_flags: Sequence[str] = ()
+) -> list[str]:
+    """The command line of one of the cluster's JVMs (UTC timestamps, the jars of ``libs``,
+    ``jvm_flags`` after the common ones)."""
     return [
         str(java),
         f"-Xmx{heap_mb}m",
         *JVM_FLAGS,
+        *jvm_flags,
         "-Duser.timezone=UTC",
         f"-Dlog4j.configuration=file:{log4j}",
         "-cp",

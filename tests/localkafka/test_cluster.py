@@ -48,6 +48,24 @@ def test_every_broker_serves_metadata_for_all(kafka_cluster):
         assert kafka_cluster.metadata_brokers(b) == {1, 2, 3}
 
 
+def test_every_broker_serves_its_mbeans_over_jmx_on_loopback(kafka_cluster):
+    from collector.jmx import JmxConnection, start_jvm
+
+    start_jvm()
+    for b in kafka_cluster.broker_ids:
+        assert kafka_cluster.jmx_address(b).startswith("127.0.0.1:")
+        connection = JmxConnection(kafka_cluster.jmx_address(b))
+        try:
+            reading = connection.read()
+        finally:
+            connection.close()
+        assert reading.broker_id == b  # the broker's own kafka.server:type=app-info,id=N
+        assert reading.isr_shrinks is not None and reading.under_replicated is not None
+    assert kafka_cluster.jmx_flags() == [
+        a for b in kafka_cluster.broker_ids for a in ("--jmx", kafka_cluster.jmx_address(b))
+    ]
+
+
 def test_broker_1_is_the_controller_by_default(kafka_cluster):
     assert kafka_cluster.controller_id() == 1
 

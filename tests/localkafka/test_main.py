@@ -37,6 +37,12 @@ def test_local_kafka_command_runs_until_stopped(sig):
         for s in servers:
             host, port = s.split(":")
             socket.create_connection((host, int(port)), timeout=5).close()
+        jmx = re.search(r"broker JMX: +1=(127\.0\.0\.1:\d+), 2=(127\.0\.0\.1:\d+)", text)
+        assert jmx, text
+        assert f"isrwatch collect --source jmx --jmx {jmx.group(1)} --jmx {jmx.group(2)} " in text
+        for s in jmx.groups():
+            host, port = s.split(":")
+            socket.create_connection((host, int(port)), timeout=5).close()
         proc.send_signal(sig)
         assert proc.wait(60) in (0, 130)
     finally:
