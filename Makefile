@@ -47,7 +47,7 @@ test: install ## run every test (unit, property, Spark, real Kafka/Prometheus/Al
 campaign: install ## the long campaigns left out of make test: poison records on real Kafka, collector clock ±30 s (~15 min)
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m campaign; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
-reliability: install ## issue 14's reliability campaign on real Kafka: 10,000 fuzzed telemetry records, the telemetry cluster down 2 min, the job kill -9'd 20 times (ISRWATCH_FUZZ_SEED, ISRWATCH_FUZZ_RECORDS, ISRWATCH_KILLS, ISRWATCH_KILL_SEED; ~30 min)
+reliability: install ## issue 14's reliability campaign on real Kafka: 10,000 fuzzed telemetry records, the telemetry cluster down 2 min, the job kill -9'd 20 times (ISRWATCH_FUZZ_SEED, ISRWATCH_FUZZ_RECORDS, ISRWATCH_KILLS, ISRWATCH_KILL_SEED; 30-40 min)
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests/e2e/test_fuzz_campaign.py tests/e2e/test_outages.py tests/e2e/test_kill_campaign.py -s; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 test-unit: install ## fast tests only: no Kafka, Spark, Prometheus or Alertmanager, nothing slow (under a minute)
