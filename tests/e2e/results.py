@@ -127,28 +127,30 @@ def nearing_row(
     }
 
 
-def check_nearing_lead(row: dict[str, Any], where: str) -> None:
+def check_nearing_lead(row: dict[str, Any], where: str, *, printed_floor: bool = False) -> None:
     """A paused follower's row (``nearing_row``): alerted, and before the broker's shrink.
 
     Asserted always: the alert arrived before the leader logged the shrink (the product's
     promise), and the crossing the job computed, in telemetry time, leads the shrink by
     ``lead_floor_s`` of the row's lag (the job's last-caught-up time within a collector round of the broker's).
 
-    The arrival's own lead against that floor leaves the job 1.5 s from the crossing to
-    the printed alert. With the lookahead (streaming/lookahead.py) the job says Nearing at the
-    crossing on its wall clock once it has telemetry within the horizon before it: measured
-    0.2-1.7 s after the crossing, the longer ones when a slow batch delivered that telemetry
-    late. Whether a run meets the floor still depends on the machine's load and on where in
-    its check period the leader drops the follower: a timed assertion, which ``make test``
-    does not make. It is recorded in every row (``arrival_lead_s``), and ``make validation``
-    (``ISRWATCH_STRICT_LEAD=1``) holds it.
+    The printed alert's own lead against that floor (``printed_floor``, or ``make validation``'s
+    ``ISRWATCH_STRICT_LEAD=1`` for every test): the leader drops the follower no earlier than
+    lcu + lag and the job's crossing is lcu + lag/2 with its lcu no later than the broker's
+    (within a collector round), so the floor leaves the job 1.5 s from the crossing to the
+    printed alert. issue 9 asks it of the broker pauses in ``make test``; with the lookahead
+    (streaming/lookahead.py, a stalled follower carried from any status before its crossing)
+    the pauses measured 0.1-0.6 s on this machine with nothing else running, up to 3 s with
+    other tests running beside them (docs/validation.md). Tests whose fault is not a
+    stalled broker (a slow follower, a standalone Spark cluster's 4-8 s batches) record it
+    in every row (``arrival_lead_s``) and hold it only under ``make validation``.
     """
     floor = lead_floor_s(row["lag_time_max_ms"])
     assert row["alert_arrived"] is not None, f"no Nearing alert for {where}: {row}"
     assert row["lead_s"] is not None and row["lead_s"] >= floor, (
         f"{where}: the job's crossing led the shrink by {row['lead_s']}s < {floor}s: {row}"
     )
-    bound = floor if os.environ.get(STRICT_LEAD_ENV) == "1" else 0.0
+    bound = floor if printed_floor or os.environ.get(STRICT_LEAD_ENV) == "1" else 0.0
     assert row["arrival_lead_s"] > bound, f"{where}: alert lead {row['arrival_lead_s']:.2f}s <= {bound}s: {row}"
 
 

@@ -15,8 +15,8 @@ have dropped it from the ISR, then resumed. For every pause:
 
 * each real shrink of the paused follower is printed as
   ``KafkaReplicaNearingIsrShrink`` before the leader logs it, the job's crossing ahead by at
-  least lag/2 - one collector interval - 1 s (``results.check_nearing_lead``; the printed
-  alert is held to that bound by ``make validation``);
+  least lag/2 - one collector interval - 1 s, and so is the printed alert (issue 9's bound,
+  ``results.check_nearing_lead``);
 * the job keeps completing micro-batches during the pause (no gap longer than
   ``MAX_BATCH_GAP_S``);
 * while the broker is paused, no replica alert names a follower of a partition
@@ -210,14 +210,13 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, k
     for r in rounds:
         b = r["broker"]
         assert r["longest_batch_gap_s"] <= MAX_BATCH_GAP_S, f"broker {b} paused: the job stalled: {r}"
-        if not r["controller"]:
-            # Open finding (docs/validation.md): with the Kafka 0.9 *controller* paused, one run
-            # alerted the follower of a partition the paused controller led; recorded, not asserted.
-            assert not r["misplaced_during_pause"], f"broker {b} paused: alerts for followers of its partitions: {r}"
+        # (An earlier stop saw this once for the controller's round on a machine at load 10, and
+        # recorded it only; it did not recur in the 14 rounds of the next stop: asserted for all.)
+        assert not r["misplaced_during_pause"], f"broker {b} paused: alerts for followers of its partitions: {r}"
         assert not r["resolved_before_rejoin"], f"broker {b}: a lag alert resolved before the leader took it back: {r}"
         for row in r["rows"]:
             where = f"{topic}-{row['partition']} on broker {b}"
-            check_nearing_lead(row, where)
+            check_nearing_lead(row, where, printed_floor=True)
             assert row["stalled_arrived"] is not None, f"{where}: the paused broker was not reported stalled"
             if telemetry is None:  # issue 17: the gauges and the rule path, before the shrink too
                 for kind in ("job", "prometheus"):
