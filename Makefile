@@ -44,7 +44,7 @@ run: install ## run the streaming job on the embedded simulator (SCENARIO=stuck-
 test: install ## run every test (unit, property, Spark, real Kafka/Prometheus/Alertmanager) but the long campaigns
 	$(PY) -m pytest tests -m "not campaign" --durations=30; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
-campaign: install ## the long campaigns left out of make test: poison records on real Kafka, collector clock ±30 s (~15 min)
+campaign: install ## the long campaigns left out of make test: poison records, fuzz, outages, kill -9 x20 on real Kafka, collector clock ±30 s (~60 min)
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m campaign; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 reliability: install ## issue 14's reliability campaign on real Kafka: 10,000 fuzzed telemetry records, the telemetry cluster down 2 min, the job kill -9'd 20 times (ISRWATCH_FUZZ_SEED, ISRWATCH_FUZZ_RECORDS, ISRWATCH_KILLS, ISRWATCH_KILL_SEED; 30-40 min)
