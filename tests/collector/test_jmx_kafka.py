@@ -175,6 +175,9 @@ def test_collect_reads_brokers_whose_jmx_uses_tls_with_the_truststore_given(tmp_
     keystore, truststore = _keystores(tmp_path)
     with LocalKafka(brokers=2, jmx_keystore=(keystore, "broker-pw")) as k:
         watched = f"jmx-tls-{uuid.uuid4().hex[:8]}"
+        # The watched topic pinned so that each broker leads one partition and follows the other
+        # (both brokers' JMX must report leader and follower offsets; no fault here); the
+        # telemetry topic is placed by Kafka.
         k.create_topic(watched, assignment=[[1, 2], [2, 1]])
         k.create_topic(f"{watched}-telemetry", partitions=2, replication_factor=1)
         command = [
