@@ -190,8 +190,11 @@ class Pipeline:
         telemetry_cluster: Any = None,
         state_topic_config: dict[str, Any] | None = None,
         collector_wrapper: Iterable[str] = (),
+        collector_source: str = "fetch",
     ) -> None:
         self.cluster = cluster
+        # how the collectors read the log end offsets: fetch requests, or every broker's JMX
+        self.collector_source = collector_source
         # a command the collectors run under (a clock fault: tests/support/skewed_clock.py)
         self.collector_wrapper = list(collector_wrapper)
         # where isrwatch's own topics live: the watched cluster, or a separate one
@@ -263,6 +266,8 @@ class Pipeline:
             "--lag-time-max-ms",
             str(watched.lag_time_max_ms),
         ]
+        if self.collector_source == "jmx":
+            argv += ["--source", "jmx", *watched.jmx_flags()]
         return _Child(child, [*self.collector_wrapper, *argv], self.workdir, None)
 
     def start_job(self) -> None:

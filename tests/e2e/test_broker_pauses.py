@@ -25,6 +25,10 @@ have dropped it from the ISR, then resumed. For every pause:
   the brokers themselves logged out of the ISR (a paused leader, resumed,
   shrinks its ISR to itself: docs/kafka.md).
 
+Issue 10: the separate-telemetry deployment's collector reads the log end offsets from the
+brokers' JMX (``isrwatch collect --source jmx``), the watched-cluster one's by fetch requests;
+the bounds above hold for both sources (a paused broker's JMX does not answer either).
+
 Issue 15, on the separate-telemetry deployment: the recorded telemetry topic replayed with
 ``isrwatch replay`` under the setting the brokers ran (``kip16``, the lag) drops every paused
 follower the leaders dropped, the leader's shrink inside the replay's predicted window, and
@@ -105,8 +109,12 @@ def _state_after_compaction(cluster: Any, pipe: Pipeline, watch: GaugeWatch) -> 
     }
 
 
-@pytest.mark.parametrize("deployment", ["watched-cluster", "separate-telemetry-cluster"])
-def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, kafka_cluster_factory, tmp_path):
+@pytest.mark.parametrize(
+    ("deployment", "source"),
+    [("watched-cluster", "fetch"), ("separate-telemetry-cluster", "jmx")],
+    ids=["watched-cluster-fetch", "separate-telemetry-cluster-jmx"],
+)
+def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, source, kafka_cluster_factory, tmp_path):
     # The log cleaner on (the local clusters leave it off to save memory; a user's brokers
     # compact isr.replica-state), checking every 2 s instead of 15 s so compaction happens
     # within the test; the state topic rolls a segment every 10 s for the same reason
@@ -134,6 +142,7 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, k
                 cluster,
                 tmp_path,
                 telemetry_cluster=telemetry,
+                collector_source=source,
                 state_topic_config={"segment.ms": 10_000, "min.cleanable.dirty.ratio": 0.01},
             )
         )
@@ -196,9 +205,12 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, k
             "scenario": f"each broker paused in turn under produce load, telemetry on the {deployment}",
             "lag_time_max_ms": LAG_MS,
             "collector_interval_s": COLLECT_INTERVAL_S,
+            "collector_source": source,
             "job_steady_before_first_pause": steady,
             "rounds": [{k: v for k, v in r.items() if k != "rows"} for r in rounds],
-            "rows": [row for r in rounds for row in r["rows"]],
+            "rows": [
+                {**row, "scenario": f"{row['scenario']} ({deployment}, {source})"} for r in rounds for row in r["rows"]
+            ],
             "output_records_lost": lost,
             "output_records_pending_at_end": pending,
             "state_topic_after_compaction": after_compaction,

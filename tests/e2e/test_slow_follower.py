@@ -9,11 +9,16 @@ small messages it copies easily (no alert), a heavy load of 1 KB messages
 leader drops them. For every follower the leader logs out of the ISR,
 ``KafkaReplicaNearingIsrShrink`` is printed before the logged shrink, and no
 ``KafkaReplicaStalled`` fires (the broker answers; it is slow, not stopped).
+
+Issue 10: the same with the collector reading the log end offsets from the brokers'
+JMX (``isrwatch collect --source jmx``) instead of fetch requests.
 """
 
 from __future__ import annotations
 
 import time
+
+import pytest
 
 from isrwatch.alerts import AlertName
 from tests.e2e.kafka_io import ProduceLoad
@@ -28,7 +33,8 @@ HEAVY_RATE = 300  # of MESSAGE_BYTES: 300 KB/s against ~10 messages/s copied
 FOLLOWERS = (2, 3)
 
 
-def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(kafka_cluster_factory, tmp_path):
+@pytest.mark.parametrize("source", ["fetch", "jmx"])
+def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(source, kafka_cluster_factory, tmp_path):
     cluster = kafka_cluster_factory(
         replica_lag_time_max_ms=LAG_MS,
         zookeeper_session_timeout_ms=ZK_SESSION_MS,
@@ -42,7 +48,10 @@ def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(kafka_
     # own topics are placed by Kafka (Pipeline.create_topics)
     cluster.create_topic(topic, assignment=[[1, 2, 3]])
     heavy = ProduceLoad(cluster, topic, 1, rate=HEAVY_RATE, size=MESSAGE_BYTES)
-    with ProduceLoad(cluster, topic, 1, rate=LIGHT[0], size=LIGHT[1]), Pipeline(cluster, tmp_path) as pipe:
+    with (
+        ProduceLoad(cluster, topic, 1, rate=LIGHT[0], size=LIGHT[1]),
+        Pipeline(cluster, tmp_path, collector_source=source) as pipe,
+    ):
         pipe.wait_watching(len(FOLLOWERS))
         assert not pipe.alerts(), "no alert while the followers keep up"
 
@@ -74,14 +83,15 @@ def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(kafka_
     for b in FOLLOWERS:
         shrink = shrinks.first(0, b)
         e = first_event(pipe, AlertName.NEARING, "firing", topic, b).get(0)
-        rows.append(nearing_row("slow", topic, 0, b, heavy_at, e, shrink))
+        rows.append(nearing_row(f"slow ({source})", topic, 0, b, heavy_at, e, shrink))
     write_result(
-        "slow_follower",
+        "slow_follower" if source == "fetch" else f"slow_follower_{source}",
         {
             "scenario": f"replica.fetch.max.bytes={FETCH_MAX_BYTES} (one fetch per {FETCH_WAIT_MS} ms), "
             f"{HEAVY_RATE} msg/s of {MESSAGE_BYTES} B",
             "lag_time_max_ms": LAG_MS,
             "collector_interval_s": COLLECT_INTERVAL_S,
+            "collector_source": source,
             "messages": sent_heavy,
             "rows": rows,
             "alerts": [[e.arrived, e.name, e.status, *e.replica] for e in pipe.alerts()],

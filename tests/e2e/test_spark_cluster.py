@@ -36,6 +36,8 @@ import urllib.request
 from collections import defaultdict
 from typing import Any
 
+import pytest
+
 from isrwatch.alerts import AlertName
 from localkafka import free_port
 from localspark import LocalSpark
@@ -141,6 +143,9 @@ def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_work
     assert got == expected, "observations lost or counted twice with a worker lost"
 
 
+# In make campaign (~190 s): make test keeps the standalone cluster's fault test above, and
+# several clusters kept apart in one job (one spool, one Spark job) in tests/streaming/test_job.py.
+@pytest.mark.campaign
 def test_two_watched_clusters_in_one_job_stay_apart(kafka_cluster_factory, tmp_path):
     a = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
     b = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)

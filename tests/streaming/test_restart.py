@@ -15,7 +15,9 @@ import pytest
 from isrwatch.spool import SpoolWriter
 from simulator.run import Simulation, now_ms
 
-pytestmark = pytest.mark.spark
+# In make campaign (~160 s): make test covers a killed job's restart on the user's deployment,
+# real Kafka, in tests/e2e/test_restart.py; this one is the spool source's.
+pytestmark = [pytest.mark.spark, pytest.mark.campaign]
 
 SIM_SECONDS = 70
 
