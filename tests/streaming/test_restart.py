@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.campaign]
 SIM_SECONDS = 70
 
 
-def _start(spool, ckpt, duration):
+def _start(spool, ckpt, duration, stderr=None):
+    """``isrwatch run`` on ``spool``; its stderr to the file ``stderr`` (discarded without one)."""
     cmd = [sys.executable, "-m", "isrwatch", "run", "--spool-dir", str(spool), "--checkpoint-dir", str(ckpt)]
     cmd += [
         "--metrics-port",
@@ -35,7 +36,12 @@ def _start(spool, ckpt, duration):
         str(duration),
     ]
     cmd += ["--stale-after-seconds", "600"]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    err = open(stderr, "wb") if stderr else subprocess.DEVNULL  # noqa: SIM115 (the child holds it)
+    try:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+    finally:
+        if stderr:
+            err.close()
 
 
 def test_restart_repeats_nothing_and_loses_nothing(spark, tmp_path) -> None:

@@ -1,0 +1,152 @@
+"""Issue 14, item 3: the checkpoint directory's disk full while the job runs.
+
+A real full filesystem: the checkpoint is on a small tmpfs mounted for the test (the job
+runs as root here; without the right to mount, the test is skipped and ``make reliability``'s
+table reports it not run). Once the job has announced an alert, the test fills the tmpfs to
+the last byte. Goals: the job stops with one clear line on stderr naming the directory and
+no traceback; once space is back, a restart on the same checkpoint finishes the telemetry
+with no transition repeated or missing and every observation aggregated exactly once.
+
+The spool source (``isrwatch simulate --spool-dir``), as tests/streaming/test_restart.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from isrwatch.spool import SpoolWriter
+from simulator.run import Simulation, now_ms
+from tests.e2e.results import write_result
+from tests.streaming.test_restart import SIM_SECONDS, _start
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+MOUNT_SIZE = "64m"
+
+
+@contextlib.contextmanager
+def small_filesystem(path: Path) -> Iterator[Path]:
+    """A tmpfs of ``MOUNT_SIZE`` at ``path``, unmounted afterwards."""
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={MOUNT_SIZE}", "tmpfs", str(path)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        if subprocess.run(["umount", str(path)]).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def fill(path: Path) -> int:
+    """Write a file under ``path`` until the filesystem has no byte left; its size."""
+    written = 0
+    with open(path / "filler", "wb", buffering=0) as fh:
+        for chunk in (1 << 20, 4096, 1):
+            block = b"\0" * chunk
+            while True:
+                try:
+                    written += fh.write(block) or 0
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC, e
+                    break
+    return written
+
+
+class Lines:
+    """A process's stdout alert lines, read on a thread."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.items: list[dict] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.strip():
+                self.items.append(json.loads(line))
+
+    def join(self) -> list[dict]:
+        self._thread.join(30)
+        return self.items
+
+
+def test_a_full_checkpoint_disk_stops_the_job_with_one_line_and_a_restart_repeats_nothing(spark, tmp_path) -> None:
+    sim = Simulation("stuck-follower", start_ms=now_ms() - (SIM_SECONDS + 5) * 1000, seed=3)
+    writer = SpoolWriter(tmp_path / "spool")
+    expected: Counter = Counter()
+    for _, records in sim.rounds(SIM_SECONDS):
+        writer.append(records)
+        for r in records:
+            for o in json.loads(r)["observations"]:
+                expected[(o["topic"], o["partition"], o["broker_id"])] += 1
+
+    with small_filesystem(tmp_path / "disk") as disk:
+        ckpt = disk / "ck"
+        stderr = tmp_path / "first.stderr"
+        first = _start(tmp_path / "spool", ckpt, 300, stderr=stderr)
+        lines = Lines(first)
+        deadline = time.monotonic() + 240
+        while not lines.items and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert lines.items, "the first run announced the stuck follower"
+        filled = fill(disk)
+        try:
+            code = first.wait(300)
+        finally:
+            if first.poll() is None:
+                os.killpg(first.pid, 9)
+                first.wait(30)
+        announced = lines.join()
+        errors = [x for x in stderr.read_text(errors="replace").splitlines() if x.startswith("isrwatch run: error:")]
+        traceback = "Traceback" in stderr.read_text(errors="replace")
+
+        (disk / "filler").unlink()  # space is back
+        second = _start(tmp_path / "spool", ckpt, 90, stderr=tmp_path / "second.stderr")
+        out, _ = second.communicate(timeout=300)
+        announced += [json.loads(x) for x in out.splitlines() if x.strip()]
+
+        from streaming.query import restore_aggregates
+
+        rows = restore_aggregates(spark, str(ckpt))
+    got = Counter({(r["topic"], r["partition"], r["broker_id"]): r["observations"] for r in rows})
+    events = Counter((e["labels"]["alertname"], tuple(sorted(e["labels"].items())), e["status"]) for e in announced)
+    firing = {k[:2] for k in events if k[2] == "firing"}
+    resolved = {k[:2] for k in events if k[2] == "resolved"}
+    figures = {
+        "filled_bytes": filled,
+        "first_run_exit_code": code,
+        "error_lines": len(errors),
+        "error_line": errors[0] if errors else None,
+        "traceback": traceback,
+        "second_run_exit_code": second.returncode,
+        "transitions": sum(events.values()),
+        "transitions_repeated": sum(n - 1 for n in events.values()),
+        "alerts_never_resolved": len(firing - resolved),
+        "observations_lost": sum((expected - got).values()),
+        "observations_counted_twice": sum((got - expected).values()),
+    }
+    print("\ncheckpoint disk full:")
+    for name, value in figures.items():
+        print(f"  {name:32s} {value}")
+    write_result("disk_full", figures)
+    assert code != 0, "the job went on without a checkpoint"
+    assert len(errors) == 1 and "No space left" in errors[0] and str(ckpt) in errors[0], errors
+    assert not traceback
+    assert second.returncode == 0
+    assert figures["transitions_repeated"] == 0, events.most_common(3)
+    assert firing and firing == resolved
+    assert got == expected
