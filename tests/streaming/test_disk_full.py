@@ -25,10 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from isrwatch.spool import SpoolWriter
-from simulator.run import Simulation, now_ms
 from tests.e2e.results import write_result
-from tests.streaming.test_restart import SIM_SECONDS, _start
+from tests.streaming.test_restart import _start, write_spool
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -85,14 +83,7 @@ class Lines:
 
 
 def test_a_full_checkpoint_disk_stops_the_job_with_one_line_and_a_restart_repeats_nothing(spark, tmp_path) -> None:
-    sim = Simulation("stuck-follower", start_ms=now_ms() - (SIM_SECONDS + 5) * 1000, seed=3)
-    writer = SpoolWriter(tmp_path / "spool")
-    expected: Counter = Counter()
-    for _, records in sim.rounds(SIM_SECONDS):
-        writer.append(records)
-        for r in records:
-            for o in json.loads(r)["observations"]:
-                expected[(o["topic"], o["partition"], o["broker_id"])] += 1
+    expected = write_spool(tmp_path / "spool")
 
     with small_filesystem(tmp_path / "disk") as disk:
         ckpt = disk / "ck"

@@ -22,6 +22,19 @@ pytestmark = [pytest.mark.spark, pytest.mark.campaign]
 SIM_SECONDS = 70
 
 
+def write_spool(spool) -> Counter:
+    """A stuck follower's telemetry, all in the past, into ``spool``; observations per replica."""
+    sim = Simulation("stuck-follower", start_ms=now_ms() - (SIM_SECONDS + 5) * 1000, seed=3)
+    writer = SpoolWriter(spool)
+    expected: Counter = Counter()
+    for _, records in sim.rounds(SIM_SECONDS):
+        writer.append(records)
+        for r in records:
+            for o in json.loads(r)["observations"]:
+                expected[(o["topic"], o["partition"], o["broker_id"])] += 1
+    return expected
+
+
 def _start(spool, ckpt, duration, stderr=None):
     """``isrwatch run`` on ``spool``; its stderr to the file ``stderr`` (discarded without one)."""
     cmd = [sys.executable, "-m", "isrwatch", "run", "--spool-dir", str(spool), "--checkpoint-dir", str(ckpt)]
@@ -48,14 +61,7 @@ def test_restart_repeats_nothing_and_loses_nothing(spark, tmp_path) -> None:
     # The whole telemetry is in the spool before the job starts (in the past,
     # so nothing is "from the future"); 4 records per batch spread it over
     # many batches, so the kill lands mid-stream.
-    sim = Simulation("stuck-follower", start_ms=now_ms() - (SIM_SECONDS + 5) * 1000, seed=3)
-    writer = SpoolWriter(tmp_path / "spool")
-    expected: Counter = Counter()
-    for _, records in sim.rounds(SIM_SECONDS):
-        writer.append(records)
-        for r in records:
-            for o in json.loads(r)["observations"]:
-                expected[(o["topic"], o["partition"], o["broker_id"])] += 1
+    expected = write_spool(tmp_path / "spool")
     ckpt = tmp_path / "ck"
 
     first = _start(tmp_path / "spool", ckpt, 300)
