@@ -143,10 +143,10 @@ def _identity(body: dict[str, Any]) -> str:
     return json.dumps(body["labels"], sort_keys=True)
 
 
-def topic_transitions(cluster: Any, pipe: Pipeline) -> list[Transition]:
+def topic_transitions(pipe: Pipeline) -> list[Transition]:
     """The job's record of what it announced: the alerts topic, in order per alert."""
     out = []
-    for value in read_topic(cluster, pipe.alerts_topic):
+    for value in read_topic(pipe.telemetry_cluster, pipe.alerts_topic):
         body = json.loads(value or b"{}")
         out.append((_identity(body), _seconds(body["startsAt"]), body["status"]))
     return out
@@ -197,14 +197,16 @@ def delivery_figures(announced: list[Transition], got: list[tuple[float, Transit
 def test_alertmanager_down_five_minutes_gets_every_transition_after_it_returns(kafka_cluster_factory, tmp_path):
     cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
     cluster.create_topic(TOPIC, assignment=AM_ASSIGNMENT)
+    # isrwatch's topics apart from the paused broker (as in test_kill_campaign.py)
+    telemetry = kafka_cluster_factory(brokers=1, zookeeper_session_timeout_ms=ZK_SESSION_MS)
     with Alertmanager() as am, HttpRecorder(am.url) as recorder:
         job_args = ["--alertmanager-url", recorder.url]
         with (
             ProduceLoad(cluster, TOPIC, len(AM_ASSIGNMENT), rate=200),
-            Pipeline(cluster, tmp_path, job_args=job_args) as pipe,
+            Pipeline(cluster, tmp_path, telemetry_cluster=telemetry, job_args=job_args) as pipe,
         ):
             pipe.wait_watching(4)
-            assert topic_transitions(cluster, pipe) == [], "no alert before the fault"
+            assert topic_transitions(pipe) == [], "no alert before the fault"
             am.stop()
             down_at = time.time()
             paused = True
@@ -213,7 +215,7 @@ def test_alertmanager_down_five_minutes_gets_every_transition_after_it_returns(k
 
                 def announced(status: str) -> bool:
                     time.sleep(2)  # (the topic is read whole each time)
-                    return any(s == status for *_, s in topic_transitions(cluster, pipe))
+                    return any(s == status for *_, s in topic_transitions(pipe))
 
                 until("an alert for the paused follower", lambda: announced("firing"), 120, pipe)
                 until("the leaders to drop it", lambda: bool(Shrinks.read(cluster, TOPIC, down_at).lines), 120, pipe)
@@ -221,7 +223,7 @@ def test_alertmanager_down_five_minutes_gets_every_transition_after_it_returns(k
                 paused = False
 
                 def all_resolved() -> bool:
-                    last = {i: s for i, _, s in topic_transitions(cluster, pipe)}
+                    last = {i: s for i, _, s in topic_transitions(pipe)}
                     time.sleep(2)
                     return bool(last) and set(last.values()) == {"resolved"}
 
@@ -243,7 +245,7 @@ def test_alertmanager_down_five_minutes_gets_every_transition_after_it_returns(k
             taken_during = len(delivered(recorder.accepted()))
             am.start()
             up_at = time.time()
-            announced_all = topic_transitions(cluster, pipe)
+            announced_all = topic_transitions(pipe)
             until(
                 "Alertmanager to have every transition",
                 lambda: delivery_figures(announced_all, delivered(recorder.accepted()))["missing"] == 0,
@@ -252,7 +254,7 @@ def test_alertmanager_down_five_minutes_gets_every_transition_after_it_returns(k
             )
             delivered_in_s = max(at for at, _ in delivered(recorder.accepted())) - up_at
             until("two more re-sends", lambda: time.time() >= up_at + delivered_in_s + 70, 120, pipe)
-            announced_all = topic_transitions(cluster, pipe)
+            announced_all = topic_transitions(pipe)
             active = [a for a in am.alerts() if a["labels"].get("cluster") == "e2e"]
             pipe.check_alive("the job through the outage")
         got = delivered(recorder.accepted())
