@@ -35,14 +35,14 @@ def write_spool(spool) -> Counter:
     return expected
 
 
-def _start(spool, ckpt, duration, stderr=None):
+def _start(spool, ckpt, duration, stderr=None, per_trigger=4):
     """``isrwatch run`` on ``spool``; its stderr to the file ``stderr`` (discarded without one)."""
     cmd = [sys.executable, "-m", "isrwatch", "run", "--spool-dir", str(spool), "--checkpoint-dir", str(ckpt)]
     cmd += [
         "--metrics-port",
         "0",
         "--max-records-per-trigger",
-        "4",
+        str(per_trigger),
         "--trigger-seconds",
         "1",
         "--duration",
