@@ -112,6 +112,7 @@ def quiet_spark(spark: Any) -> None:
     _quiet_the_bridge()
     try:
         jvm = spark._jvm
-        jvm.org.apache.logging.log4j.core.config.Configurator.setRootLevel(jvm.org.apache.logging.log4j.Level.OFF)
+        # every logger, not the root alone: streaming/log4j2.properties sets some of its own
+        jvm.org.apache.logging.log4j.core.config.Configurator.setAllLevels("", jvm.org.apache.logging.log4j.Level.OFF)
     except Exception:  # noqa: BLE001 - best effort: only what is printed depends on it
         log.debug("spark_log_not_quietened", exc_info=True)
