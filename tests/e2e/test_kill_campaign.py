@@ -58,8 +58,9 @@ def _alerts_topic_events(cluster, pipe: Pipeline) -> list[AlertEvent]:
 
 
 # How long one restarted run may take to complete a batch (a Spark start and a first batch:
-# 30-50 s here, more on a loaded machine), and to settle after the last kill.
-RUN_LIMIT_S = 240
+# 30-50 s on an idle 2-core machine; a run of 2026-11-25 at a load average of 15 took over
+# 240 s), and to settle after the last kill. Limits for a stuck run, not timings.
+RUN_LIMIT_S = 600
 SETTLE_LIMIT_S = 300
 # The test's own limit (the suite's is 900 s): the cluster, the pipeline and the drain, then
 # every kill at its own limit, so that only a run stuck past its limit stops the campaign.
