@@ -74,6 +74,7 @@ GOALS = [
     _zero("3 Alertmanager down 5 min", "outage_alertmanager", "transitions_out_of_order_alerts"),
     _zero("3 Alertmanager down 5 min", "outage_alertmanager", "alerts_active_at_alertmanager_at_end"),
     Goal("3 checkpoint disk full", "disk_full", "error_lines", operator.eq, 1, "1 line"),
+    Goal("3 checkpoint disk full", "disk_full", "error_is_last_line", operator.is_, True, "yes"),
     Goal("3 checkpoint disk full", "disk_full", "traceback", operator.is_, False, "none"),
     _zero("3 checkpoint disk full", "disk_full", "transitions_repeated"),
     _zero("3 checkpoint disk full", "disk_full", "alerts_never_resolved"),
