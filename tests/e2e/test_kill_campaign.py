@@ -15,8 +15,9 @@ go on. Then the job runs to the end of the telemetry and stops. Figures, against
   alerts topic, a firing alert fired again or a resolved one resolved again;
 * alerts missed: one that fired and was never resolved.
 
-A campaign (``make reliability``, ``make campaign``): 20 kills take 20-30 minutes here
-(each restart is a Spark start and a first batch, 30-50 s).
+A campaign (``make reliability``, ``make campaign``): each kill costs a restart (a Spark start,
+the checkpoint's restore and a first batch: 30-50 s on an idle 2-core machine, minutes on a
+loaded one); no complete 20-kill run is measured yet (docs/reliability.md).
 """
 
 from __future__ import annotations
