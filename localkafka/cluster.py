@@ -18,6 +18,7 @@ that :meth:`LocalKafka.isr_shrinks` reads.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import shutil
@@ -335,15 +336,54 @@ class LocalKafka:
             args += ["--partitions", str(partitions), "--replication-factor", str(replication_factor)]
         for k, v in (config or {}).items():
             args += ["--config", f"{k}={v}"]
+        self._admin("kafka.admin.TopicCommand", args, f"creating topic {name}", timeout_s)
+        self.wait_topic(name, partitions, timeout_s)
+        log.info(kv(event="topic_created", topic=name, partitions=partitions))
+
+    def delete_topic(self, name: str, timeout_s: float = 60.0) -> None:
+        """Delete a topic through ZooKeeper (``delete.topic.enable`` is on) and wait until the
+        brokers' metadata no longer lists it."""
+        from confluent_kafka.admin import AdminClient
+
+        args = ["--zookeeper", self.zookeeper_connect, "--delete", "--topic", name]
+        self._admin("kafka.admin.TopicCommand", args, f"deleting topic {name}", timeout_s)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **COMPAT_CONFIG, "logger": _QUIET})
+        deadline = time.monotonic() + timeout_s
+        while name in admin.list_topics(timeout=10).topics:
+            if time.monotonic() > deadline:
+                raise LocalKafkaError(f"topic {name} still listed {timeout_s:.0f} s after its deletion")
+            time.sleep(0.5)
+        log.info(kv(event="topic_deleted", topic=name))
+
+    def reassign(self, topic: str, partition: int, replicas: list[int], timeout_s: float = 120.0) -> None:
+        """Move one partition's replicas (``kafka-reassign-partitions --execute``) and wait until
+        the reassignment has completed."""
+        plan = self.dir / f"reassign-{topic}-{partition}.json"
+        plan.write_text(
+            json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": partition, "replicas": replicas}]})
+        )
+        args = ["--zookeeper", self.zookeeper_connect, "--reassignment-json-file", str(plan)]
+        what = f"reassigning {topic}-{partition} to {replicas}"
+        self._admin("kafka.admin.ReassignPartitionsCommand", [*args, "--execute"], what, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while "completed successfully" not in self._admin(
+            "kafka.admin.ReassignPartitionsCommand", [*args, "--verify"], what, timeout_s
+        ):
+            if time.monotonic() > deadline:
+                raise LocalKafkaError(f"{what}: not complete after {timeout_s:.0f} s")
+            time.sleep(1.0)
+        log.info(kv(event="partition_reassigned", topic=topic, partition=partition, replicas=replicas))
+
+    def _admin(self, main: str, args: list[str], what: str, timeout_s: float) -> str:
+        """Run one of Kafka's admin commands; its output, or LocalKafkaError saying ``what`` failed."""
         tools_log4j = self.dir / "tools-log4j.properties"
         if not tools_log4j.exists():
             tools_log4j.write_text(QUIET_LOG4J)
-        cmd = self._java("kafka.admin.TopicCommand", *args, log4j=tools_log4j, heap_mb=128)
+        cmd = self._java(main, *args, log4j=tools_log4j, heap_mb=128)
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         if done.returncode != 0 or "Error" in done.stdout:
-            raise LocalKafkaError(f"creating topic {name} failed: {(done.stdout + done.stderr).strip()[-500:]}")
-        self.wait_topic(name, partitions, timeout_s)
-        log.info(kv(event="topic_created", topic=name, partitions=partitions))
+            raise LocalKafkaError(f"{what} failed: {(done.stdout + done.stderr).strip()[-500:]}")
+        return done.stdout
 
     def wait_topic(self, name: str, partitions: int, timeout_s: float = 60.0) -> None:
         """Wait until every running broker's metadata shows a leader for each partition of ``name``."""

@@ -28,7 +28,9 @@ from typing import IO, TYPE_CHECKING, Any
 from isrwatch.exceptions import ConfigError, IsrwatchError
 from isrwatch.logs import kv
 from isrwatch.rule import Rule, RuleConfig
+from isrwatch.settings import kafka_config_pairs
 from isrwatch.status import Thresholds
+from streaming.brokerwatch import BrokerWatch
 from streaming.endpoints import alert_sinks, metrics_port, runbook_base, serve_metrics
 from streaming.feeder import DEFAULT_SCENARIO, Feeder, embedded_simulator
 from streaming.origin import check_checkpoint, default_checkpoint_dir
@@ -144,6 +146,16 @@ class Job:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _broker_watch(self, settings: JobSettings) -> BrokerWatch | None:
+        """The telemetry cluster's brokers as the job sees them (``streaming.brokerwatch``)."""
+        off = _watch_off(settings)
+        if off:
+            log.info("broker_watch_off %s", kv(reason=off))
+            return None
+        watch = BrokerWatch(settings.bootstrap_servers or "", settings.telemetry_topic).start()
+        self._on_close("broker watch", watch.stop)
+        return watch
+
     def _on_close(self, what: str, fn: Any, *args: Any, jvm: bool = False) -> None:
         """Release with ``fn(*args)`` on ``close``: a failure is logged, the rest still
         released. ``jvm``: a call into Spark, which fails quietly when a signal to the
@@ -247,6 +259,7 @@ class Job:
             state_topic=states,
             checkpoint=ckpt,
             lookahead=lookahead,
+            broker_watch=self._broker_watch(settings) if lookahead is not None else None,
         )
         restored = query.restore_statuses(spark, checkpoint_dir, self.cfg, self.th)
         if restored:
@@ -407,6 +420,14 @@ class Job:
             if settings.duration is not None and now - start >= settings.duration:
                 log.info("duration_reached %s", kv(duration_s=settings.duration))
                 return
+
+
+def _watch_off(settings: JobSettings) -> str | None:
+    """Why the job cannot watch its telemetry cluster's brokers itself; None when it can."""
+    protocol = kafka_config_pairs(settings.kafka_config).get("security.protocol", "PLAINTEXT")
+    if protocol.upper() != "PLAINTEXT":
+        return f"security.protocol={protocol} (the watch speaks PLAINTEXT only)"
+    return None
 
 
 def _stopped(checkpoint_dir: str, temporary: bool) -> None:

@@ -170,6 +170,49 @@ class Lookahead:
                 out.append(carried)
         return out
 
+    def silent_due(
+        self,
+        wall_ms: int,
+        cluster_now: dict[str, int],
+        statuses: dict[ReplicaKey, ReplicaStatus],
+        silent: dict[int, float],
+        assignment: dict[tuple[str, int], tuple[int, ...]],
+    ) -> list[ReplicaStatus]:
+        """The followers on a broker that the job itself sees silent (``silent``: broker ->
+        wall time of its last answer to the job, ``streaming.brokerwatch``) while their
+        cluster's telemetry has stood still for ``stall_after_ms``, carried to Nearing once
+        their crossing has come. Their last catch-up is taken no later than the broker's
+        last answer: a broker that answers nobody fetches nothing. They are said stalled too.
+
+        Only replicas of the cluster the job watches the brokers of (``assignment``: its
+        partitions' replicas; a separate telemetry cluster's brokers say nothing of the
+        watched one), in the ISR, ok and not carried already. This is the telemetry's own
+        stall when isrwatch's topics are on the watched cluster: the collector cannot
+        publish, or the job read, past a hung broker until its leaders drop it."""
+        if not self.enabled or not silent:
+            return []
+        out = []
+        for key, s in statuses.items():
+            cluster, topic, partition, broker = key
+            last_answer = silent.get(broker)
+            if last_answer is None or key in self.carried:
+                continue
+            if wall_ms - cluster_now.get(cluster, wall_ms) < self.th.stall_after_ms:
+                continue  # the telemetry goes on: it shows the broker's silence itself
+            if broker not in assignment.get((topic, partition), ()):
+                continue
+            if not s.in_isr or s.lag_state is not State.OK:
+                continue
+            caught_up = min(last_caught_up_ms(s), int(last_answer * 1000))
+            crossing = caught_up + math.ceil(self.th.nearing_ratio * s.lag_time_max_ms)
+            if crossing > wall_ms:
+                continue
+            # silent to the job while another broker answers: stalled, as the telemetry says it
+            since = dataclasses.replace(s, state=State.STALLED, shrink_window_start_ms=caught_up + s.lag_time_max_ms)
+            self._due.pop(key, None)
+            out.append(self.carried.setdefault(key, carry(since, crossing, self.th)))
+        return out
+
     def forget(self, key: ReplicaKey) -> None:
         self._due.pop(key, None)
         self.carried.pop(key, None)

@@ -19,7 +19,9 @@ telemetry clock has not moved for ``stale_after_seconds`` raises
 
 ``carry_forward`` runs from the same timer: a follower behind, due to cross
 ``nearing_ratio`` before the next batch can show it, is said nearing when it
-does (``streaming.lookahead``, bounded; Kafka telemetry only).
+does (``streaming.lookahead``, bounded; Kafka telemetry only). So is a follower on a
+broker the job itself sees silent while the telemetry stands still
+(``streaming.brokerwatch``: isrwatch's topics on the watched cluster, held up by that broker).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any, Protocol
 from isrwatch.alerts import Alert, AlertBook, AlertName, Transition, partition_alert, replica_alerts, stale_alert
 from isrwatch.rule import RuleConfig
 from isrwatch.status import ReplicaStatus, State, Thresholds, status_key
+from streaming.brokerwatch import BrokerWatch
 from streaming.checkpoint import DriverCheckpoint
 from streaming.lookahead import Lookahead
 from streaming.notify import AlertSink
@@ -89,6 +92,7 @@ class Monitor:
         checkpoint: DriverCheckpoint | None = None,
         wall_clock: Any = time.time,
         lookahead: Lookahead | None = None,
+        broker_watch: BrokerWatch | None = None,
     ) -> None:
         self.cfg = cfg
         self.thresholds = thresholds
@@ -100,6 +104,8 @@ class Monitor:
         self.checkpoint = checkpoint
         self._wall = wall_clock
         self.lookahead = lookahead
+        # the telemetry cluster's brokers as the job itself sees them (streaming.brokerwatch)
+        self.broker_watch = broker_watch
         self._lock = threading.RLock()
         self.statuses: dict[ReplicaKey, ReplicaStatus] = {}
         self._last_t: dict[ReplicaKey, int] = {}  # newest telemetry time of each replica
@@ -278,6 +284,11 @@ class Monitor:
         wall = int(self._wall() * 1000)
         with self._lock:
             carried = self.lookahead.due(wall, self.cluster_now, self.statuses)
+            if self.broker_watch is not None:
+                silent = self.broker_watch.silent(wall / 1000, self.thresholds.stall_after_ms / 1000)
+                carried += self.lookahead.silent_due(
+                    wall, self.cluster_now, self.statuses, silent, self.broker_watch.assignment()
+                )
             if not carried:
                 return []
             for pkey in {self._hold(s) for s in carried}:

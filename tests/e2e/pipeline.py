@@ -191,10 +191,14 @@ class Pipeline:
         state_topic_config: dict[str, Any] | None = None,
         collector_wrapper: Iterable[str] = (),
         collector_source: str = "fetch",
+        own_topics: str = "created",
     ) -> None:
         self.cluster = cluster
         # how the collectors read the log end offsets: fetch requests, or every broker's JMX
         self.collector_source = collector_source
+        # isrwatch's topics created as docs/deploy.md says ("created"), or left to the brokers'
+        # defaults ("broker-defaults": created when first used, num.partitions=1, one replica)
+        self.own_topics = own_topics
         # a command the collectors run under (a clock fault: tests/support/skewed_clock.py)
         self.collector_wrapper = list(collector_wrapper)
         # where isrwatch's own topics live: the watched cluster, or a separate one
@@ -226,6 +230,8 @@ class Pipeline:
     # -- life cycle ---------------------------------------------------------
 
     def create_topics(self) -> None:
+        if self.own_topics == "broker-defaults":
+            return
         for t in self.topics():
             config = self.state_topic_config if t == self.state_topic else None
             self.telemetry_cluster.create_topic(t, partitions=TOPIC_PARTITIONS, replication_factor=1, config=config)

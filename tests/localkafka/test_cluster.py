@@ -161,3 +161,19 @@ def test_free_port_is_outside_the_ephemeral_range_and_not_handed_out_twice() -> 
     assert all(p < _ephemeral_low() for p in ports)  # an outgoing connection cannot take it meanwhile
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports[0]))  # free indeed
+
+
+def test_a_topic_deleted_and_a_partition_reassigned(kafka_cluster, unique_name):
+    # the soak's churn (tests/e2e/test_soak.py) through Kafka's own admin commands
+    from confluent_kafka.admin import AdminClient
+
+    moved, gone = unique_name("moved"), unique_name("gone")
+    kafka_cluster.create_topic(moved, assignment=[[1, 2]])
+    kafka_cluster.create_topic(gone, partitions=1, replication_factor=1)
+    _produce(kafka_cluster, moved, 50)
+    kafka_cluster.reassign(moved, 0, [3, 1])
+    kafka_cluster.delete_topic(gone)
+    md = AdminClient(kafka_cluster.client_config()).list_topics(timeout=30)
+    assert gone not in md.topics
+    assert sorted(md.topics[moved].partitions[0].replicas) == [1, 3]
+    assert len(_consume_all(kafka_cluster, moved, 1, 50)) == 50

@@ -226,3 +226,88 @@ def test_a_last_catch_up_moved_a_round_later_by_late_telemetry_keeps_the_alert(t
     assert held.eval_ms == T0 + 2_500 and held.lag_ratio == 0.5
     _batch(m, 2, T0 + 3_000, T0 - 2_500)  # evidence past the crossing: Nearing from telemetry
     assert len(_started(sink)) == 1 and not _resolved(sink)
+
+
+class Brokers:
+    """What ``streaming.brokerwatch.BrokerWatch`` tells the monitor, set by the test."""
+
+    def __init__(self, silent: dict[int, float], replicas: dict) -> None:
+        self._silent, self._replicas = silent, replicas
+        self.asked: list[tuple[float, float]] = []
+
+    def silent(self, now: float, after_s: float) -> dict[int, float]:
+        self.asked.append((now, after_s))
+        return {b: t for b, t in self._silent.items() if now - t >= after_s}
+
+    def assignment(self) -> dict:
+        return self._replicas
+
+
+def _setup_watched(tmp_path, silent: dict[int, float], replicas: dict | None = None):
+    m, clock, sink, topic = _setup(tmp_path)
+    m.broker_watch = Brokers(silent, {("t", 0): (1, 2)} if replicas is None else replicas)
+    return m, clock, sink
+
+
+def test_a_follower_on_a_broker_silent_to_the_job_is_nearing_while_the_telemetry_stands_still(tmp_path) -> None:
+    """isrwatch's topics on the watched cluster, held up by the hung broker: no telemetry after
+    T0, the follower's broker silent to the job since T0 + 1 s while its other broker answers.
+    Its crossing: its last catch-up (T0, in the telemetry) + lag/2, said stalled and nearing."""
+    m, clock, sink = _setup_watched(tmp_path, {2: (T0 + 1_000) / 1000})
+    _batch(m, 0, T0, T0, leo=20)  # caught up at T0, the newest telemetry
+    clock.t = (T0 + 4_999) / 1000
+    assert m.carry_forward() == []
+    clock.t = (T0 + 5_000) / 1000
+    [carried] = m.carry_forward()
+    assert carried.state is State.STALLED and carried.lag_state is State.NEARING and carried.eval_ms == T0 + 5_000
+    assert (AlertName.NEARING.value, T0 + 5_000) in _started(sink)
+    clock.t = (T0 + 6_000) / 1000
+    assert m.carry_forward() == [], "said once"
+
+
+def test_the_silence_bounds_the_last_catch_up(tmp_path) -> None:
+    """Telemetry that saw the follower caught up later than the broker's last answer to the
+    job (the collector's clock ahead, or its round later) cannot put the crossing after
+    the last answer + lag/2: a broker that answers nobody fetches nothing."""
+    m, clock, sink = _setup_watched(tmp_path, {2: (T0 - 2_000) / 1000})
+    _batch(m, 0, T0, T0, leo=20)
+    clock.t = (T0 + 3_000) / 1000
+    [carried] = m.carry_forward()
+    assert carried.eval_ms == T0 + 3_000 and last_caught_up_ms(carried) == T0 - 2_000
+
+
+def test_no_carry_while_the_telemetry_goes_on_or_for_another_cluster_or_an_answering_broker(tmp_path) -> None:
+    # the telemetry current (within the stall time of the wall clock): it shows the stall itself
+    m, clock, sink = _setup_watched(tmp_path, {2: (T0 - 20_000) / 1000})
+    _batch(m, 0, T0, T0 - 4_000)
+    clock.t = (T0 + 2_999) / 1000
+    carried = m.carry_forward()  # (behind 4 s at T0: the telemetry's own lookahead carries it)
+    assert carried and all(c.state is not State.STALLED for c in carried)
+    # a separate telemetry cluster: its brokers do not host the watched replica
+    m2, clock2, sink2 = _setup_watched(tmp_path / "2", {2: (T0 + 1_000) / 1000}, replicas={("isr.telemetry", 0): (2,)})
+    _batch(m2, 0, T0, T0, leo=20)
+    clock2.t = (T0 + 20_000) / 1000
+    assert m2.carry_forward() == [] and not _started(sink2)
+    # every broker answering (a collector stopped): nothing, the gap is the stale alert's
+    m3, clock3, sink3 = _setup_watched(tmp_path / "3", {})
+    _batch(m3, 0, T0, T0, leo=20)
+    clock3.t = (T0 + 20_000) / 1000
+    assert m3.carry_forward() == [] and not _started(sink3)
+    # a follower out of the ISR already: evidence has it
+    m4, clock4, sink4 = _setup_watched(tmp_path / "4", {2: (T0 + 1_000) / 1000})
+    _batch(m4, 0, T0, T0, leo=20, in_isr=False)
+    clock4.t = (T0 + 20_000) / 1000
+    assert m4.carry_forward() == []
+
+
+def test_telemetry_after_the_broker_answers_again_replaces_the_carried_status(tmp_path) -> None:
+    m, clock, sink = _setup_watched(tmp_path, {2: (T0 + 1_000) / 1000})
+    _batch(m, 0, T0, T0, leo=20)
+    clock.t = (T0 + 6_000) / 1000
+    assert len(m.carry_forward()) == 1
+    m.broker_watch._silent = {}  # it answers again, and the telemetry shows it caught up
+    clock.t = (T0 + 8_000) / 1000
+    _batch(m, 1, T0 + 8_000, T0 + 8_000, leo=20)
+    assert m.statuses[("c", "t", 0, 2)].lag_state is State.OK
+    resolved = [a.name.value for t in sink.transitions for a in t.resolved]
+    assert AlertName.NEARING.value in resolved

@@ -1,0 +1,258 @@
+"""The job's own look at the brokers of its telemetry cluster: which one has stopped answering.
+
+When isrwatch's topics live on the watched cluster, a broker that hangs can take the
+telemetry with it: the partitions it leads, or every partition whose high watermark it
+holds back as a follower, give the job nothing new until the leaders drop it: the very
+shrink isrwatch exists to warn of. The telemetry then says nothing about that broker, but
+the job can still see it: ``BrokerWatch`` asks every broker of the telemetry cluster for
+metadata every ``interval_s`` on a connection of its own (Kafka's Metadata request,
+version 0, which every broker since 0.8 answers), with a deadline of ``timeout_s``. A broker
+that has not answered for a while *while another broker answers* is silent; with its last
+answer, that is evidence ``streaming.lookahead.Lookahead.silent_due`` uses for the
+broker's follower replicas (the telemetry cannot show it: it is frozen).
+
+It also keeps the cluster's replica assignment (every topic's partitions and replicas, asked
+for every ``ASSIGNMENT_EVERY_S``), so the job can tell whether the replicas of a watched
+cluster are this cluster's: the brokers of a separate telemetry cluster say nothing about
+the watched cluster's.
+
+The requests are plain Kafka protocol on a TCP socket: no client library's own retries and
+connection sharing between brokers stand between a broker and its answer. So the watch runs
+only where the telemetry cluster takes PLAINTEXT connections (``security.protocol`` unset
+or ``PLAINTEXT``); elsewhere the job says so once and works without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+from isrwatch.logs import kv
+
+__all__ = ["BrokerWatch", "metadata_request", "parse_metadata", "Metadata", "ASSIGNMENT_EVERY_S"]
+
+log = logging.getLogger(__name__)
+
+ASSIGNMENT_EVERY_S = 10.0
+_METADATA = 3  # the Metadata API key; version 0
+_CLIENT_ID = b"isrwatch-brokerwatch"
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def metadata_request(correlation_id: int, topics: list[str]) -> bytes:
+    """A Metadata v0 request, size-prefixed. No topics: every topic."""
+    body = struct.pack(">hhih", _METADATA, 0, correlation_id, len(_CLIENT_ID)) + _CLIENT_ID
+    body += struct.pack(">i", len(topics)) + b"".join(_string(t) for t in topics)
+    return struct.pack(">i", len(body)) + body
+
+
+class Metadata:
+    """A Metadata v0 response: the brokers (id -> (host, port)) and every partition's replicas."""
+
+    def __init__(self, correlation_id: int, brokers: dict[int, tuple[str, int]], replicas: dict) -> None:
+        self.correlation_id = correlation_id
+        self.brokers = brokers
+        self.replicas: dict[tuple[str, int], tuple[int, ...]] = replicas
+
+
+def parse_metadata(payload: bytes) -> Metadata:
+    """A Metadata v0 response's payload (after its size); ValueError when it is not one."""
+    pos = 0
+
+    def take(fmt: str) -> tuple:
+        nonlocal pos
+        size = struct.calcsize(fmt)
+        if pos + size > len(payload):
+            raise ValueError("metadata response cut short")
+        out = struct.unpack_from(fmt, payload, pos)
+        pos += size
+        return out
+
+    def string() -> str:
+        nonlocal pos
+        (n,) = take(">h")
+        if n < 0:
+            return ""
+        if pos + n > len(payload):
+            raise ValueError("metadata response cut short")
+        text = payload[pos : pos + n].decode(errors="replace")
+        pos += n
+        return text
+
+    (corr,) = take(">i")
+    brokers = {}
+    for _ in range(take(">i")[0]):
+        (node,) = take(">i")
+        host = string()
+        (port,) = take(">i")
+        brokers[node] = (host, port)
+    replicas: dict[tuple[str, int], tuple[int, ...]] = {}
+    for _ in range(take(">i")[0]):
+        take(">h")
+        topic = string()
+        for _ in range(take(">i")[0]):
+            _, partition, _ = take(">hii")
+            (n,) = take(">i")
+            replicas[(topic, partition)] = take(f">{n}i") if n > 0 else ()
+            (n,) = take(">i")
+            take(f">{n}i")  # the ISR: the telemetry has it, with its time
+    return Metadata(corr, brokers, replicas)
+
+
+class _Connection:
+    """One broker's connection; closed on any failure, opened again at the next ask."""
+
+    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+        self.address = (host, port)
+        self.timeout_s = timeout_s
+        self.sock: socket.socket | None = None
+        self.correlation = 0
+
+    def ask(self, topics: list[str]) -> Metadata:
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            if self.sock is None:
+                self.sock = socket.create_connection(self.address, timeout=self.timeout_s)
+            self.correlation += 1
+            self.sock.settimeout(max(0.05, deadline - time.monotonic()))
+            self.sock.sendall(metadata_request(self.correlation, topics))
+            (size,) = struct.unpack(">i", self._read(4, deadline))
+            answer = parse_metadata(self._read(size, deadline))
+            if answer.correlation_id != self.correlation:
+                raise ValueError("an answer to another request")
+            return answer
+        except (OSError, ValueError, struct.error):
+            self.close()
+            raise
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        assert self.sock is not None
+        chunks, got = [], 0
+        while got < n:
+            self.sock.settimeout(max(0.05, deadline - time.monotonic()))
+            chunk = self.sock.recv(min(n - got, 1 << 20))
+            if not chunk:
+                raise OSError("connection closed")
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            self.sock = None
+
+
+class BrokerWatch:
+    """Every broker of one cluster asked for metadata every ``interval_s`` (one thread, each
+    broker within ``timeout_s``); ``silent`` and ``assignment`` read what it found."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        interval_s: float = 0.5,
+        timeout_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.topic = topic
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._bootstrap = [_endpoint(s) for s in bootstrap_servers.split(",") if s.strip()]
+        self._connections: dict[int, _Connection] = {}
+        self._answered: dict[int, float] = {}  # broker -> wall time of its last answer
+        self._replicas: dict[tuple[str, int], tuple[int, ...]] = {}
+        self._assignment_at = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="isrwatch-brokerwatch", daemon=True)
+        self._silent_logged: set[int] = set()
+
+    def start(self) -> BrokerWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5 * self.timeout_s)
+        for c in self._connections.values():
+            c.close()
+
+    def silent(self, now: float, after_s: float) -> dict[int, float]:
+        """The brokers that have not answered for ``after_s`` seconds while another broker
+        answered within that time: broker id -> the wall time of its last answer. Brokers
+        never heard from are not among them (nothing says when they stopped)."""
+        with self._lock:
+            if not any(now - t < after_s for t in self._answered.values()):
+                return {}  # none answers: the job's own network, not a broker
+            return {b: t for b, t in self._answered.items() if now - t >= after_s}
+
+    def assignment(self) -> dict[tuple[str, int], tuple[int, ...]]:
+        """Every partition's replicas, as the cluster last said."""
+        with self._lock:
+            return self._replicas
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.round()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def round(self) -> None:
+        """Ask every broker once (the bootstrap servers until a broker names them all)."""
+        want_all = self._clock() - self._assignment_at >= ASSIGNMENT_EVERY_S
+        if not self._connections:
+            for host, port in self._bootstrap:
+                with contextlib.suppress(OSError, ValueError, struct.error):
+                    answer = _Connection(host, port, self.timeout_s).ask([])
+                    self._learn(answer, all_topics=True)
+                    break
+            return
+        for broker, conn in list(self._connections.items()):
+            if self._stop.is_set():
+                return
+            try:
+                answer = conn.ask([] if want_all else [self.topic])
+            except (OSError, ValueError, struct.error) as e:
+                if broker not in self._silent_logged and broker in self._answered:
+                    self._silent_logged.add(broker)
+                    log.info("broker_not_answering %s", kv(broker_id=broker, reason=type(e).__name__))
+                continue
+            now = self._clock()
+            with self._lock:
+                self._answered[broker] = now
+            if broker in self._silent_logged:
+                self._silent_logged.discard(broker)
+                log.info("broker_answering %s", kv(broker_id=broker))
+            if want_all:
+                self._learn(answer, all_topics=True)
+                want_all = False
+
+    def _learn(self, answer: Metadata, all_topics: bool) -> None:
+        for broker, (host, port) in answer.brokers.items():
+            known = self._connections.get(broker)
+            if known is None or known.address != (host, port):
+                if known is not None:
+                    known.close()
+                self._connections[broker] = _Connection(host, port, self.timeout_s)
+        if all_topics:
+            with self._lock:
+                self._replicas = dict(answer.replicas)
+            self._assignment_at = self._clock()
+
+
+def _endpoint(server: str) -> tuple[str, int]:
+    host, _, port = server.strip().rpartition(":")
+    return host.strip("[]") or "localhost", int(port or 9092)

@@ -1,0 +1,71 @@
+"""The broker that holds isrwatch's telemetry hangs: its followers are still alerted before the shrink.
+
+Real 3-broker Kafka 0.9, collector and job as ``isrwatch`` processes on the watched cluster,
+and isrwatch's own topics left to the brokers' defaults, as a user who skips docs/deploy.md
+has them: created when first used, ``num.partitions=1``, one replica, on a broker Kafka
+picks. That broker is paused until the leaders drop it from the ISR of the watched topic
+(three partitions of three replicas placed by Kafka), then resumed.
+
+While it is paused no telemetry gets through: the collector cannot publish to the topic's
+only partition and the job cannot read it. The job's own watch of the brokers
+(``streaming.brokerwatch``) sees that broker silent while the others answer; for every
+real shrink of the paused follower, ``KafkaReplicaNearingIsrShrink`` is printed before the
+leader logs it, with the lead of issue 9 (lag/2 - one collector interval - 1 s; the job's
+crossing is the broker's last answer to it + lag/2), and no replica alert names a follower
+of a partition the paused broker leads or a replica nobody dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from tests.e2e.kafka_io import ProduceLoad
+from tests.e2e.pauses import layout, pause_round
+from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline
+from tests.e2e.results import Shrinks, check_nearing_lead, write_result
+
+DATA_PARTITIONS = 3
+
+
+def test_the_broker_holding_the_telemetry_paused_is_alerted_before_its_shrinks(kafka_cluster_factory, tmp_path):
+    cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
+    topic = "orders"
+    cluster.create_topic(topic, partitions=DATA_PARTITIONS, replication_factor=3)
+    placed = layout(cluster, topic)
+    started = time.time()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(ProduceLoad(cluster, topic, DATA_PARTITIONS, rate=300))
+        pipe = stack.enter_context(Pipeline(cluster, tmp_path, own_topics="broker-defaults"))
+        pipe.wait_watching(2 * DATA_PARTITIONS)
+        steady = pipe.wait_steady()
+        own = layout(cluster, pipe.telemetry_topic)
+        assert len(own) == 1, f"the brokers' default gives the telemetry topic one partition: {own}"
+        [(holder, _)] = own.values()
+        assert not [e for e in pipe.alerts() if e.replica[2] >= 0], "no replica alert before the fault"
+        r = pause_round(cluster, pipe, topic, holder, placed, None)
+    truth = Shrinks.read(cluster, topic, started)
+    write_result(
+        "hung_telemetry_broker",
+        {
+            "scenario": "the broker holding isrwatch's one-partition telemetry topic paused under produce load",
+            "lag_time_max_ms": LAG_MS,
+            "collector_interval_s": COLLECT_INTERVAL_S,
+            "job_steady_before_first_pause": steady,
+            "telemetry_holder": holder,
+            "round": {k: v for k, v in r.items() if k != "rows"},
+            "rows": [{**row, "scenario": f"{row['scenario']} (it holds the telemetry)"} for row in r["rows"]],
+            "alerts": [[e.arrived, e.name, e.status, *e.replica] for e in pipe.alerts()],
+        },
+    )
+
+    assert r["rows"], f"broker {holder} follows no partition of {topic}: {placed}"
+    assert not r["misplaced_during_pause"], f"alerts for followers of the paused broker's partitions: {r}"
+    for row in r["rows"]:
+        check_nearing_lead(row, f"{topic}-{row['partition']} on broker {holder}", printed_floor=True)
+    for e in pipe.alerts(status="firing"):
+        t, p, b = e.replica
+        if b < 0:
+            continue  # IsrwatchTelemetryStale: the telemetry did stop
+        logged_out = any(c.partition == p and b in c.isr_before and b not in c.isr_after for c in truth.lines)
+        assert t == topic and (b == holder or logged_out), f"{e.name} for {t}-{p} broker {b}: no cause"

@@ -1,0 +1,256 @@
+"""Issue 14, item 6: the soak. An hour (``ISRWATCH_SOAK_S``) of steady load with churn.
+
+Real 3-broker Kafka 0.9, the README's deployment (collector and job as ``isrwatch``
+processes, isrwatch's topics placed by Kafka on the watched cluster), produce load on a
+steady topic. Every ``ISRWATCH_SOAK_CHURN_S`` (60 s) one churn step, in turn:
+
+* a topic created (3 partitions, 2 replicas) and written to;
+* the topic created two steps earlier deleted;
+* one of its partitions reassigned to other brokers (a new replica copies and joins the ISR,
+  one leaves);
+* every third step, one broker restarted (a clean stop and start, each broker in turn).
+
+Every 15 s the test samples the job's driver (the ``isrwatch run`` Python process) and its
+Spark JVM (resident memory), the checkpoint directory's size and the replicas the job's
+``/metrics`` shows. It asserts, and writes to the result file (``soak.json``) with the figures:
+
+* the job and the collector ran throughout;
+* memory flat: over the second half of the run, the fitted growth of the driver and of the
+  JVM projects to less than ``MEMORY_GROWTH_SHARE`` of their median per hour (plus a small
+  floor, ``MEMORY_FLOOR_MB``, for the sampling noise of a short run);
+* the checkpoint bounded: at the end no larger than 1.5 times its size at half time, plus 5 MB;
+* the replicas of a deleted topic leave the job's ``/metrics`` within the job's
+  ``FORGET_AFTER_MS`` (15 min on the cluster's clock) plus two minutes: every topic deleted
+  earlier than that before the end has no series left;
+* no replica alert without a cause: each names a replica the leaders logged out of the
+  ISR, a replica of a partition reassigned in the minute before, or comes within a broker
+  restart's window (its stop to lag + 30 s after its start: every partition has a replica
+  there, RF 3 or 2 on 3 brokers).
+
+It runs in ``make soak`` only (an hour); ``ISRWATCH_SOAK_S=1200`` gives a shorter one (deleted
+topics then have too little time to be forgotten before the end, which the result says).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from streaming.job import FORGET_AFTER_MS
+from tests.e2e.kafka_io import ProduceLoad
+from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline
+from tests.e2e.results import Shrinks, write_result
+
+SOAK_S = float(os.environ.get("ISRWATCH_SOAK_S", "3600"))
+CHURN_S = float(os.environ.get("ISRWATCH_SOAK_CHURN_S", "60"))
+SAMPLE_S = 15.0
+MEMORY_GROWTH_SHARE = 0.10  # of the median, per hour
+MEMORY_FLOOR_MB = 30.0
+FORGOTTEN_WITHIN_S = FORGET_AFTER_MS / 1000 + 120
+
+pytestmark = [pytest.mark.campaign, pytest.mark.soak, pytest.mark.timeout(int(SOAK_S) + 900)]
+
+_SERIES = re.compile(r'^isrwatch_replica_lag_ratio\{[^}]*topic="([^"]+)"', re.M)
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _jvm_rss_mb(pid: int) -> float:
+    total = 0.0
+    for c in _descendants(pid):
+        try:
+            if "java" in Path(f"/proc/{c}/comm").read_text():
+                total += _rss_mb(c)
+        except OSError:
+            continue
+    return total
+
+
+def _dir_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6 if path.exists() else 0.0
+
+
+def _topics_on_metrics(port: int) -> set[str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            return set(_SERIES.findall(r.read().decode()))
+    except OSError:
+        return set()
+
+
+def _slope_per_hour(samples: list[tuple[float, float]]) -> float:
+    """Least-squares growth of (time s, value) samples, per hour."""
+    n = len(samples)
+    if n < 3:
+        return 0.0
+    mt = sum(t for t, _ in samples) / n
+    mv = sum(v for _, v in samples) / n
+    den = sum((t - mt) ** 2 for t, _ in samples)
+    return 0.0 if den == 0 else 3600 * sum((t - mt) * (v - mv) for t, v in samples) / den
+
+
+def _median(values: list[float]) -> float:
+    s = sorted(values)
+    return s[len(s) // 2] if s else 0.0
+
+
+def test_an_hour_of_churn_leaves_memory_flat_and_raises_nothing_without_cause(kafka_cluster_factory, tmp_path):
+    cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
+    steady = "orders"
+    cluster.create_topic(steady, partitions=3, replication_factor=3)
+    started = time.time()
+    samples: list[dict[str, float]] = []
+    created: list[tuple[str, float]] = []
+    deleted: dict[str, float] = {}
+    reassigned: list[tuple[str, int, list[int], float]] = []
+    restarts: list[tuple[int, float, float]] = []
+    producer = Producer(cluster.client_config())
+    with ProduceLoad(cluster, steady, 3, rate=200), Pipeline(cluster, tmp_path) as pipe:
+        pipe.wait_watching(6)
+        assert pipe.job is not None and pipe.collector is not None
+        job_pid = pipe.job.proc.pid
+        t0 = time.monotonic()
+        next_churn = t0 + CHURN_S
+        step = 0
+        while time.monotonic() - t0 < SOAK_S:
+            pipe.check_alive("the soak")
+            assert pipe.collector.running(), pipe.collector.tail()
+            samples.append(
+                {
+                    "t": time.monotonic() - t0,
+                    "driver_mb": _rss_mb(job_pid),
+                    "jvm_mb": _jvm_rss_mb(job_pid),
+                    "checkpoint_mb": _dir_mb(pipe.checkpoint_dir),
+                    "topics_on_metrics": len(_topics_on_metrics(pipe.metrics_port)),
+                }
+            )
+            if time.monotonic() >= next_churn:
+                step += 1
+                name = f"churn-{step}"
+                cluster.create_topic(name, partitions=3, replication_factor=2)
+                for i in range(300):
+                    producer.produce(name, value=b"x" * 100, partition=i % 3)
+                producer.flush(30)
+                created.append((name, time.time()))
+                if len(created) >= 3:
+                    old, _ = created[-3]
+                    cluster.delete_topic(old)
+                    deleted[old] = time.time()
+                if len(created) >= 2:
+                    moved, _ = created[-2]
+                    now_on = _replicas_of(cluster, moved, 0)
+                    target = [b for b in cluster.broker_ids if b not in now_on][:1] + now_on[:1]
+                    reassigned.append((moved, 0, target, time.time()))
+                    cluster.reassign(moved, 0, target)
+                if step % 3 == 0:
+                    broker = cluster.broker_ids[(step // 3) % len(cluster.broker_ids)]
+                    stopped_at = time.time()
+                    cluster.restart(broker)
+                    restarts.append((broker, stopped_at, time.time()))
+                next_churn = time.monotonic() + CHURN_S
+            time.sleep(SAMPLE_S)
+        end = time.time()
+        final_topics = _topics_on_metrics(pipe.metrics_port)
+        events = pipe.alerts()
+
+    half = [s for s in samples if s["t"] >= samples[-1]["t"] / 2]
+    figures = {}
+    for what, share_floor in (("driver_mb", MEMORY_FLOOR_MB), ("jvm_mb", 3 * MEMORY_FLOOR_MB)):
+        series = [(s["t"], s[what]) for s in half]
+        median = _median([v for _, v in series])
+        figures[what] = {
+            "median": round(median, 1),
+            "first": round(samples[0][what], 1),
+            "last": round(samples[-1][what], 1),
+            "slope_per_hour_second_half": round(_slope_per_hour(series), 1),
+            "allowed_per_hour": round(MEMORY_GROWTH_SHARE * median + share_floor, 1),
+        }
+    ckpt_half, ckpt_end = half[0]["checkpoint_mb"], samples[-1]["checkpoint_mb"]
+    due = {t for t, at in deleted.items() if end - at > FORGOTTEN_WITHIN_S}
+    still_shown = sorted(due & final_topics)
+    unexplained, explained = _judge(cluster, events, started, reassigned, restarts)
+    write_result(
+        "soak",
+        {
+            "scenario": f"{SOAK_S:.0f} s of produce load with churn every {CHURN_S:.0f} s",
+            "lag_time_max_ms": LAG_MS,
+            "churn_steps": step,
+            "topics_created": len(created),
+            "topics_deleted": len(deleted),
+            "deleted_due_to_be_forgotten": sorted(due),
+            "deleted_still_on_metrics": still_shown,
+            "reassignments": len(reassigned),
+            "broker_restarts": [[b, round(a - started, 1), round(z - started, 1)] for b, a, z in restarts],
+            "memory": figures,
+            "checkpoint_mb_half_and_end": [round(ckpt_half, 2), round(ckpt_end, 2)],
+            "replica_alerts_explained": explained,
+            "replica_alerts_unexplained": unexplained,
+            "samples": samples,
+        },
+    )
+
+    for what, f in figures.items():
+        assert f["slope_per_hour_second_half"] <= f["allowed_per_hour"], f"{what} grows: {f}"
+    assert ckpt_end <= 1.5 * ckpt_half + 5, f"the checkpoint grows: {ckpt_half:.1f} MB -> {ckpt_end:.1f} MB"
+    assert not still_shown, f"deleted topics still on /metrics after {FORGOTTEN_WITHIN_S:.0f} s: {still_shown}"
+    assert not unexplained, f"replica alerts without a cause: {unexplained[:10]}"
+
+
+def _replicas_of(cluster, topic: str, partition: int) -> list[int]:
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient(cluster.client_config()).list_topics(topic, timeout=30)
+    return list(md.topics[topic].partitions[partition].replicas)
+
+
+def _judge(cluster, events, started, reassigned, restarts) -> tuple[list[list], dict[str, int]]:
+    """Each replica alert's cause, or the alert among the unexplained."""
+    shrinks: dict[str, Shrinks] = {}
+    explained = {"logged_shrink": 0, "reassignment": 0, "broker_restart": 0}
+    unexplained = []
+    for e in events:
+        topic, partition, broker = e.replica
+        if broker < 0:
+            continue  # not a replica's alert (IsrwatchTelemetryStale and the like)
+        if topic not in shrinks:
+            shrinks[topic] = Shrinks.read(cluster, topic, started)
+        if shrinks[topic].first(partition, broker) is not None:
+            explained["logged_shrink"] += 1
+        elif any(t == topic and p == partition and e.arrived - at < 60 + LAG_MS / 1000 for t, p, _, at in reassigned):
+            explained["reassignment"] += 1
+        elif any(a - 5 <= e.arrived <= z + LAG_MS / 1000 + 30 for _, a, z in restarts):
+            explained["broker_restart"] += 1
+        else:
+            unexplained.append([round(e.arrived - started, 1), e.name, e.status, *e.replica])
+    return unexplained, explained

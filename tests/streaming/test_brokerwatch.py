@@ -1,0 +1,81 @@
+"""streaming.brokerwatch: Kafka's Metadata v0 on a socket of its own, and a real broker paused."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+
+from streaming.brokerwatch import BrokerWatch, metadata_request, parse_metadata
+
+
+def _string(text: str) -> bytes:
+    return struct.pack(">h", len(text)) + text.encode()
+
+
+def _response(corr: int) -> bytes:
+    out = struct.pack(">i", corr) + struct.pack(">i", 2)
+    out += struct.pack(">i", 1) + _string("127.0.0.1") + struct.pack(">i", 9092)
+    out += struct.pack(">i", 2) + _string("127.0.0.1") + struct.pack(">i", 9093)
+    out += struct.pack(">i", 1) + struct.pack(">h", 0) + _string("orders") + struct.pack(">i", 2)
+    for partition, replicas, isr in ((0, (1, 2), (1,)), (1, (2, 1), (2, 1))):
+        out += struct.pack(">hii", 0, partition, replicas[0])
+        out += struct.pack(f">i{len(replicas)}i", len(replicas), *replicas)
+        out += struct.pack(f">i{len(isr)}i", len(isr), *isr)
+    return out
+
+
+def test_a_request_and_a_response_as_kafka_lays_them_out() -> None:
+    raw = metadata_request(7, ["orders"])
+    (size,) = struct.unpack(">i", raw[:4])
+    assert size == len(raw) - 4
+    assert struct.unpack(">hhi", raw[4:12]) == (3, 0, 7)  # Metadata, version 0, correlation id
+    assert raw.endswith(struct.pack(">i", 1) + _string("orders"))
+    md = parse_metadata(_response(7))
+    assert md.correlation_id == 7
+    assert md.brokers == {1: ("127.0.0.1", 9092), 2: ("127.0.0.1", 9093)}
+    assert md.replicas == {("orders", 0): (1, 2), ("orders", 1): (2, 1)}
+
+
+@pytest.mark.parametrize("cut", [0, 3, 10, 40])
+def test_a_response_cut_short_is_an_error_not_a_wrong_answer(cut: int) -> None:
+    with pytest.raises(ValueError):
+        parse_metadata(_response(1)[:cut])
+
+
+def test_a_paused_broker_is_silent_while_the_other_answers(kafka_cluster_factory) -> None:
+    cluster = kafka_cluster_factory(brokers=2)
+    cluster.create_topic("orders", assignment=[[1, 2], [2, 1]])
+    watch = BrokerWatch(cluster.bootstrap_servers, "orders", interval_s=0.2, timeout_s=0.5).start()
+    try:
+        deadline = time.monotonic() + 30
+        while not watch.assignment().get(("orders", 1)) or len(watch._answered) < 2:
+            assert time.monotonic() < deadline, "the watch never heard both brokers"
+            time.sleep(0.2)
+        assert watch.assignment()[("orders", 0)] == (1, 2)
+        assert watch.silent(time.time(), 1.0) == {}
+        paused_at = time.time()
+        cluster.pause(2)
+        try:
+            time.sleep(2.5)
+            silent = watch.silent(time.time(), 1.0)
+            assert list(silent) == [2]
+            assert paused_at - 1.0 <= silent[2] <= paused_at + 0.5, (silent, paused_at)
+        finally:
+            cluster.resume(2)
+        deadline = time.monotonic() + 15
+        while watch.silent(time.time(), 1.0):
+            assert time.monotonic() < deadline, "the broker resumed but stays silent"
+            time.sleep(0.2)
+        # nothing answering at all (both brokers paused): the job's own network, not a broker
+        cluster.pause(1)
+        cluster.pause(2)
+        try:
+            time.sleep(2.5)
+            assert watch.silent(time.time(), 1.0) == {}
+        finally:
+            cluster.resume(1)
+            cluster.resume(2)
+    finally:
+        watch.stop()
