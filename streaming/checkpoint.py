@@ -14,6 +14,10 @@ counts: the last batch id whose output was written.
 Alertmanager has not taken yet, so that a job stopped or killed while one is
 down still resolves those alerts once it is back (firing alerts need no file:
 the restored book sends them again).
+
+``alerts-outbox.json`` (``AlertsOutbox``) holds the alerts-topic records of transitions the
+topic has not confirmed yet, written before the book that says they were announced: a job
+killed between the two re-sends them on restart (``streaming.notify.KafkaAlertsSink``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 from isrwatch.alerts import AlertBook
 from isrwatch.exceptions import IsrwatchError
 
-__all__ = ["DriverCheckpoint", "DeliveryBacklog"]
+__all__ = ["DriverCheckpoint", "DeliveryBacklog", "AlertsOutbox"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +128,28 @@ class DeliveryBacklog:
     def save(self, pending: dict[str, list[tuple[Any, dict[str, Any]]]]) -> None:
         targets = {url: [{"key": key, "body": body} for key, body in items] for url, items in pending.items() if items}
         _write_atomic(self.path, {"targets": targets})
+
+
+class AlertsOutbox:
+    """The alerts-topic records (key, value) not yet confirmed by the topic, oldest first."""
+
+    def __init__(self, checkpoint_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(checkpoint_dir) / "isrwatch" / "alerts-outbox.json"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def load(self) -> list[tuple[bytes, bytes]]:
+        """The records; empty when there is no file. A file that cannot be read is logged and
+        left (its transitions may then be missing on the topic, never repeated)."""
+        try:
+            data = _read(self.path) or {}
+            return [(str(k).encode(), str(v).encode()) for k, v in data.get("records", [])]
+        except (IsrwatchError, TypeError, ValueError) as e:
+            log.warning("alerts_outbox_unreadable path=%s error=%s", self.path, str(e).splitlines()[0])
+            return []
+
+    def save(self, records: list[tuple[bytes, bytes]]) -> None:
+        """Raises OSError (a full disk): the caller must not announce what is not saved."""
+        _write_atomic(self.path, {"records": [[k.decode(), v.decode()] for k, v in records]})
 
 
 def _key(raw: Any) -> tuple[str, tuple[tuple[str, str], ...]]:

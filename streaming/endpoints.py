@@ -72,9 +72,11 @@ def alert_sinks(
     settings: JobSettings, alerting: AlertingSettings, producer: Any, runbook: str, checkpoint_dir: str
 ) -> list[Any]:
     """The sinks ``alerting`` asks for; ``producer`` (Kafka mode) writes ``settings``' alerts topic;
-    resolutions an Alertmanager has not taken are kept under ``checkpoint_dir``."""
+    alerts-topic records not yet confirmed and resolutions an Alertmanager has not taken are
+    kept under ``checkpoint_dir``."""
     from streaming import notify
-    from streaming.checkpoint import DeliveryBacklog
+    from streaming.checkpoint import AlertsOutbox, DeliveryBacklog
+    from streaming.outputs import read_tail
 
     sinks: list[Any] = []
     if not settings.bootstrap_servers or not alerting.alertmanager_url:
@@ -87,6 +89,10 @@ def alert_sinks(
                 settings.alerts_topic,
                 generator_url=alerting.grafana_url or "",
                 runbook_base=runbook,
+                outbox=AlertsOutbox(checkpoint_dir),
+                delivered_tail=lambda topic, n: read_tail(
+                    settings.bootstrap_servers or "", settings.kafka_config, topic, n
+                ),
             )
         )
     if alerting.alertmanager_url:

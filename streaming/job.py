@@ -35,7 +35,7 @@ from streaming.endpoints import alert_sinks, metrics_port, runbook_base, serve_m
 from streaming.feeder import DEFAULT_SCENARIO, Feeder, embedded_simulator
 from streaming.origin import check_checkpoint, default_checkpoint_dir
 from streaming.settings import AlertingSettings, JobSettings
-from streaming.stopping import install_signals, stop_query
+from streaming.stopping import install_signals, out_of_space, quiet_spark, stop_query
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -136,6 +136,7 @@ class Job:
         self.events: Any = None  # streaming.listener.QueryEvents
         self.query: Any = None  # pyspark's StreamingQuery
         self.monitor: Any = None
+        self.fatal: str | None = None  # why a batch failed, when the job knows it better than Spark
         self.feeder: Feeder | None = None
         self._resources = contextlib.ExitStack()
 
@@ -294,7 +295,7 @@ class Job:
         self.events = QueryEvents(query.JOB_QUERY)
         spark.streams.addListener(self.events)
         self._on_close("query listener", spark.streams.removeListener, self.events, jvm=True)
-        self.query = query.start_job(raw("aggregates"), checkpoint_dir, settings.trigger_seconds, handler)
+        self.query = query.start_job(raw("aggregates"), checkpoint_dir, settings.trigger_seconds, self._guard(handler))
         self._on_close("query", stop_query, self.query, max(30.0, 10 * settings.trigger_seconds), jvm=True)
         log.info(
             "started %s",
@@ -371,6 +372,22 @@ class Job:
         install_signals(self)  # over PySpark's SIGINT handler
         return self.spark
 
+    def _guard(self, handler: Any) -> Any:
+        """``handler`` as the query calls it; a batch that fails on a full disk records the one
+        line the job stops with (``await_stop``) and quiets Spark's repeats of it."""
+
+        def handle(batch: Any, batch_id: int) -> None:
+            try:
+                handler(batch, batch_id)
+            except Exception as e:
+                reason = out_of_space(e, self.handles.checkpoint_dir)
+                if reason is not None and self.fatal is None:
+                    self.fatal = reason
+                    quiet_spark(self.spark)
+                raise
+
+        return handle
+
     # -- run -------------------------------------------------------------------------------
 
     def await_stop(self) -> None:
@@ -390,7 +407,8 @@ class Job:
                 err = self.query.exception()
                 failure = f"query {self.query.name} stopped: {str(err).splitlines()[0] if err else 'no reason given'}"
             if failure:
-                raise IsrwatchError(failure)
+                full = self.events.error if self.events is not None else None
+                raise IsrwatchError(self.fatal or out_of_space(full, self.handles.checkpoint_dir) or failure)
             if self.feeder is not None and self.feeder.error is not None:
                 raise IsrwatchError(f"embedded simulator failed: {self.feeder.error}")
             self.monitor.check_stale()

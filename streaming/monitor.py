@@ -242,13 +242,11 @@ class Monitor:
                 (self._transition(c, self.cluster_now[c]), self.cluster_now[c]) for c in sorted(clusters)
             ]
             self.handled_batch = batch_id
-            if self.checkpoint is not None:
-                self.checkpoint.save_book(self.book, batch_id)
             # (Sent under the lock: the timer's transitions between batches go out in order with these.)
-            for t, now in transitions:
+            self._announce(transitions, batch_id)
+            for t, _ in transitions:
                 report.started += len(t.started)
                 report.resolved += len(t.resolved)
-                self._send(t, now)
         return report
 
     def _steps(self, changes: Sequence[ReplicaStatus]) -> list[tuple[Transition, int]]:
@@ -300,10 +298,7 @@ class Monitor:
             for cluster in sorted({s.cluster for s in carried}):
                 at = max(s.eval_ms for s in carried if s.cluster == cluster)
                 transitions.append((self._transition(cluster, at), at))
-            if self.checkpoint is not None:
-                self.checkpoint.save_book(self.book, self.handled_batch)
-            for t, at in transitions:
-                self._send(t, at)
+            self._announce(transitions, self.handled_batch)
         for s in carried:
             log.info(
                 "carried_forward cluster=%s replica=%s/%s/%s lag_ratio=%.3f eval_ms=%s ahead_of_telemetry_ms=%s",
@@ -324,12 +319,23 @@ class Monitor:
             # Keep the first start time's text stable while it holds.
             t = self.book.update(desired, wall, scope=STALE_SCOPE)
             if t.started or t.resolved:
-                if self.checkpoint is not None:
-                    self.checkpoint.save_book(self.book, self.handled_batch)
-                self._send(t, wall)
+                self._announce([(t, wall)], self.handled_batch)
         for a in t.started:
             log.warning("telemetry_stale %s", a.summary)
         return t
+
+    def _announce(self, transitions: Sequence[tuple[Transition, int]], batch_id: int) -> None:
+        """Under the lock: stage the transitions with the sinks that keep an outbox, save the
+        book that says they were announced, then send them. A sink that cannot stage (a full
+        disk) fails the batch as the book would: what is not kept is not announced."""
+        for sink in self.sinks:
+            stage = getattr(sink, "stage", None)
+            if stage is not None:
+                stage([t for t, _ in transitions])
+        if self.checkpoint is not None:
+            self.checkpoint.save_book(self.book, batch_id)
+        for t, now in transitions:
+            self._send(t, now)
 
     def _send(self, t: Transition, now_ms: int) -> None:
         for sink in self.sinks:

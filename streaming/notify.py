@@ -10,7 +10,11 @@ flushes what it still holds on ``close``:
   backoff while an Alertmanager is down and keeps the firing set and pending
   resolutions until each URL has taken them; with a ``backlog``
   (``streaming.checkpoint.DeliveryBacklog``) the pending resolutions survive a restart.
-* ``KafkaAlertsSink``: one record per started or resolved alert.
+* ``KafkaAlertsSink``: one record per started or resolved alert; with an outbox
+  (``streaming.checkpoint.AlertsOutbox``) at least once across a kill, and not twice.
+
+A sink with a ``stage(transitions)`` method is called with them before the job saves its
+alert book (``streaming.monitor``), ``send`` after.
 """
 
 from __future__ import annotations
@@ -110,24 +114,96 @@ class StdoutSink:
 class KafkaAlertsSink:
     """Writes each started and resolved alert to the alerts topic, keyed by
     ``alert_id``. ``producer`` is a confluent_kafka.Producer (or anything
-    with ``produce``, ``poll`` and ``flush``)."""
+    with ``produce``, ``poll`` and ``flush``).
+
+    With an ``outbox`` (``streaming.checkpoint.AlertsOutbox``) delivery is at least once
+    across a kill: ``stage`` writes a batch's records there before the job saves the book
+    that says they were announced, and a restarted sink sends again those the topic had
+    not confirmed. ``delivered_tail(topic, n)`` (the records at the end of each partition,
+    None when the topic cannot be read) lets it skip those that did arrive, so nothing is
+    written twice."""
 
     producer: Any
     topic: str
     generator_url: str = ""
     runbook_base: str | None = None
     flush_timeout_s: float = 10.0
+    outbox: Any = None
+    delivered_tail: Callable[[str, int], set[tuple[bytes, bytes]] | None] | None = None
+    _unconfirmed: list[tuple[bytes, bytes]] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.outbox is not None:
+            self._send_unconfirmed(self.outbox.load())
+
+    def _records(self, transition: Transition) -> list[tuple[bytes, bytes]]:
+        return [
+            (
+                alert_id(alert).encode(),
+                json.dumps(
+                    alert_event(alert, status, generator_url=self.generator_url, runbook_base=self.runbook_base)
+                ).encode(),
+            )
+            for alert, status in _events(transition)
+        ]
+
+    def stage(self, transitions: Iterable[Transition]) -> None:
+        """Keep these transitions' records, and those the topic has not confirmed yet, in the
+        outbox. Called before the book is saved; raises OSError when the outbox cannot be
+        written (the book then is not saved either)."""
+        records = [r for t in transitions for r in self._records(t)]
+        if self.outbox is None or not records:
+            return
+        if self._pending() == 0:
+            self._unconfirmed.clear()
+        self._unconfirmed.extend(records)
+        self.outbox.save(self._unconfirmed)
+
+    def _pending(self) -> int:
+        """Alerts-topic records produced and not yet acknowledged (or given up on)."""
+        stats = getattr(self.producer, "stats", None)
+        if stats is None:  # a plain confluent-kafka producer: whatever its queue holds
+            self.producer.poll(0)
+            return len(self.producer)
+        out = stats().get(self.topic)
+        return out.pending if out is not None else 0
+
+    def _send_unconfirmed(self, saved: list[tuple[bytes, bytes]]) -> None:
+        """A restart: send what an earlier run staged and the topic does not have."""
+        if not saved:
+            return
+        on_topic = self.delivered_tail(self.topic, len(saved)) if self.delivered_tail is not None else None
+        if on_topic is None:
+            log.warning(kv(event="alerts_outbox_unchecked", topic=self.topic, records=len(saved)))
+            on_topic = set()
+        todo = [r for r in saved if r not in on_topic]
+        log.info(kv(event="alerts_outbox_restored", topic=self.topic, records=len(saved), resent=len(todo)))
+        self._unconfirmed = list(todo)
+        if len(todo) < len(saved):
+            self._save_outbox()
+        for key, value in todo:
+            self.producer.produce(self.topic, key=key, value=value)
+        self.producer.poll(0)
 
     def send(self, transition: Transition, now_ms: int) -> None:
-        for alert, status in _events(transition):
-            event = alert_event(alert, status, generator_url=self.generator_url, runbook_base=self.runbook_base)
-            self.producer.produce(self.topic, key=alert_id(alert).encode(), value=json.dumps(event).encode())
+        for key, value in self._records(transition):
+            self.producer.produce(self.topic, key=key, value=value)
         self.producer.poll(0)
 
     def close(self) -> None:
         left = self.producer.flush(self.flush_timeout_s)
         if left:
             log.warning(kv(event="alerts_topic_unflushed", topic=self.topic, records=left))
+        elif self.outbox is not None and self._unconfirmed:
+            self._unconfirmed.clear()
+            self._save_outbox()
+
+    def _save_outbox(self) -> None:
+        """Trim the outbox to what is unconfirmed (not needed for correctness: a restart checks the topic)."""
+        try:
+            self.outbox.save(self._unconfirmed)
+        except OSError as e:
+            log.warning(kv(event="alerts_outbox_not_trimmed", error=e.strerror or type(e).__name__))
 
 
 def _iso(seconds: float) -> str:

@@ -5,7 +5,8 @@
 * ``KafkaStates``: the compacted replica state topic, keyed by
   ``isrwatch.status.status_key``, value ``status_to_json``.
 
-Alert transitions go through ``streaming.notify`` sinks instead.
+Alert transitions go through ``streaming.notify`` sinks instead; ``read_tail`` gives the alerts
+sink what a topic already holds after a restart.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
@@ -34,6 +36,7 @@ __all__ = [
     "encode_deadletter",
     "payload_bytes",
     "make_producer",
+    "read_tail",
 ]
 
 log = logging.getLogger(__name__)
@@ -240,3 +243,60 @@ def make_producer(bootstrap_servers: str, kafka_config: list[str]) -> Any:
         return Producer(conf, logger=logging.getLogger("librdkafka"))
     except KafkaException as e:
         raise IsrwatchError(f"Kafka producer: {e}") from None
+
+
+# A restarted job checks this many records at least at the end of each alerts-topic partition
+# (more when it has more to send again): other jobs may share the topic.
+_TAIL_RECORDS = 1000
+
+
+def read_tail(
+    bootstrap_servers: str, kafka_config: list[str], topic: str, records: int, timeout_s: float = 30.0
+) -> set[tuple[bytes, bytes]] | None:
+    """The (key, value) pairs among the last ``max(records, 1000)`` records of each partition
+    of ``topic``; None when the topic cannot be read in ``timeout_s``."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    conf = {
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": "isrwatch-alerts-outbox",  # never joins nor commits: partitions are assigned
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "socket.timeout.ms": "10000",
+        **kafka_config_pairs(kafka_config),
+    }
+    n = max(records, _TAIL_RECORDS)
+    consumer = Consumer(conf, logger=logging.getLogger("librdkafka"))
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return None
+        ends: dict[int, int] = {}
+        start = []
+        for p in meta.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            if high > low:
+                ends[p] = high
+                start.append(TopicPartition(topic, p, max(low, high - n)))
+        consumer.assign(start)
+        seen: set[tuple[bytes, bytes]] = set()
+        deadline = time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err, part, offset = msg.error(), msg.partition() or 0, msg.offset() or 0
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    ends.pop(part, None)
+                    continue
+                raise KafkaException(err)
+            seen.add((msg.key() or b"", msg.value() or b""))
+            if offset >= ends.get(part, 0) - 1:
+                ends.pop(part, None)
+        return None if ends else seen
+    except KafkaException as e:
+        log.warning(kv(event="alerts_topic_unreadable", topic=topic, error=str(e)[:200]))
+        return None
+    finally:
+        consumer.close()

@@ -5,6 +5,7 @@ SIGTERM and Ctrl-C end in the job's one clean-up (``Job.close``), like ``--durat
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import threading
@@ -15,7 +16,7 @@ from isrwatch.logs import kv
 if TYPE_CHECKING:
     from streaming.job import Job
 
-__all__ = ["install_signals", "stop_query"]
+__all__ = ["install_signals", "stop_query", "out_of_space", "quiet_spark"]
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +85,34 @@ def _quiet_the_bridge() -> None:
 def _without_py4j_send_errors(record: logging.LogRecord) -> bool:
     """Py4J logs a failed call into the JVM on the root logger, traceback and all."""
     return not (record.name == "root" and str(record.msg).startswith("Exception while sending command"))
+
+
+NO_SPACE = "No space left on device"
+
+
+def out_of_space(error: BaseException | str | None, checkpoint_dir: str) -> str | None:
+    """The one line the job stops with when ``error`` (a batch's exception, or the query's
+    end as Spark reports it) is a full disk; None for any other error."""
+    seen: list[object] = []
+    while error is not None and error not in seen:
+        seen.append(error)
+        if (isinstance(error, OSError) and error.errno == errno.ENOSPC) or NO_SPACE in str(error):
+            return (
+                f"no space left on device writing the checkpoint under {checkpoint_dir} (or Spark's scratch "
+                "space): the batch was not committed; free space and start the job again on the same "
+                "checkpoint, it resumes at the last committed batch"
+            )
+        error = error.__cause__ or error.__context__ if isinstance(error, BaseException) else None
+    return None
+
+
+def quiet_spark(spark: Any) -> None:
+    """Once the job knows why it stops, Spark's log and the bridge's would print the same
+    failure again with its Java and Python stacks: both are silenced."""
+    _quiet_the_bridge()
+    try:
+        jvm = spark._jvm
+        # every logger, not the root alone: streaming/log4j2.properties sets some of its own
+        jvm.org.apache.logging.log4j.core.config.Configurator.setAllLevels("", jvm.org.apache.logging.log4j.Level.OFF)
+    except Exception:  # noqa: BLE001 - best effort: only what is printed depends on it
+        log.debug("spark_log_not_quietened", exc_info=True)

@@ -22,34 +22,46 @@ pytestmark = [pytest.mark.spark, pytest.mark.campaign]
 SIM_SECONDS = 70
 
 
-def _start(spool, ckpt, duration):
-    cmd = [sys.executable, "-m", "isrwatch", "run", "--spool-dir", str(spool), "--checkpoint-dir", str(ckpt)]
-    cmd += [
-        "--metrics-port",
-        "0",
-        "--max-records-per-trigger",
-        "4",
-        "--trigger-seconds",
-        "1",
-        "--duration",
-        str(duration),
-    ]
-    cmd += ["--stale-after-seconds", "600"]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-
-
-def test_restart_repeats_nothing_and_loses_nothing(spark, tmp_path) -> None:
-    # The whole telemetry is in the spool before the job starts (in the past,
-    # so nothing is "from the future"); 4 records per batch spread it over
-    # many batches, so the kill lands mid-stream.
+def write_spool(spool) -> Counter:
+    """A stuck follower's telemetry, all in the past, into ``spool``; observations per replica."""
     sim = Simulation("stuck-follower", start_ms=now_ms() - (SIM_SECONDS + 5) * 1000, seed=3)
-    writer = SpoolWriter(tmp_path / "spool")
+    writer = SpoolWriter(spool)
     expected: Counter = Counter()
     for _, records in sim.rounds(SIM_SECONDS):
         writer.append(records)
         for r in records:
             for o in json.loads(r)["observations"]:
                 expected[(o["topic"], o["partition"], o["broker_id"])] += 1
+    return expected
+
+
+def _start(spool, ckpt, duration, stderr=None, per_trigger=4):
+    """``isrwatch run`` on ``spool``; its stderr to the file ``stderr`` (discarded without one)."""
+    cmd = [sys.executable, "-m", "isrwatch", "run", "--spool-dir", str(spool), "--checkpoint-dir", str(ckpt)]
+    cmd += [
+        "--metrics-port",
+        "0",
+        "--max-records-per-trigger",
+        str(per_trigger),
+        "--trigger-seconds",
+        "1",
+        "--duration",
+        str(duration),
+    ]
+    cmd += ["--stale-after-seconds", "600"]
+    err = open(stderr, "wb") if stderr else subprocess.DEVNULL  # noqa: SIM115 (the child holds it)
+    try:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+    finally:
+        if stderr:
+            err.close()
+
+
+def test_restart_repeats_nothing_and_loses_nothing(spark, tmp_path) -> None:
+    # The whole telemetry is in the spool before the job starts (in the past,
+    # so nothing is "from the future"); 4 records per batch spread it over
+    # many batches, so the kill lands mid-stream.
+    expected = write_spool(tmp_path / "spool")
     ckpt = tmp_path / "ck"
 
     first = _start(tmp_path / "spool", ckpt, 300)

@@ -1,0 +1,128 @@
+"""Print issue 14's reliability table from the campaign's result files; exit 1 on a missed goal.
+
+Each campaign test writes ``<name>.json`` to ``$ISRWATCH_VALIDATION_OUT`` (default
+``<tmp>/isrwatch-validation``; ``tests.e2e.results.write_result``). The goals are stated
+here, once: one row per figure with its value, its goal and whether it is met. A result
+file that is missing (the test did not run, or stopped before writing it) is a missed goal.
+
+Usage: ``python tools/reliability_table.py [--clear] [RESULTS_DIR]`` (``--clear`` removes the
+campaign's earlier result files, so that a run is judged by its own).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script, as make does
+
+from validation_table import default_dir  # noqa: E402
+
+__all__ = ["GOALS", "Goal", "rows", "main"]
+
+
+@dataclass(frozen=True)
+class Goal:
+    item: str  # issue 14's item
+    result: str  # the result file's name, without .json
+    figure: str  # its key
+    op: Callable[[Any, Any], bool]
+    target: Any
+    text: str  # the goal as the table prints it
+
+    def met(self, value: Any) -> bool:
+        return value is not None and bool(self.op(value, self.target))
+
+
+def _zero(item: str, result: str, figure: str) -> Goal:
+    return Goal(item, result, figure, operator.eq, 0, "0")
+
+
+KILLS = int(os.environ.get("ISRWATCH_KILLS", "20"))
+
+GOALS = [
+    Goal("1 fuzz", "fuzz_campaign", "records_produced", operator.ge, 10_000, ">= 10000"),
+    _zero("1 fuzz", "fuzz_campaign", "job_crashes_or_restarts"),
+    _zero("1 fuzz", "fuzz_campaign", "deadletters_missing"),
+    _zero("1 fuzz", "fuzz_campaign", "deadletters_unexpected"),
+    _zero("1 fuzz", "fuzz_campaign", "deadletters_empty_reason"),
+    _zero("1 fuzz", "fuzz_campaign", "replica_alerts_watched_cluster"),
+    Goal("2 kill -9", "kill_campaign", "kills", operator.ge, KILLS, f">= {KILLS}"),
+    _zero("2 kill -9", "kill_campaign", "observations_lost"),
+    _zero("2 kill -9", "kill_campaign", "observations_counted_twice"),
+    _zero("2 kill -9", "kill_campaign", "transitions_repeated_stdout"),
+    _zero("2 kill -9", "kill_campaign", "transitions_repeated_alerts_topic"),
+    _zero("2 kill -9", "kill_campaign", "transitions_missing_on_alerts_topic"),
+    _zero("2 kill -9", "kill_campaign", "alerts_left_firing"),
+    Goal(
+        "3 telemetry cluster down 2 min",
+        "outage_telemetry_cluster",
+        "stale_episodes",
+        lambda v, t: len(v) == t,
+        1,
+        "1 episode",
+    ),
+    _zero("3 telemetry cluster down 2 min", "outage_telemetry_cluster", "replica_alerts"),
+    _zero("3 Alertmanager down 5 min", "outage_alertmanager", "transitions_missing"),
+    _zero("3 Alertmanager down 5 min", "outage_alertmanager", "transitions_duplicated"),
+    _zero("3 Alertmanager down 5 min", "outage_alertmanager", "transitions_out_of_order_alerts"),
+    _zero("3 Alertmanager down 5 min", "outage_alertmanager", "alerts_active_at_alertmanager_at_end"),
+    Goal("3 checkpoint disk full", "disk_full", "error_lines", operator.eq, 1, "1 line"),
+    Goal("3 checkpoint disk full", "disk_full", "error_is_last_line", operator.is_, True, "yes"),
+    Goal("3 checkpoint disk full", "disk_full", "traceback", operator.is_, False, "none"),
+    _zero("3 checkpoint disk full", "disk_full", "transitions_repeated"),
+    _zero("3 checkpoint disk full", "disk_full", "alerts_never_resolved"),
+    _zero("3 checkpoint disk full", "disk_full", "observations_lost"),
+    _zero("3 checkpoint disk full", "disk_full", "observations_counted_twice"),
+]
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "not run"
+    if isinstance(value, list):
+        return str(len(value))
+    return str(value)
+
+
+def rows(directory: Path) -> list[tuple[Goal, Any, bool]]:
+    """(goal, value or None when its result file is missing, met)."""
+    results: dict[str, dict[str, Any]] = {}
+    for name in {g.result for g in GOALS}:
+        path = directory / f"{name}.json"
+        if path.exists():
+            results[name] = json.loads(path.read_text())
+    out = []
+    for g in GOALS:
+        value = results.get(g.result, {}).get(g.figure)
+        out.append((g, value, g.met(value)))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    clear = "--clear" in argv
+    args = [a for a in argv if a != "--clear"]
+    directory = Path(args[0]) if args else default_dir()
+    if clear:
+        for name in {g.result for g in GOALS}:
+            (directory / f"{name}.json").unlink(missing_ok=True)
+        return 0
+    table = rows(directory)
+    print(f"\nissue 14 reliability campaign ({directory})\n")
+    print("| item | figure | value | goal | met |")
+    print("|---|---|---|---|---|")
+    for g, value, met in table:
+        print(f"| {g.item} | {g.figure} | {_shown(value)} | {g.text} | {'yes' if met else '**NO**'} |")
+    missed = [g for g, _, met in table if not met]
+    print(f"\n{len(table) - len(missed)} of {len(table)} goals met" + (f"; missed: {len(missed)}" if missed else ""))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
