@@ -29,7 +29,9 @@ import pytest
 from tests.e2e.results import write_result
 from tests.streaming.test_restart import _start, write_spool
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# In make reliability (and make campaign), not make test: one of its first runs died before the
+# disk was filled, on a state-table file Spark could not find (cause not found yet).
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.campaign]
 
 MOUNT_SIZE = "64m"
 
