@@ -31,13 +31,15 @@ from dataclasses import dataclass, field
 
 from isrwatch.alerts import Alert, AlertName, Transition
 
-__all__ = ["ShrinkOutcomes", "OutcomeCounts", "LEAD_BUCKETS_S", "OUTCOMES", "WARNING_NAMES"]
+__all__ = ["ShrinkOutcomes", "OutcomeCounts", "LEAD_BUCKETS_S", "OUTCOMES", "WARNING_NAMES", "PREDICTIONS_MISSING"]
 
 # Upper bounds of the lead histogram, in seconds (replica.lag.time.max.ms is 10 s or 30 s by default).
 LEAD_BUCKETS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 OUTCOMES = ("warned", "missed")
 # The alerts that warn of a shrink: every replica alert.
 WARNING_NAMES = frozenset({AlertName.NEARING, AlertName.IMMINENT, AlertName.OUT_OF_SYNC, AlertName.STALLED})
+# The Prometheus rule's alert on these counts (deploy/prometheus/rules; the job does not send it).
+PREDICTIONS_MISSING = "IsrwatchPredictionsMissing"
 KEEP_EVENTS = 32  # the ended episodes and ISR changes kept per replica
 
 ReplicaKey = tuple[str, str, int, int]  # cluster, topic, partition, broker_id
