@@ -131,8 +131,10 @@ class ShrinkOutcomes:
                     held.episodes[-1].end_ms = max(now_ms, held.episodes[-1].start_ms)
 
     def isr_change(self, cluster: str, topic: str, partition: int, t_ms: int, left: Iterable[int],
-                   joined: Iterable[int] = ()) -> None:  # fmt: skip
-        """The followers the collector saw leave (``left``) or join the ISR at ``t_ms``."""
+                   joined: Iterable[int] = ()) -> list[tuple[int, str, float | None]]:  # fmt: skip
+        """The followers the collector saw leave (``left``) or join the ISR at ``t_ms``; returns
+        (broker_id, outcome, lead in seconds or None) of each that left."""
+        out: list[tuple[int, str, float | None]] = []
         with self._lock:
             counts = self._counts.setdefault(cluster, OutcomeCounts())
             for b in joined:
@@ -146,6 +148,7 @@ class ShrinkOutcomes:
                 )
                 if episode is None:
                     counts.shrinks["missed"] += 1
+                    out.append((b, "missed", None))
                     continue
                 episode.followed = True
                 lead_s = (t_ms - episode.start_ms) / 1000.0
@@ -154,6 +157,8 @@ class ShrinkOutcomes:
                 i = bisect.bisect_left(LEAD_BUCKETS_S, lead_s)
                 if i < len(LEAD_BUCKETS_S):
                     counts.buckets[i] += 1
+                out.append((b, "warned", lead_s))
+        return out
 
     def settle(self, cluster_now: dict[str, int]) -> None:
         """Decide the ended episodes ``settle_ms`` behind their cluster's clock: a warning

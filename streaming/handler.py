@@ -137,9 +137,12 @@ class BatchHandler:
                 if c[change]:
                     self.store.add_isr_changes(c["cluster"], c["topic"], int(c["partition"]), change, int(c[change]))
             # warned or missed: against the alerts of this batch and those before (isrwatch.outcomes)
-            self.store.outcomes.isr_change(
-                c["cluster"], c["topic"], int(c["partition"]), int(c["t_ms"]), c["left"] or (), c["joined"] or ()
-            )
+            where = {"cluster": c["cluster"], "topic": c["topic"], "partition": int(c["partition"])}
+            for broker, outcome, lead_s in self.store.outcomes.isr_change(
+                *where.values(), int(c["t_ms"]), c["left"] or (), c["joined"] or ()
+            ):
+                lead = None if lead_s is None else round(lead_s, 3)
+                log.info("isr_shrink %s", kv(**where, broker_id=broker, outcome=outcome, lead_s=lead, t_ms=c["t_ms"]))
         self.store.outcomes.settle(dict(self.monitor.cluster_now))
         self.checkpoint.save_side(batch_id)
         if out.deadletters:
