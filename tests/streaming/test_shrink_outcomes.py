@@ -103,7 +103,7 @@ def telemetry_clock(h: JobHandles) -> int:
 
 
 def test_the_stuck_followers_shrinks_are_warned_with_their_leads(spark, tmp_path) -> None:
-    with embedded_job(spark, tmp_path, "stuck-follower", 10.0, metrics_port=0) as job:
+    with embedded_job(spark, tmp_path, "stuck-follower", 10.0, metrics_port=free_port()) as job:
         spool = str(tmp_path / "ck" / "spool")
         start: list[int] = []
 
