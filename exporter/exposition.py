@@ -18,16 +18,20 @@ from exporter.families import (
     CHANGES_FAMILY,
     CLUSTER_CHANGES_FAMILY,
     EPISODES_FAMILY,
+    LEAD_FAMILY,
     PARTITION_GAUGES,
     PARTITIONS_FAMILY,
     REPLICA_GAUGES,
+    SHRINKS_FAMILY,
     STATE_FAMILY,
     STATES,
     TELEMETRY_FAMILY,
+    UNFOLLOWED_FAMILY,
     UP_FAMILY,
     UPDATED_FAMILY,
     MetricsView,
     job_families,
+    outcome_rows,
     updated_at,
 )
 from exporter.store import StoreSnapshot
@@ -138,4 +142,25 @@ def render(snap: StoreSnapshot, view: MetricsView) -> str:
             for values, v in rows:
                 body = _labels(zip(labelnames, values, strict=True), esc)
                 out.append(f"{full}{{{body}}} {_value(v)}\n" if body else f"{full} {_value(v)}\n")
+        _outcomes(out, snap, esc)
     return "".join(out)
+
+
+def _outcomes(out: list[str], snap: StoreSnapshot, esc: _Escaper) -> None:
+    """The shrink outcome families (``exporter.families.outcome_rows``)."""
+    rows = outcome_rows(snap)
+    name, help_text = SHRINKS_FAMILY
+    _header(out, name + "_total", help_text, "counter")
+    for cluster, by_outcome, _, _, _ in rows:
+        out.extend(f'{name}_total{{cluster="{esc(cluster)}",outcome="{o}"}} {_value(n)}\n' for o, n in by_outcome)
+    name, help_text = LEAD_FAMILY
+    _header(out, name, help_text, "histogram")
+    for cluster, _, buckets, lead_sum, _ in rows:
+        c = esc(cluster)
+        out.extend(f'{name}_bucket{{cluster="{c}",le="{le}"}} {_value(n)}\n' for le, n in buckets)
+        out.append(f'{name}_count{{cluster="{c}"}} {_value(buckets[-1][1])}\n')
+        out.append(f'{name}_sum{{cluster="{c}"}} {_value(lead_sum)}\n')
+    name, help_text = UNFOLLOWED_FAMILY
+    _header(out, name + "_total", help_text, "counter")
+    for cluster, _, _, _, n in rows:
+        out.append(f'{name}_total{{cluster="{esc(cluster)}"}} {_value(n)}\n')

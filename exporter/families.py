@@ -21,7 +21,7 @@ import heapq
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from exporter.store import PartitionKey, PartitionView, StatusStore, StoreSnapshot
@@ -45,6 +45,10 @@ __all__ = [
     "PARTITION_GAUGES",
     "CHANGES_FAMILY",
     "STATES",
+    "SHRINKS_FAMILY",
+    "LEAD_FAMILY",
+    "UNFOLLOWED_FAMILY",
+    "outcome_rows",
 ]
 
 REPLICA_SERIES = ("all", "not-ok")
@@ -140,6 +144,19 @@ CLUSTER_CHANGES_FAMILY = (
     "ISR shrinks and expands observed in the cluster, every partition counted",
 )
 UP_FAMILY = ("isrwatch_up", "1 while isrwatch's input (state topic or telemetry) is healthy")
+# The broker's truth, live (isrwatch.outcomes): the job's own, served after its first batch.
+SHRINKS_FAMILY = (
+    "isrwatch_isr_shrinks",
+    "Followers seen leaving the ISR, by outcome: warned (a replica alert of the follower fired before it) or missed",
+)
+LEAD_FAMILY = (
+    "isrwatch_isr_shrink_lead_seconds",
+    "How long before a warned shrink its follower's first replica alert fired, on the telemetry clock",
+)
+UNFOLLOWED_FAMILY = (
+    "isrwatch_warnings_without_shrink",
+    "Replica alert episodes that ended without their follower leaving the ISR",
+)
 
 
 @dataclass
@@ -249,6 +266,7 @@ class StoreCollector(Collector):
         yield from self._cluster_families(snap, selection)
         if snap.batches:
             yield from self._job_families(snap)
+            yield from self._outcome_families(snap)
 
     def _replica_families(self, snap: StoreSnapshot) -> Iterator[Metric]:
         gauges = [(GaugeMetricFamily(n, h, labels=REPLICA_LABELS), f) for n, h, f in REPLICA_GAUGES]
@@ -304,6 +322,34 @@ class StoreCollector(Collector):
             for values, v in rows:
                 family.add_metric(values, v)
             yield family
+
+    def _outcome_families(self, snap: StoreSnapshot) -> Iterator[Metric]:
+        shrinks = CounterMetricFamily(*SHRINKS_FAMILY, labels=["cluster", "outcome"])
+        lead = HistogramMetricFamily(*LEAD_FAMILY, labels=["cluster"])
+        unfollowed = CounterMetricFamily(*UNFOLLOWED_FAMILY, labels=["cluster"])
+        for cluster, by_outcome, buckets, lead_sum, n in outcome_rows(snap):
+            for outcome, count in by_outcome:
+                shrinks.add_metric([cluster, outcome], count)
+            lead.add_metric([cluster], buckets, lead_sum)
+            unfollowed.add_metric([cluster], n)
+        yield from (shrinks, lead, unfollowed)
+
+
+def outcome_rows(
+    snap: StoreSnapshot,
+) -> list[tuple[str, list[tuple[str, int]], list[tuple[str, float]], float, int]]:
+    """Per cluster: (cluster, shrinks by outcome, cumulative lead buckets by ``le`` text, lead sum,
+    warnings without shrink)."""
+    return [
+        (
+            cluster,
+            sorted(c.shrinks.items()),
+            [("+Inf" if le == float("inf") else str(le), float(n)) for le, n in c.cumulative()],
+            c.lead_sum_s,
+            c.unfollowed,
+        )
+        for cluster, c in snap.outcomes.items()
+    ]
 
 
 def job_families(snap: StoreSnapshot) -> list[tuple[str, str, str, list[str], list[tuple[list[str], float]]]]:

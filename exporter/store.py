@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from exporter.health import Health
+from isrwatch.outcomes import OutcomeCounts, ShrinkOutcomes
 from isrwatch.status import ReplicaStatus, State, status_key
 
 __all__ = ["StatusStore", "StoreSnapshot", "PartitionView", "PartitionKey", "LEAVING", "NEVER"]
@@ -96,6 +97,7 @@ class StoreSnapshot:
     cluster_partitions: dict[str, int] = field(default_factory=dict)  # cluster -> partitions in ``partitions``
     recently_changed: frozenset[PartitionKey] = frozenset()  # an ISR change within the store's recent_change_s
     outputs: dict[str, tuple[int, int]] = field(default_factory=dict)  # output topic -> (pending, lost)
+    outcomes: dict[str, OutcomeCounts] = field(default_factory=dict)  # cluster -> shrinks warned or missed
 
     def statuses(self) -> Iterable[ReplicaStatus]:
         for view in self.partitions.values():
@@ -143,6 +145,8 @@ class StatusStore:
     _cluster_partitions: dict[str, int] = field(default_factory=dict, repr=False)
     # how the process feeding this store is doing (exporter.health), served with its data
     health: Health = field(default_factory=Health)
+    # whether isrwatch warned before each real shrink (the job feeds it: streaming.monitor, streaming.handler)
+    outcomes: ShrinkOutcomes = field(default_factory=ShrinkOutcomes)
 
     def update(self, statuses: Iterable[ReplicaStatus], *, telemetry: bool = True) -> None:
         """Replace each given replica's status (newer or not: last write wins). ``telemetry``
@@ -251,4 +255,5 @@ class StatusStore:
                 recently_changed=frozenset(self._changed_at),
                 cluster_partitions=dict(self._cluster_partitions),
                 outputs=health.outputs,
+                outcomes=self.outcomes.snapshot(self._telemetry_ms),
             )

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["BatchOutput", "evaluate_records", "split_driver_rows"]
 
 SIDE = "_side"  # a rare row (dead letter, ISR change) as JSON, among the driver's rows
+ISR_CHANGE_KEYS = ("cluster", "topic", "partition", "shrink", "expand", "t_ms", "left", "joined")
 
 
 @dataclass
@@ -104,7 +105,7 @@ def evaluate_records(
             if row["kind"] == "deadletter":
                 out.deadletters.append({k: row.get(k) for k in parse.DEADLETTER_COLUMNS})
             else:
-                out.isr_changes.append({k: row.get(k) for k in ("cluster", "topic", "partition", "shrink", "expand")})
+                out.isr_changes.append({k: row.get(k) for k in ISR_CHANGE_KEYS})
     except BaseException:
         if evaluated is not None:
             evaluated.unpersist()

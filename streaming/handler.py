@@ -2,8 +2,9 @@
 
 ``BatchHandler`` has Spark evaluate the batch (``streaming.batch``), moves the
 alerts and the statuses through the monitor, writes the batch's dead letters
-and ISR-change counts once (``DriverCheckpoint.save_side``: a batch Spark runs
-again does not write them twice), writes the state version, and logs one line.
+and ISR-change counts and outcomes (``isrwatch.outcomes``) once
+(``DriverCheckpoint.save_side``: a batch Spark runs again does not write them
+twice), writes the state version, and logs one line.
 """
 
 from __future__ import annotations
@@ -135,6 +136,14 @@ class BatchHandler:
             for change in ("shrink", "expand"):
                 if c[change]:
                     self.store.add_isr_changes(c["cluster"], c["topic"], int(c["partition"]), change, int(c[change]))
+            # warned or missed: against the alerts of this batch and those before (isrwatch.outcomes)
+            where = {"cluster": c["cluster"], "topic": c["topic"], "partition": int(c["partition"])}
+            for broker, outcome, lead_s in self.store.outcomes.isr_change(
+                *where.values(), int(c["t_ms"]), c["left"] or (), c["joined"] or ()
+            ):
+                lead = None if lead_s is None else round(lead_s, 3)
+                log.info("isr_shrink %s", kv(**where, broker_id=broker, outcome=outcome, lead_s=lead, t_ms=c["t_ms"]))
+        self.store.outcomes.settle(dict(self.monitor.cluster_now))
         self.checkpoint.save_side(batch_id)
         if out.deadletters:
             log.warning(

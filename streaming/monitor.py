@@ -17,6 +17,9 @@ in proportion to its rows and the alerts firing, not to the replicas tracked.
 telemetry clock has not moved for ``stale_after_seconds`` raises
 ``IsrwatchTelemetryStale``; its replicas keep their frozen ages.
 
+Every transition sent is also told to ``isrwatch.outcomes`` (the store's ``outcomes``),
+which weighs it against the real ISR shrinks the handler reports.
+
 ``carry_forward`` runs from the same timer: a follower behind, due to cross
 ``nearing_ratio`` before the next batch can show it, is said nearing when it
 does (``streaming.lookahead``, bounded; Kafka telemetry only). So is a follower on a
@@ -120,6 +123,10 @@ class Monitor:
             self.book, self.handled_batch = checkpoint.load_book()
         else:
             self.book, self.handled_batch = AlertBook(), -1
+        # Every transition sent is also told to the shrink outcomes (isrwatch.outcomes), the
+        # ISR changes by streaming.handler; an episode firing at a restart goes on.
+        self.outcomes = store.outcomes
+        self.outcomes.resume(self.book.active.values())
 
     # -- state ------------------------------------------------------------
 
@@ -338,6 +345,7 @@ class Monitor:
             self._send(t, now)
 
     def _send(self, t: Transition, now_ms: int) -> None:
+        self.outcomes.alerts(t, now_ms)
         for sink in self.sinks:
             try:
                 sink.send(t, now_ms)

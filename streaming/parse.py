@@ -266,6 +266,7 @@ def _item(
     partition: Column | None = None,
     shrink: Column | None = None,
     expand: Column | None = None,
+    change: Column | None = None,
 ) -> Column:
     def null(t: str) -> Column:
         return F.lit(None).cast(t)
@@ -280,6 +281,14 @@ def _item(
         (partition if partition is not None else null("int")).alias("partition"),
         (shrink if shrink is not None else null("int")).alias("shrink"),
         (expand if expand is not None else null("int")).alias("expand"),
+        # an ISR change's time and the followers that left and joined (streaming.handler: isrwatch.outcomes)
+        (change["t_ms"] if change is not None else null("bigint")).alias("t_ms"),
+        (F.array_except(change["isr_before"], change["isr_after"]) if change is not None else null("array<int>")).alias(
+            "left"
+        ),
+        (F.array_except(change["isr_after"], change["isr_before"]) if change is not None else null("array<int>")).alias(
+            "joined"
+        ),
     )
 
 
@@ -289,7 +298,8 @@ def side_items(records: DataFrame, future_tolerance_ms: int | None, now_ms: int 
     and every ISR change. Columns: kind (``deadletter`` | ``isr``), reason,
     detail, cluster, source_topic, source_partition, source_offset, payload
     (the rejected record or JSON) and payload_encoding (``utf8`` | ``base64``),
-    topic, partition, shrink (followers removed), expand (followers added).
+    topic, partition, shrink (followers removed), expand (followers added), and the
+    change's t_ms, left and joined (those followers' ids).
     """
     cluster, items, columns = _side_columns(future_tolerance_ms, _minute(now_ms))
     exploded = records.select("source_topic", "source_partition", "source_offset", cluster, items)
@@ -316,6 +326,7 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
                 partition=c["partition"],
                 shrink=F.size(F.array_except(c["isr_before"], c["isr_after"])),
                 expand=F.size(F.array_except(c["isr_after"], c["isr_before"])),
+                change=c,
             )
         ),
     )
@@ -342,5 +353,8 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
             "i.partition",
             "i.shrink",
             "i.expand",
+            "i.t_ms",
+            "i.left",
+            "i.joined",
         ],
     )

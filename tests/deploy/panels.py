@@ -67,6 +67,10 @@ PIPELINE_METRICS = frozenset(
         "isrwatch_job_batches_total",
         "isrwatch_job_observations_total",
         "isrwatch_deadletter_records_total",
+        # the broker's truth, live (isrwatch.outcomes)
+        "isrwatch_isr_shrinks_total",
+        "isrwatch_isr_shrink_lead_seconds_bucket",
+        "isrwatch_warnings_without_shrink_total",
     }
 )
 # Read by the shipped rules, not drawn: when a copy of a replica's series was last updated.

@@ -14,6 +14,7 @@ import requests
 import yaml
 
 from isrwatch.alerts import SEVERITY, AlertName
+from isrwatch.outcomes import PREDICTIONS_MISSING
 from localservices import binary, prometheus
 from tests.deploy.panels import (
     DEPLOY,
@@ -86,7 +87,16 @@ def test_rule_tests_can_fail(tmp_path: Path) -> None:
 
 
 def test_alert_names_are_the_contract() -> None:
-    assert set(alert_rules()) == {a.value for a in AlertName}
+    """The job's alerts, and the one that watches the job's predictions against the brokers' shrinks."""
+    assert set(alert_rules()) == {a.value for a in AlertName} | {PREDICTIONS_MISSING}
+
+
+def test_predictions_missing_reads_the_one_threshold() -> None:
+    rule = alert_rules()[PREDICTIONS_MISSING]
+    assert rule["labels"] == {"severity": "warning"}
+    assert rule["annotations"]["runbook_url"] == RULE_RUNBOOK_URL + "#" + PREDICTIONS_MISSING.lower()
+    assert "isrwatch:isr_shrinks_missed:threshold" in rule["expr"]
+    assert "isrwatch:isr_shrinks_missed:ratio1h" in rule["expr"]
 
 
 @pytest.mark.parametrize("name", [a for a in AlertName], ids=lambda a: a.value)

@@ -8,6 +8,7 @@ import re
 import yaml
 
 from isrwatch.alerts import AlertName
+from isrwatch.outcomes import PREDICTIONS_MISSING
 from tests.deploy.panels import REPO, RULE_RUNBOOK_URL, RULES_FILE
 
 RUNBOOK = REPO / "docs" / "runbook.md"
@@ -27,19 +28,19 @@ def sections() -> dict[str, str]:
 
 def test_a_section_per_alert() -> None:
     found = sections()
-    for name in AlertName:
-        anchor = name.value.lower()
-        assert anchor in found, f"no section '## {name.value}' in docs/runbook.md"
+    for name in [a.value for a in AlertName] + [PREDICTIONS_MISSING]:
+        anchor = name.lower()
+        assert anchor in found, f"no section '## {name}' in docs/runbook.md"
         body = found[anchor].lower()
         for part in ("what it means", "what to check", "what to do"):
-            assert f"**{part}.**" in body, f"{name.value}: no '{part}'"
+            assert f"**{part}.**" in body, f"{name}: no '{part}'"
 
 
 def test_rule_runbook_urls_point_at_sections() -> None:
     found = sections()
     groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
     urls = [r["annotations"]["runbook_url"] for g in groups for r in g["rules"] if "alert" in r]
-    assert len(urls) == len(AlertName)
+    assert len(urls) == len(AlertName) + 1  # and IsrwatchPredictionsMissing
     for url in urls:
         base, _, anchor = url.rpartition("#")
         assert base == RULE_RUNBOOK_URL  # every rule from the one place

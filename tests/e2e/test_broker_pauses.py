@@ -47,10 +47,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
+import requests
 
 from localservices import prometheus
 from tests.e2e.gauges import GaugeWatch, prometheus_config
@@ -58,6 +61,7 @@ from tests.e2e.kafka_io import ProduceLoad, read_records
 from tests.e2e.pauses import layout, pause_round
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import Shrinks, check_nearing_lead, replay_telemetry, write_result
+from tests.e2e_observability.running_job import parse_metrics
 
 DATA_PARTITIONS = 3
 # Longest stretch without a completed micro-batch while a broker is paused: the trigger
@@ -192,6 +196,8 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, s
             )
             pending = counts("isrwatch_output_records_pending")
             lost = counts("isrwatch_output_records_lost_total")
+        # Issue 10, the broker's truth, live: the job's own count of the shrinks it saw (read below).
+        job_metrics = parse_metrics(requests.get(f"http://127.0.0.1:{pipe.metrics_port}/metrics", timeout=10).text)
     truth = Shrinks.read(cluster, topic, started)
     replayed = None
     if telemetry is not None:  # issue 15: the recording, replayed under the brokers' setting and a shorter one
@@ -248,6 +254,30 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, s
 
     if replayed is not None:
         _check_replay(replayed, rounds, truth, topic)
+
+    # Issue 10, the broker's truth, live: every real shrink of a paused follower (one per row, each
+    # Nearing-alerted before it above) is on the job's /metrics as warned, its lead in the histogram.
+    # Any other shrink the job counted warned (its "isr_shrink" log line names it) is one the brokers
+    # logged too: a paused leader, resumed, shrinks its ISR to itself (docs/kafka.md).
+    def job_total(name: str, **labels: str) -> float:
+        return sum(v for (n, lab), v in job_metrics.items() if n == name and labels.items() <= dict(lab).items())
+
+    logged = re.findall(
+        r"isr_shrink cluster=\S+ topic=(\S+) partition=(\d+) broker_id=(\d+) outcome=warned", pipe.job_log()
+    )
+    warned = Counter((t, int(p), int(b)) for t, p, b in logged)
+    paused_followers = Counter((topic, row["partition"], r["broker"]) for r in rounds for row in r["rows"])
+    assert all(row["shrink_at"] is not None for r in rounds for row in r["rows"])
+    assert not paused_followers - warned, f"real shrinks not counted warned by the job: {paused_followers - warned}"
+    others = warned - paused_followers
+    for (t, p, b), n in others.items():
+        logged_out = [c for c in truth.lines if c.partition == p and b in c.isr_before and b not in c.isr_after]
+        assert t == topic and len(logged_out) >= n + paused_followers[(t, p, b)], (
+            f"the job counted {n} more shrinks of {t}-{p} broker {b} warned than the brokers logged"
+        )
+    real_shrinks = sum(warned.values())
+    assert job_total("isrwatch_isr_shrinks_total", outcome="warned") == real_shrinks, job_metrics
+    assert job_total("isrwatch_isr_shrink_lead_seconds_count") == real_shrinks, job_metrics
 
 
 def _check_replay(replayed: list[dict[str, Any]], rounds: list[dict[str, Any]], truth: Shrinks, topic: str) -> None:

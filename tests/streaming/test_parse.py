@@ -71,7 +71,9 @@ def test_reasons(spark) -> None:
     bad_obs = next(d for d in out["deadletters"] if d["source_offset"] == 101)
     assert json.loads(bad_obs["payload"]).get("partition") is None
     assert json.loads(bad_obs["payload"])["broker_id"] == 2
-    assert out["isr_changes"] == [{"cluster": "c", "topic": "t", "partition": 0, "shrink": 1, "expand": 0}]
+    assert out["isr_changes"] == [
+        {"cluster": "c", "topic": "t", "partition": 0, "shrink": 1, "expand": 0, "t_ms": now, "left": [2], "joined": []}
+    ]
 
     # The aggregation path sees exactly the good observations.
     obs = parse.good_observations(parse.observations(parse.parse_records(batch), 60_000)).collect()
