@@ -61,6 +61,7 @@ def test_the_broker_holding_the_telemetry_paused_is_alerted_before_its_shrinks(k
 
     assert r["rows"], f"broker {holder} follows no partition of {topic}: {placed}"
     assert not r["misplaced_during_pause"], f"alerts for followers of the paused broker's partitions: {r}"
+    assert not r["resolved_before_rejoin"], f"a lag alert resolved before the leader took the follower back: {r}"
     for row in r["rows"]:
         check_nearing_lead(row, f"{topic}-{row['partition']} on broker {holder}", printed_floor=True)
     for e in pipe.alerts(status="firing"):
