@@ -95,6 +95,7 @@ class Lookahead:
         self.enabled = cfg.rule is not Rule.LEGACY_MESSAGES and horizon_ms != 0
         self._due: dict[ReplicaKey, int] = {}  # key -> its crossing, within the horizon of its status
         self.carried: dict[ReplicaKey, ReplicaStatus] = {}  # key -> the status carried to its crossing
+        self._silent: set[ReplicaKey] = set()  # carried on the job's own evidence (silent_due)
 
     def horizon(self, s: ReplicaStatus) -> int:
         """How far past ``s``'s time its crossing may be inferred: ``--lookahead-ms`` when
@@ -113,10 +114,17 @@ class Lookahead:
             return s
         held = s
         carried = self.carried.pop(key, None)
+        silent = key in self._silent
+        self._silent.discard(key)
         if carried is not None:
             crossing = self._crossing(s)
             if crossing is not None:
                 held = self.carried[key] = carry(s, max(crossing, carried.eval_ms), self.th)
+            elif silent and self._agrees(s, carried):
+                # telemetry from the silence (the backlog once the broker answers) that shows
+                # no catch-up after the one assumed: it does not refute the job's own evidence
+                held = self.carried[key] = carried
+                self._silent.add(key)
         self._plan(key, held)
         return held
 
@@ -135,6 +143,16 @@ class Lookahead:
         self.carried[key] = carried
         self._due.pop(key, None)
         return carried
+
+    def _agrees(self, s: ReplicaStatus, carried: ReplicaStatus) -> bool:
+        """``s`` shows the follower in the ISR, ok, and caught up no later than ``carried``
+        assumed (within the stall time: the broker's last answer to the job and the
+        telemetry's last view of it are that far apart at most)."""
+        return (
+            s.in_isr
+            and s.lag_state is State.OK
+            and last_caught_up_ms(s) <= last_caught_up_ms(carried) + self.th.stall_after_ms
+        )
 
     def _crossing(self, s: ReplicaStatus) -> int | None:
         """When ``s``'s follower crosses ``nearing_ratio`` if it is ok, in the ISR and behind,
@@ -197,7 +215,7 @@ class Lookahead:
             last_answer = silent.get(broker)
             if last_answer is None or key in self.carried:
                 continue
-            if wall_ms - cluster_now.get(cluster, wall_ms) < self.th.stall_after_ms:
+            if wall_ms - cluster_now.get(cluster, wall_ms) < self._still_ms(s):
                 continue  # the telemetry goes on: it shows the broker's silence itself
             if broker not in assignment.get((topic, partition), ()):
                 continue
@@ -210,9 +228,17 @@ class Lookahead:
             # silent to the job while another broker answers: stalled, as the telemetry says it
             since = dataclasses.replace(s, state=State.STALLED, shrink_window_start_ms=caught_up + s.lag_time_max_ms)
             self._due.pop(key, None)
+            self._silent.add(key)
             out.append(self.carried.setdefault(key, carry(since, crossing, self.th)))
         return out
 
+    def _still_ms(self, s: ReplicaStatus) -> int:
+        """How long the telemetry must have stood still before the job's own evidence speaks:
+        nearly as long as a follower takes to cross (a telemetry that flows, a few seconds
+        behind under load, never does; one frozen with the broker does by its crossing)."""
+        return max(self.th.stall_after_ms, math.ceil(self.th.nearing_ratio * s.lag_time_max_ms) - 1000)
+
     def forget(self, key: ReplicaKey) -> None:
+        self._silent.discard(key)
         self._due.pop(key, None)
         self.carried.pop(key, None)

@@ -271,9 +271,27 @@ def test_the_silence_bounds_the_last_catch_up(tmp_path) -> None:
     the last answer + lag/2: a broker that answers nobody fetches nothing."""
     m, clock, sink = _setup_watched(tmp_path, {2: (T0 - 2_000) / 1000})
     _batch(m, 0, T0, T0, leo=20)
-    clock.t = (T0 + 3_000) / 1000
+    # the telemetry must have stood still for nearly a crossing (lag/2 - 1 s) first
+    clock.t = (T0 + 3_999) / 1000
+    assert m.carry_forward() == []
+    clock.t = (T0 + 4_000) / 1000
     [carried] = m.carry_forward()
     assert carried.eval_ms == T0 + 3_000 and last_caught_up_ms(carried) == T0 - 2_000
+
+
+def test_telemetry_from_the_silence_does_not_refute_the_carried_nearing(tmp_path) -> None:
+    """Once the broker answers, the backlog brings telemetry from before and during the
+    silence: a status that shows no catch-up after the one assumed keeps the alert (it
+    used to resolve it and the next batches fire it again); a real catch-up resolves it."""
+    m, clock, sink = _setup_watched(tmp_path, {2: (T0 + 1_000) / 1000})
+    _batch(m, 0, T0, T0, leo=20)
+    clock.t = (T0 + 6_000) / 1000
+    assert len(m.carry_forward()) == 1
+    _batch(m, 1, T0 + 1_500, T0 + 1_000, leo=10)  # backlog: caught up at T0 + 1 s, behind since
+    assert not [a for t in sink.transitions for a in t.resolved], "the carried Nearing holds"
+    assert m.statuses[("c", "t", 0, 2)].lag_state is State.NEARING
+    _batch(m, 2, T0 + 7_000, T0 + 7_000, leo=20)  # it caught up: resolved
+    assert AlertName.NEARING.value in [a.name.value for t in sink.transitions for a in t.resolved]
 
 
 def test_no_carry_while_the_telemetry_goes_on_or_for_another_cluster_or_an_answering_broker(tmp_path) -> None:
