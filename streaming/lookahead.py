@@ -199,8 +199,8 @@ class Lookahead:
         """The followers on a broker that the job itself sees silent (``silent``: broker ->
         wall time of its last answer to the job, ``streaming.brokerwatch``) while their
         cluster's telemetry has stood still for ``stall_after_ms``, carried to Nearing once
-        their crossing has come. Their last catch-up is taken no later than the broker's
-        last answer: a broker that answers nobody fetches nothing. They are said stalled too.
+        their crossing has come. Their last catch-up is taken to be the broker's last answer
+        to the job: a broker that answers nobody fetches nothing. They are said stalled too.
 
         Only replicas of the cluster the job watches the brokers of (``assignment``: its
         partitions' replicas; a separate telemetry cluster's brokers say nothing of the
@@ -221,7 +221,11 @@ class Lookahead:
                 continue
             if not s.in_isr or s.lag_state is not State.OK:
                 continue
-            caught_up = min(last_caught_up_ms(s), int(last_answer * 1000))
+            # The broker's last answer to the job: a follower under load fetches continuously,
+            # so it last caught up about then (it cannot have after). Not the telemetry's last
+            # catch-up: under load the telemetry ends seconds before the silence began, and a
+            # crossing from there comes early and is refuted by the backlog once it arrives.
+            caught_up = int(last_answer * 1000)
             crossing = caught_up + math.ceil(self.th.nearing_ratio * s.lag_time_max_ms)
             if crossing > wall_ms:
                 continue

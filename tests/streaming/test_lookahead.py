@@ -252,23 +252,27 @@ def _setup_watched(tmp_path, silent: dict[int, float], replicas: dict | None = N
 def test_a_follower_on_a_broker_silent_to_the_job_is_nearing_while_the_telemetry_stands_still(tmp_path) -> None:
     """isrwatch's topics on the watched cluster, held up by the hung broker: no telemetry after
     T0, the follower's broker silent to the job since T0 + 1 s while its other broker answers.
-    Its crossing: its last catch-up (T0, in the telemetry) + lag/2, said stalled and nearing."""
+    Its crossing: the broker's last answer (T0 + 1 s; the telemetry saw it caught up at T0, and
+    it went on fetching until it stopped) + lag/2, said stalled and nearing."""
     m, clock, sink = _setup_watched(tmp_path, {2: (T0 + 1_000) / 1000})
     _batch(m, 0, T0, T0, leo=20)  # caught up at T0, the newest telemetry
-    clock.t = (T0 + 4_999) / 1000
+    clock.t = (T0 + 5_999) / 1000
     assert m.carry_forward() == []
-    clock.t = (T0 + 5_000) / 1000
-    [carried] = m.carry_forward()
-    assert carried.state is State.STALLED and carried.lag_state is State.NEARING and carried.eval_ms == T0 + 5_000
-    assert (AlertName.NEARING.value, T0 + 5_000) in _started(sink)
     clock.t = (T0 + 6_000) / 1000
+    [carried] = m.carry_forward()
+    assert carried.state is State.STALLED and carried.lag_state is State.NEARING and carried.eval_ms == T0 + 6_000
+    assert last_caught_up_ms(carried) == T0 + 1_000
+    assert (AlertName.NEARING.value, T0 + 6_000) in _started(sink)
+    clock.t = (T0 + 7_000) / 1000
     assert m.carry_forward() == [], "said once"
 
 
 def test_the_silence_bounds_the_last_catch_up(tmp_path) -> None:
     """Telemetry that saw the follower caught up later than the broker's last answer to the
     job (the collector's clock ahead, or its round later) cannot put the crossing after
-    the last answer + lag/2: a broker that answers nobody fetches nothing."""
+    the last answer + lag/2: a broker that answers nobody fetches nothing. (And telemetry
+    that ends seconds before the silence, a slow batch under load, cannot put it before:
+    see the test above.)"""
     m, clock, sink = _setup_watched(tmp_path, {2: (T0 - 2_000) / 1000})
     _batch(m, 0, T0, T0, leo=20)
     # the telemetry must have stood still for nearly a crossing (lag/2 - 1 s) first
@@ -329,3 +333,19 @@ def test_telemetry_after_the_broker_answers_again_replaces_the_carried_status(tm
     assert m.statuses[("c", "t", 0, 2)].lag_state is State.OK
     resolved = [a.name.value for t in sink.transitions for a in t.resolved]
     assert AlertName.NEARING.value in resolved
+
+
+def test_a_slow_batch_before_the_silence_neither_brings_the_alert_forward_nor_flaps_it(tmp_path) -> None:
+    """The fresh-clone run of 2026-11-26: the job's newest telemetry ended 5 s before the
+    broker stopped answering (a 7.5 s batch under load). Its crossing is the last answer +
+    lag/2, not the telemetry's last catch-up + lag/2 (5 s early), and the batch that then
+    brings the telemetry up to the silence (caught up until just before it) keeps the alert."""
+    m, clock, sink = _setup_watched(tmp_path, {2: (T0 + 5_000) / 1000})
+    _batch(m, 0, T0, T0, leo=20)
+    clock.t = (T0 + 9_999) / 1000
+    assert m.carry_forward() == [], "not from the telemetry's older catch-up"
+    clock.t = (T0 + 10_000) / 1000
+    [carried] = m.carry_forward()
+    assert carried.eval_ms == T0 + 10_000
+    _batch(m, 1, T0 + 4_500, T0 + 4_500, leo=20)  # the slow batch's telemetry: caught up at T0 + 4.5 s
+    assert not [a for t in sink.transitions for a in t.resolved], "the carried Nearing holds"
