@@ -29,6 +29,7 @@ from collector.probe import ClusterProbe, Snapshot
 from isrwatch.exceptions import UnreachableError
 from isrwatch.logs import kv
 from isrwatch.settings import Secret
+from isrwatch.telemetry import BrokerCounters
 
 __all__ = ["JmxProbe", "BrokerWorker"]
 
@@ -164,6 +165,7 @@ class JmxProbe:
         for broker, reading in readings.items():
             for (topic, partition), offset in reading.leo.items():
                 snap.leo[(broker, topic, partition)] = offset
+            snap.counters.append(BrokerCounters(broker, reading.t_ms, reading.isr_shrinks, reading.isr_expands))
         snap.unreachable = hosted - set(readings)
         snap.round_s = time.monotonic() - started
         self.readings.update(readings)

@@ -101,6 +101,7 @@ class Collector:
             result.isr_changes,
             self.settings.max_observations_per_record,
             source=self.settings.source,
+            brokers=snap.counters,
         )
         self.publisher.unreachable = set(snap.unreachable)
         self.publisher.publish(records)

@@ -25,6 +25,7 @@ from kafka.protocol.metadata import MetadataRequest
 
 from isrwatch.exceptions import UnreachableError
 from isrwatch.logs import kv
+from isrwatch.telemetry import BrokerCounters
 
 __all__ = ["ClusterProbe", "PartitionState", "Snapshot", "DEBUG_REPLICA_ID", "CLIENT_REPLICA_ID"]
 
@@ -56,6 +57,8 @@ class Snapshot:
     unreachable: set[int] = field(default_factory=set)
     metadata_fresh: bool = True
     round_s: float = 0.0
+    # what each broker that answered said of its own replication (JMX: IsrShrinksPerSec, IsrExpandsPerSec)
+    counters: list[BrokerCounters] = field(default_factory=list)
 
 
 class ClusterProbe:

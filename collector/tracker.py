@@ -41,7 +41,7 @@ class ReplicaTracker:
             before = self._isr.get(key)
             if snap.metadata_fresh:
                 if before is not None and set(before) != set(ps.isr):
-                    changes.append(IsrChange(snap.t_ms, ps.topic, ps.partition, before, ps.isr))
+                    changes.append(IsrChange(snap.t_ms, ps.topic, ps.partition, before, ps.isr, leader_id=ps.leader))
                 self._isr[key] = ps.isr
             if ps.leader < 0:
                 continue

@@ -12,10 +12,22 @@ followers the collector saw leaving or joining an ISR (``isr_change``, the telem
   (no warning, or one that came at or after the shrink, or one that had already ended);
 * an episode that ended without the follower being out of the ISR at any time within it
   is a *warning no shrink followed*. It is decided once the cluster's clock is
-  ``settle_ms`` past its end, so a shrink read a batch later still counts.
+  2 x ``settle_ms`` past its end, so a shrink read a batch later still counts.
 
 The shrink time is when the collector saw the new ISR (its metadata round), a little after
 the leader's own shrink: a lead is overstated by at most one collector interval.
+
+Metadata does not show every shrink. A leader writes the new ISR to ZooKeeper at once, but
+the brokers' metadata follows later (Kafka 0.9 batches ISR change notices and sends them
+after 5 s without a new one), so a follower dropped and taken back within seconds never
+leaves the ISR in any metadata round. The leader's own count is the second source
+(``leader_count``: ``IsrShrinksPerSec``'s ``Count``, which the JMX collector reads): a rise
+of a leader's count that no ISR change led by that leader accounts for, ``settle_ms`` after
+it was read, is a shrink metadata missed. It is given to the follower of that leader whose
+warning (an episode not yet followed by a shrink) was open in the window the count rose in:
+warned, its lead up to the reading; with no such warning it is missed. The follower is an
+inference (the leader's count does not name it), the counts are not: a cluster's warned +
+missed equals its leaders' shrinks.
 
 Pure Python, no I/O; thread-safe (the job's batches and its timer both feed it, the scrape
 reads it). Counts start at zero with the process, as Prometheus counters may.
@@ -28,10 +40,19 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from isrwatch.alerts import Alert, AlertName, Transition
 
-__all__ = ["ShrinkOutcomes", "OutcomeCounts", "LEAD_BUCKETS_S", "OUTCOMES", "WARNING_NAMES", "PREDICTIONS_MISSING"]
+__all__ = [
+    "ShrinkOutcomes",
+    "OutcomeCounts",
+    "Unseen",
+    "LEAD_BUCKETS_S",
+    "OUTCOMES",
+    "WARNING_NAMES",
+    "PREDICTIONS_MISSING",
+]
 
 # Upper bounds of the lead histogram, in seconds (replica.lag.time.max.ms is 10 s or 30 s by default).
 LEAD_BUCKETS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
@@ -43,6 +64,17 @@ PREDICTIONS_MISSING = "IsrwatchPredictionsMissing"
 KEEP_EVENTS = 32  # the ended episodes and ISR changes kept per replica
 
 ReplicaKey = tuple[str, str, int, int]  # cluster, topic, partition, broker_id
+
+
+class Unseen(NamedTuple):
+    """A shrink a leader's own count shows and metadata did not (``ShrinkOutcomes.settle``)."""
+
+    cluster: str
+    leader: int
+    replica: ReplicaKey | None  # the follower it was given to; None when missed
+    t_ms: int  # the count's reading that showed it
+    outcome: str
+    lead_s: float | None
 
 
 @dataclass
@@ -76,9 +108,27 @@ class _Episode:
 
 @dataclass
 class _Replica:
+    leader: int | None = None  # its leader, as its newest replica alert says
     active: set[str] = field(default_factory=set)  # names of its replica alerts firing
     episodes: deque[_Episode] = field(default_factory=lambda: deque(maxlen=KEEP_EVENTS))
     changes: deque[tuple[int, bool]] = field(default_factory=lambda: deque(maxlen=KEEP_EVENTS))  # (t, in ISR after)
+
+
+@dataclass
+class _LeaderCount:
+    """One leader's own shrink count: its last reading, the rises not yet matched, and the
+    shrinks metadata showed it make since the first reading."""
+
+    t_ms: int
+    total: int
+    first_ms: int  # the first reading: shrinks metadata showed before it are not in the rises
+    rises: deque[tuple[int, int, int]] = field(default_factory=deque)  # (previous reading's t, t, rise)
+    seen: int = 0  # shrinks metadata showed, not yet matched with a rise
+
+
+def _leader(a: Alert) -> int | None:
+    value = dict(a.labels).get("leader_id")
+    return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
 
 def _replica_key(a: Alert) -> ReplicaKey | None:
@@ -95,6 +145,7 @@ class ShrinkOutcomes:
         self._lock = threading.Lock()
         self._replicas: dict[ReplicaKey, _Replica] = {}
         self._counts: dict[str, OutcomeCounts] = {}
+        self._leaders: dict[tuple[str, int], _LeaderCount] = {}  # (cluster, broker id)
 
     def resume(self, firing: Iterable[Alert]) -> None:
         """Alerts still firing when the job restarted (its checkpointed book): their
@@ -105,6 +156,7 @@ class ShrinkOutcomes:
                 continue
             with self._lock:
                 r = self._replicas.setdefault(key, _Replica())
+                r.leader = _leader(a)
                 if not r.active:
                     r.episodes.append(_Episode(a.starts_ms))
                 r.active.add(a.name.value)
@@ -118,6 +170,7 @@ class ShrinkOutcomes:
                     continue
                 self._counts.setdefault(key[0], OutcomeCounts())
                 r = self._replicas.setdefault(key, _Replica())
+                r.leader = _leader(a)
                 if not r.active:
                     r.episodes.append(_Episode(now_ms))
                 r.active.add(a.name.value)
@@ -131,14 +184,20 @@ class ShrinkOutcomes:
                     held.episodes[-1].end_ms = max(now_ms, held.episodes[-1].start_ms)
 
     def isr_change(self, cluster: str, topic: str, partition: int, t_ms: int, left: Iterable[int],
-                   joined: Iterable[int] = ()) -> list[tuple[int, str, float | None]]:  # fmt: skip
-        """The followers the collector saw leave (``left``) or join the ISR at ``t_ms``; returns
-        (broker_id, outcome, lead in seconds or None) of each that left."""
+                   joined: Iterable[int] = (), leader: int | None = None,
+                   ) -> list[tuple[int, str, float | None]]:  # fmt: skip
+        """The followers the collector saw leave (``left``) or join the ISR at ``t_ms``, the
+        partition then led by ``leader`` when known; returns (broker_id, outcome, lead in
+        seconds or None) of each that left."""
         out: list[tuple[int, str, float | None]] = []
+        left = list(left)
         with self._lock:
             counts = self._counts.setdefault(cluster, OutcomeCounts())
             for b in joined:
                 self._replicas.setdefault((cluster, topic, partition, b), _Replica()).changes.append((t_ms, True))
+            count = self._leaders.get((cluster, leader)) if leader is not None else None
+            if left and count is not None and t_ms >= count.first_ms:
+                count.seen += 1  # one shrink in the leader's count (however many followers it removed)
             for b in left:
                 r = self._replicas.setdefault((cluster, topic, partition, b), _Replica())
                 r.changes.append((t_ms, False))
@@ -146,32 +205,84 @@ class ShrinkOutcomes:
                     (e for e in reversed(r.episodes) if e.start_ms < t_ms and (e.end_ms is None or e.end_ms >= t_ms)),
                     None,
                 )
-                if episode is None:
-                    counts.shrinks["missed"] += 1
-                    out.append((b, "missed", None))
-                    continue
-                episode.followed = True
-                lead_s = (t_ms - episode.start_ms) / 1000.0
-                counts.shrinks["warned"] += 1
-                counts.lead_sum_s += lead_s
-                i = bisect.bisect_left(LEAD_BUCKETS_S, lead_s)
-                if i < len(LEAD_BUCKETS_S):
-                    counts.buckets[i] += 1
-                out.append((b, "warned", lead_s))
+                out.append((b, *self._count(counts, episode, t_ms)))
         return out
 
-    def settle(self, cluster_now: dict[str, int]) -> None:
-        """Decide the ended episodes ``settle_ms`` behind their cluster's clock: a warning
-        no shrink followed unless the follower was out of the ISR within it."""
+    def leader_count(self, cluster: str, broker: int, t_ms: int, total: int) -> None:
+        """A broker's own count of the ISR shrinks it made as a leader, read at ``t_ms``
+        (settled against metadata's shrinks in ``settle``)."""
         with self._lock:
+            count = self._leaders.get((cluster, broker))
+            if count is None:
+                self._leaders[(cluster, broker)] = _LeaderCount(t_ms, total, first_ms=t_ms)
+                self._counts.setdefault(cluster, OutcomeCounts())
+                return
+            if t_ms <= count.t_ms:
+                return  # read before the last reading (records out of order): nothing new
+            rise = total - count.total if total >= count.total else total  # lower: the broker restarted
+            if rise > 0:
+                count.rises.append((count.t_ms, t_ms, rise))
+            count.t_ms, count.total = t_ms, total
+
+    def _count(self, counts: OutcomeCounts, episode: _Episode | None, t_ms: int) -> tuple[str, float | None]:
+        """Count one shrink at ``t_ms``, warned by ``episode`` or missed: (outcome, lead_s)."""
+        if episode is None:
+            counts.shrinks["missed"] += 1
+            return "missed", None
+        episode.followed = True
+        lead_s = (t_ms - episode.start_ms) / 1000.0
+        counts.shrinks["warned"] += 1
+        counts.lead_sum_s += lead_s
+        i = bisect.bisect_left(LEAD_BUCKETS_S, lead_s)
+        if i < len(LEAD_BUCKETS_S):
+            counts.buckets[i] += 1
+        return "warned", lead_s
+
+    def _unseen(
+        self, cluster: str, leader: int, since_ms: int, t_ms: int
+    ) -> tuple[ReplicaKey | None, str, float | None]:
+        """A shrink leader ``leader`` made between two readings of its count that metadata did
+        not show: given to the follower of that leader whose unfollowed warning was open then."""
+        candidates = [
+            (e.start_ms, key, e)
+            for key, r in self._replicas.items()
+            if key[0] == cluster and r.leader == leader
+            for e in r.episodes
+            if not e.followed and e.start_ms < t_ms and (e.end_ms is None or e.end_ms >= since_ms)
+        ]
+        counts = self._counts.setdefault(cluster, OutcomeCounts())
+        if not candidates:
+            return (None, *self._count(counts, None, t_ms))
+        _, key, episode = min(candidates, key=lambda c: c[0])
+        return (key, *self._count(counts, episode, t_ms))
+
+    def settle(self, cluster_now: dict[str, int]) -> list[Unseen]:
+        """Decide what is ``settle_ms`` behind its cluster's clock: the rises of a leader's
+        count metadata's shrinks do not account for (returned, one ``Unseen`` per shrink),
+        then the ended episodes (a warning no shrink followed unless the follower was out of
+        the ISR within it)."""
+        unseen: list[Unseen] = []
+        with self._lock:
+            for (cluster, leader), count in self._leaders.items():
+                now = cluster_now.get(cluster)
+                while now is not None and count.rises and count.rises[0][1] + self.settle_ms <= now:
+                    since, t, rise = count.rises.popleft()
+                    matched = min(rise, count.seen)
+                    count.seen -= matched
+                    for _ in range(rise - matched):
+                        key, outcome, lead_s = self._unseen(cluster, leader, since, t)
+                        unseen.append(Unseen(cluster, leader, key, t, outcome, lead_s))
             for key, r in self._replicas.items():
                 now = cluster_now.get(key[0])
                 if now is None:
                     continue
-                while r.episodes and r.episodes[0].end_ms is not None and r.episodes[0].end_ms + self.settle_ms <= now:
+                # twice settle_ms: a leader's count rise read up to settle_ms after the episode ended
+                # (so decided up to 2 settle_ms after) may be the shrink that followed it
+                while r.episodes and (end := r.episodes[0].end_ms) is not None and end + 2 * self.settle_ms <= now:
                     e = r.episodes.popleft()
                     if not e.followed and not _out_within(r.changes, e):
                         self._counts.setdefault(key[0], OutcomeCounts()).unfollowed += 1
+        return unseen
 
     def snapshot(self, clusters: Iterable[str] = ()) -> dict[str, OutcomeCounts]:
         """Each cluster's counts (zeros for ``clusters`` not seen yet), copied."""

@@ -14,7 +14,10 @@ many observations of one cluster, JSON encoded::
      ],
      "isr_changes": [
         {"t_ms": 1732190000100, "topic": "orders", "partition": 3,
-         "isr_before": [1, 2, 3], "isr_after": [1, 3]}
+         "isr_before": [1, 2, 3], "isr_after": [1, 3], "leader_id": 1}
+     ],
+     "brokers": [
+        {"broker_id": 1, "t_ms": 1732190000100, "isr_shrinks_total": 4, "isr_expands_total": 3}
      ]}
 
 An observation is one follower replica seen at ``t_ms`` (milliseconds since the
@@ -26,8 +29,12 @@ observation, so the refined KIP-16 rule becomes a per-observation max (see
 ``fetch`` or ``jmx`` (``isrwatch collect --source``: ListOffsets, or the brokers' MBeans),
 ``simulator`` or ``simulator-fetch`` (the simulator); collectors before the JMX mode wrote
 ``collector`` (fetch). It is optional and any text is valid: nothing downstream branches on
-it, so one format serves both collector modes. The machine-readable schema is
-``isrwatch/schema/telemetry-v1.schema.json``; docs/telemetry.md explains it.
+it, so one format serves both collector modes. ``brokers`` (version 2) holds what each
+broker says of its own replication: its ``IsrShrinksPerSec``/``IsrExpandsPerSec`` counts (the
+JMX collector reads them), so the job counts the shrinks metadata never showed
+(``isrwatch.outcomes``). Version 1 is the same without ``brokers`` and an ISR change's
+``leader_id``; the job reads both. The machine-readable schemas are
+``isrwatch/schema/telemetry-v{1,2}.schema.json``; docs/telemetry.md explains them.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "Observation",
     "IsrChange",
+    "BrokerCounters",
     "TelemetryRecord",
     "encode_record",
     "decode_record",
@@ -49,8 +57,8 @@ __all__ = [
     "SPARK_SCHEMA_DDL",
 ]
 
-VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+VERSION = 2  # what isrwatch writes
+SUPPORTED_VERSIONS = frozenset({1, 2})  # what the job reads
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,19 @@ class IsrChange:
     partition: int
     isr_before: tuple[int, ...]
     isr_after: tuple[int, ...]
+    leader_id: int | None = None  # the partition's leader then, the broker that shrank it (version 2)
+
+
+@dataclass(frozen=True)
+class BrokerCounters:
+    """A broker's own count of the ISR shrinks and expands it made as a leader since it
+    started (``kafka.server:type=ReplicaManager,name=IsrShrinksPerSec`` and ``IsrExpandsPerSec``,
+    attribute ``Count``), read at ``t_ms`` (version 2)."""
+
+    broker_id: int
+    t_ms: int
+    isr_shrinks_total: int | None = None
+    isr_expands_total: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +109,7 @@ class TelemetryRecord:
     sent_ms: int
     observations: tuple[Observation, ...]
     isr_changes: tuple[IsrChange, ...] = field(default=())
+    brokers: tuple[BrokerCounters, ...] = field(default=())
     version: int = VERSION
 
 
@@ -107,10 +129,16 @@ def encode_record(record: TelemetryRecord) -> bytes:
         "sent_ms": record.sent_ms,
         "observations": [_obs_dict(o) for o in record.observations],
     }
+    v1 = record.version == 1  # version 1 has no leader_id and no brokers
     if record.isr_changes:
         body["isr_changes"] = [
             {**asdict(c), "isr_before": list(c.isr_before), "isr_after": list(c.isr_after)} for c in record.isr_changes
         ]
+        for c in body["isr_changes"]:
+            if v1 or c["leader_id"] is None:  # optional in version 2, absent in version 1
+                del c["leader_id"]
+    if record.brokers and not v1:
+        body["brokers"] = [asdict(b) for b in record.brokers]
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -144,21 +172,23 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
             IsrChange(**{**c, "isr_before": tuple(c["isr_before"]), "isr_after": tuple(c["isr_after"])})
             for c in body.get("isr_changes") or ()
         )
+        brokers = tuple(BrokerCounters(**b) for b in body.get("brokers") or ())
         return TelemetryRecord(
             cluster=str(body["cluster"]),
             source=str(body.get("source", "")),
             sent_ms=int(body["sent_ms"]),
             observations=obs,
             isr_changes=changes,
+            brokers=brokers,
             version=version,
         )
     except (KeyError, TypeError) as e:
         raise ValueError(f"missing or unexpected field: {e}") from None
 
 
-def json_schema() -> dict[str, Any]:
-    """The machine-readable JSON Schema of telemetry version 1."""
-    text = resources.files("isrwatch").joinpath("schema/telemetry-v1.schema.json").read_text()
+def json_schema(version: int = VERSION) -> dict[str, Any]:
+    """The machine-readable JSON Schema of a telemetry version."""
+    text = resources.files("isrwatch").joinpath(f"schema/telemetry-v{version}.schema.json").read_text()
     return json.loads(text)
 
 
@@ -170,5 +200,6 @@ SPARK_SCHEMA_DDL = (
     "prev_leo: BIGINT, prev_leader_leo: BIGINT, isr: ARRAY<INT>, replicas: ARRAY<INT>, "
     "lag_time_max_ms: BIGINT, min_isr: INT>>, "
     "isr_changes ARRAY<STRUCT<t_ms: BIGINT, topic: STRING, partition: INT, "
-    "isr_before: ARRAY<INT>, isr_after: ARRAY<INT>>>"
+    "isr_before: ARRAY<INT>, isr_after: ARRAY<INT>, leader_id: INT>>, "
+    "brokers ARRAY<STRUCT<broker_id: INT, t_ms: BIGINT, isr_shrinks_total: BIGINT, isr_expands_total: BIGINT>>"
 )

@@ -1,8 +1,8 @@
 """One micro-batch of telemetry, in one pass: what Spark computes for the driver.
 
 The records are parsed once and held (``persist``) for the two things made
-from them: the rare rows (dead letters, ISR changes: ``parse.side_items``)
-and the observations, which ``streaming.replicas`` evaluates at every
+from them: the rare rows (dead letters, ISR changes, the brokers' own shrink
+counts: ``parse.side_items``) and the observations, which ``streaming.replicas`` evaluates at every
 observation against the state carried from the batch before. The driver
 receives the changes, each observed replica's newest status and the rare rows
 as one Arrow table (one Spark job); ``BatchOutput.finish`` then writes the new
@@ -33,14 +33,16 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchOutput", "evaluate_records", "split_driver_rows"]
 
-SIDE = "_side"  # a rare row (dead letter, ISR change) as JSON, among the driver's rows
-ISR_CHANGE_KEYS = ("cluster", "topic", "partition", "shrink", "expand", "t_ms", "left", "joined")
+SIDE = "_side"  # a rare row (dead letter, ISR change, broker count) as JSON, among the driver's rows
+ISR_CHANGE_KEYS = ("cluster", "topic", "partition", "shrink", "expand", "t_ms", "left", "joined", "leader_id")
+COUNTER_KEYS = ("cluster", "broker_id", "t_ms", "shrinks_total")
 
 
 @dataclass
 class BatchOutput:
     deadletters: list[dict[str, Any]] = field(default_factory=list)
     isr_changes: list[dict[str, Any]] = field(default_factory=list)
+    counters: list[dict[str, Any]] = field(default_factory=list)  # the brokers' own ISR shrink counts
     table: pa.Table | None = None  # replicas.for_the_driver's rows
     spark_s: float = 0.0
     # Writes the batch's state and releases it: call once the driver has the rows.
@@ -104,6 +106,8 @@ def evaluate_records(
             row = json.loads(item)
             if row["kind"] == "deadletter":
                 out.deadletters.append({k: row.get(k) for k in parse.DEADLETTER_COLUMNS})
+            elif row["kind"] == "counters":
+                out.counters.append({k: row.get(k) for k in COUNTER_KEYS})
             else:
                 out.isr_changes.append({k: row.get(k) for k in ISR_CHANGE_KEYS})
     except BaseException:

@@ -2,7 +2,8 @@
 
 ``BatchHandler`` has Spark evaluate the batch (``streaming.batch``), moves the
 alerts and the statuses through the monitor, writes the batch's dead letters
-and ISR-change counts and outcomes (``isrwatch.outcomes``) once
+and ISR-change counts and outcomes (``isrwatch.outcomes``, with the
+leaders' own shrink counts) once
 (``DriverCheckpoint.save_side``: a batch Spark runs again does not write them
 twice), writes the state version, and logs one line.
 """
@@ -138,12 +139,33 @@ class BatchHandler:
                     self.store.add_isr_changes(c["cluster"], c["topic"], int(c["partition"]), change, int(c[change]))
             # warned or missed: against the alerts of this batch and those before (isrwatch.outcomes)
             where = {"cluster": c["cluster"], "topic": c["topic"], "partition": int(c["partition"])}
+            leader = None if c["leader_id"] is None else int(c["leader_id"])
             for broker, outcome, lead_s in self.store.outcomes.isr_change(
-                *where.values(), int(c["t_ms"]), c["left"] or (), c["joined"] or ()
+                *where.values(), int(c["t_ms"]), c["left"] or (), c["joined"] or (), leader=leader
             ):
                 lead = None if lead_s is None else round(lead_s, 3)
                 log.info("isr_shrink %s", kv(**where, broker_id=broker, outcome=outcome, lead_s=lead, t_ms=c["t_ms"]))
-        self.store.outcomes.settle(dict(self.monitor.cluster_now))
+        # the leaders' own shrink counts (JMX telemetry): the shrinks metadata did not show
+        for n in out.counters:
+            self.store.outcomes.leader_count(n["cluster"], int(n["broker_id"]), int(n["t_ms"]), int(n["shrinks_total"]))
+        for u in self.store.outcomes.settle(dict(self.monitor.cluster_now)):
+            replica = (
+                {} if u.replica is None else dict(zip(("topic", "partition", "broker_id"), u.replica[1:], strict=True))
+            )
+            lead = None if u.lead_s is None else round(u.lead_s, 3)
+            # metadata never showed this shrink; the follower is the one whose warning was open (isrwatch.outcomes)
+            log.info(
+                "isr_shrink %s",
+                kv(
+                    cluster=u.cluster,
+                    **replica,
+                    leader_id=u.leader,
+                    outcome=u.outcome,
+                    lead_s=lead,
+                    t_ms=u.t_ms,
+                    seen="leader_count",
+                ),
+            )
         self.checkpoint.save_side(batch_id)
         if out.deadletters:
             log.warning(

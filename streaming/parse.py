@@ -59,6 +59,7 @@ REASONS = {
     "leader_leo_backwards": "prev_leader_leo is above leader_leo",
     "future_t": "t_ms is too far in the future of the job's clock",
     "bad_isr_change": "an isr_changes entry lacks t_ms, topic, partition, isr_before or isr_after",
+    "bad_broker_counters": "a brokers entry lacks broker_id or t_ms, or has a negative id, time or count",
 }
 
 # The reasons that reject a whole record (the others reject one observation or ISR change).
@@ -93,7 +94,10 @@ DEADLETTER_COLUMNS = [
 # payload_encoding values: the payload is the text itself, or the base64 of the bytes.
 UTF8, BASE64 = "utf8", "base64"
 
-CHANGE_TYPE = "array<struct<t_ms:bigint,topic:string,partition:int,isr_before:array<int>,isr_after:array<int>>>"
+CHANGE_TYPE = (
+    "array<struct<t_ms:bigint,topic:string,partition:int,isr_before:array<int>,isr_after:array<int>,leader_id:int>>"
+)
+COUNTERS_TYPE = "array<struct<broker_id:int,t_ms:bigint,isr_shrinks_total:bigint,isr_expands_total:bigint>>"
 
 _OFFSETS = ("leo", "leader_leo", "hw", "prev_leo", "prev_leader_leo")
 
@@ -256,6 +260,17 @@ def _isr_change_bad(c: Column) -> Column:
     )
 
 
+def _counters_bad(b: Column) -> Column:
+    return (
+        b["broker_id"].isNull()
+        | b["t_ms"].isNull()
+        | (b["broker_id"] < 0)
+        | (b["t_ms"] < 0)
+        | (F.coalesce(b["isr_shrinks_total"], F.lit(0)) < 0)
+        | (F.coalesce(b["isr_expands_total"], F.lit(0)) < 0)
+    )
+
+
 def _item(
     kind: str,
     reason: Column,
@@ -267,6 +282,7 @@ def _item(
     shrink: Column | None = None,
     expand: Column | None = None,
     change: Column | None = None,
+    counters: Column | None = None,
 ) -> Column:
     def null(t: str) -> Column:
         return F.lit(None).cast(t)
@@ -282,24 +298,31 @@ def _item(
         (shrink if shrink is not None else null("int")).alias("shrink"),
         (expand if expand is not None else null("int")).alias("expand"),
         # an ISR change's time and the followers that left and joined (streaming.handler: isrwatch.outcomes)
-        (change["t_ms"] if change is not None else null("bigint")).alias("t_ms"),
+        (change["t_ms"] if change is not None else counters["t_ms"] if counters is not None else null("bigint")).alias(
+            "t_ms"
+        ),
         (F.array_except(change["isr_before"], change["isr_after"]) if change is not None else null("array<int>")).alias(
             "left"
         ),
         (F.array_except(change["isr_after"], change["isr_before"]) if change is not None else null("array<int>")).alias(
             "joined"
         ),
+        (change["leader_id"] if change is not None else null("int")).alias("leader_id"),
+        # a broker's own ISR shrink count (kind "counters"; streaming.handler: isrwatch.outcomes)
+        (counters["broker_id"] if counters is not None else null("int")).alias("broker_id"),
+        (counters["isr_shrinks_total"] if counters is not None else null("bigint")).alias("shrinks_total"),
     )
 
 
 def side_items(records: DataFrame, future_tolerance_ms: int | None, now_ms: int | None = None) -> DataFrame:
     """The rare rows of a batch, in one pass with no shuffle: every dead
     letter (a bad record; a bad observation or ISR change inside a good one)
-    and every ISR change. Columns: kind (``deadletter`` | ``isr``), reason,
+    and every ISR change and broker count. Columns: kind (``deadletter`` | ``isr`` | ``counters``), reason,
     detail, cluster, source_topic, source_partition, source_offset, payload
     (the rejected record or JSON) and payload_encoding (``utf8`` | ``base64``),
-    topic, partition, shrink (followers removed), expand (followers added), and the
-    change's t_ms, left and joined (those followers' ids).
+    topic, partition, shrink (followers removed), expand (followers added), the
+    change's t_ms, left and joined (those followers' ids) and leader_id, and a broker's
+    broker_id, t_ms and shrinks_total (its own ISR shrink count).
     """
     cluster, items, columns = _side_columns(future_tolerance_ms, _minute(now_ms))
     exploded = records.select("source_topic", "source_partition", "source_offset", cluster, items)
@@ -330,11 +353,20 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
             )
         ),
     )
+    counter_items = F.transform(
+        F.filter(
+            F.coalesce(r["brokers"], F.array().cast(COUNTERS_TYPE)),
+            lambda b: _counters_bad(b) | b["isr_shrinks_total"].isNotNull(),  # no count: nothing to say
+        ),
+        lambda b: F.when(_counters_bad(b), _item("deadletter", F.lit("bad_broker_counters"), F.to_json(b))).otherwise(
+            _item("counters", F.lit(None).cast("string"), F.lit(None).cast("string"), counters=b)
+        ),
+    )
     payload, encoding = _record_payload()
     items = F.when(
         F.col("reason").isNotNull(),
         F.array(_item("deadletter", F.col("reason"), payload, encoding, detail=F.col("detail"))),
-    ).otherwise(F.concat(obs_items, change_items))
+    ).otherwise(F.concat(obs_items, change_items, counter_items))
     cluster = F.when(F.col("reason").isin("not_json", "not_object"), F.lit(None).cast("string")).otherwise(r["cluster"])
     return (
         cluster.alias("cluster"),
@@ -356,5 +388,8 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
             "i.t_ms",
             "i.left",
             "i.joined",
+            "i.leader_id",
+            "i.broker_id",
+            "i.shrinks_total",
         ],
     )

@@ -8,11 +8,11 @@ from isrwatch.alerts import Alert, AlertName, Transition, stale_alert
 from isrwatch.outcomes import LEAD_BUCKETS_S, ShrinkOutcomes
 
 
-def _alert(name: AlertName, broker_id: int = 2, partition: int = 0, cluster: str = "c1") -> Alert:
+def _alert(name: AlertName, broker_id: int = 2, partition: int = 0, cluster: str = "c1", leader: int = 1) -> Alert:
     labels = (
         ("broker_id", str(broker_id)),
         ("cluster", cluster),
-        ("leader_id", "1"),
+        ("leader_id", str(leader)),
         ("partition", str(partition)),
         ("topic", "orders"),
     )
@@ -92,7 +92,9 @@ def test_unfollowed_warnings_wait_for_the_settle_time_and_ignore_other_alerts() 
     o.isr_change("c1", "orders", 0, 10_000, left=[], joined=[2])  # back in the ISR
     _fire(o, 20_000, nearing)
     _resolve(o, 22_000, nearing)
-    o.settle({"c1": 40_000})
+    o.settle({"c1": 41_000})
+    assert o.snapshot()["c1"].unfollowed == 0  # twice settle_ms: a leader's count read late may follow it
+    o.settle({"c1": 42_000})
     assert o.snapshot()["c1"].unfollowed == 1
 
 
@@ -126,3 +128,60 @@ def test_counts_are_per_cluster_and_zero_for_clusters_asked_for() -> None:
     cumulative = snap["c2"].cumulative()
     assert cumulative[len(LEAD_BUCKETS_S) - 1] == (LEAD_BUCKETS_S[-1], 0)
     assert cumulative[-1] == (float("inf"), 1)
+
+
+# The leaders' own counts (IsrShrinksPerSec): the shrinks metadata never showed.
+
+
+def test_a_leaders_count_rise_metadata_never_showed_goes_to_its_warned_follower() -> None:
+    o = ShrinkOutcomes(settle_ms=10_000)
+    o.leader_count("c1", 1, 9_000, 5)  # the first reading: a baseline, nothing counted
+    _fire(o, 10_000, _alert(AlertName.NEARING, broker_id=2, leader=1))
+    _fire(o, 11_000, _alert(AlertName.NEARING, broker_id=3, leader=4))  # another leader's follower
+    o.leader_count("c1", 1, 20_000, 6)  # one shrink between 9 s and 20 s
+    assert o.settle({"c1": 29_999}) == []  # metadata may still show it
+    assert o.settle({"c1": 30_000}) == [("c1", 1, ("c1", "orders", 0, 2), 20_000, "warned", 10.0)]
+    c = o.snapshot()["c1"]
+    assert (c.shrinks, c.lead_sum_s) == ({"warned": 1, "missed": 0}, 10.0)
+    o.leader_count("c1", 1, 21_000, 7)  # a second shrink: the warning already has its shrink
+    assert o.settle({"c1": 31_000}) == [("c1", 1, None, 21_000, "missed", None)]
+    o.leader_count("c1", 4, 21_000, 0)
+    o.leader_count("c1", 4, 22_000, 1)
+    assert o.settle({"c1": 32_000})[0][1:5] == (4, ("c1", "orders", 0, 3), 22_000, "warned")
+    assert o.snapshot()["c1"].shrinks == {"warned": 2, "missed": 1}
+
+
+def test_a_shrink_metadata_showed_is_not_counted_again_from_the_leaders_count() -> None:
+    o = ShrinkOutcomes(settle_ms=10_000)
+    o.leader_count("c1", 1, 1_000, 0)
+    _fire(o, 2_000, _alert(AlertName.NEARING, broker_id=2), _alert(AlertName.NEARING, broker_id=3))
+    o.leader_count("c1", 1, 8_000, 1)  # one shrink removing both followers
+    o.isr_change("c1", "orders", 0, 14_000, left=[2, 3], leader=1)  # metadata shows it 6 s later
+    o.isr_change("c1", "orders", 0, 500, left=[2], leader=1)  # before the first reading: not in a rise
+    assert o.settle({"c1": 100_000}) == []
+    assert o.snapshot()["c1"].shrinks == {"warned": 2, "missed": 1}
+
+
+def test_a_lower_count_is_a_restarted_broker_and_an_old_reading_is_ignored() -> None:
+    o = ShrinkOutcomes(settle_ms=0)
+    o.leader_count("c1", 1, 1_000, 40)
+    o.leader_count("c1", 1, 2_000, 2)  # restarted: two shrinks since
+    o.leader_count("c1", 1, 1_500, 90)  # read before the last reading
+    assert [u.outcome for u in o.settle({"c1": 3_000})] == ["missed", "missed"]
+
+
+def test_a_warning_over_before_the_counts_window_does_not_take_the_shrink() -> None:
+    o = ShrinkOutcomes(settle_ms=1_000)
+    nearing = _alert(AlertName.NEARING)
+    o.leader_count("c1", 1, 0, 0)
+    _fire(o, 1_000, nearing)
+    _resolve(o, 3_000, nearing)
+    o.leader_count("c1", 1, 4_000, 0)
+    o.leader_count("c1", 1, 5_000, 1)  # the shrink came after the warning resolved
+    assert o.settle({"c1": 6_000}) == [("c1", 1, None, 5_000, "missed", None)]
+    _fire(o, 6_000, nearing)
+    _resolve(o, 6_500, nearing)  # resolved inside the window the count rose in: it may be its shrink
+    o.leader_count("c1", 1, 7_000, 2)
+    assert o.settle({"c1": 8_000})[0].outcome == "warned"
+    o.settle({"c1": 60_000})
+    assert o.snapshot()["c1"].unfollowed == 1  # the first warning; the second had its shrink

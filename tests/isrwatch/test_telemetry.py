@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from isrwatch.telemetry import IsrChange, Observation, TelemetryRecord, decode_record, encode_record, json_schema
+from isrwatch.telemetry import (
+    BrokerCounters,
+    IsrChange,
+    Observation,
+    TelemetryRecord,
+    decode_record,
+    encode_record,
+    json_schema,
+)
 
 offsets = st.one_of(st.none(), st.integers(0, 2**53))
 ids = st.integers(0, 10_000)
@@ -45,8 +54,19 @@ records = st.builds(
             partition=st.integers(0, 99),
             isr_before=st.lists(ids, max_size=3).map(tuple),
             isr_after=st.lists(ids, max_size=3).map(tuple),
+            leader_id=st.one_of(st.none(), ids),
         ),
         max_size=2,
+    ).map(tuple),
+    brokers=st.lists(
+        st.builds(
+            BrokerCounters,
+            broker_id=ids,
+            t_ms=st.integers(0, 2**45),
+            isr_shrinks_total=st.one_of(st.none(), st.integers(0, 2**53)),
+            isr_expands_total=st.one_of(st.none(), st.integers(0, 2**53)),
+        ),
+        max_size=3,
     ).map(tuple),
 )
 
@@ -56,6 +76,16 @@ def test_round_trip_and_schema(record: TelemetryRecord) -> None:
     data = encode_record(record)
     assert decode_record(data) == record
     jsonschema.validate(json.loads(data), json_schema())
+
+
+@given(records)
+def test_version_1_is_version_2_without_leaders_and_brokers(record: TelemetryRecord) -> None:
+    """What an older collector writes: the same record less the version-2 fields."""
+    old = replace(record, version=1)
+    data = encode_record(old)
+    jsonschema.validate(json.loads(data), json_schema(1))
+    changes = tuple(replace(c, leader_id=None) for c in record.isr_changes)
+    assert decode_record(data) == replace(old, isr_changes=changes, brokers=())
 
 
 @pytest.mark.parametrize(
@@ -131,3 +161,6 @@ def test_the_spark_schema_and_the_json_schema_name_the_dataclasses_fields() -> N
     assert list(schema["$defs"]["observation"]["properties"]) == obs
     assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "isr_changes")) == change
     assert list(schema["$defs"]["isr_change"]["properties"]) == change
+    counters = [f.name for f in fields(BrokerCounters)]
+    assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "brokers")) == counters
+    assert list(schema["$defs"]["broker_counters"]["properties"]) == counters

@@ -11,7 +11,7 @@ import pytest
 from isrwatch.cli import main as cli_main
 from isrwatch.exceptions import UnreachableError
 from isrwatch.spool import SpoolReader
-from isrwatch.telemetry import decode_record
+from isrwatch.telemetry import VERSION, decode_record
 from simulator import feed_spool, iter_records, read_truth
 from simulator.sinks import KafkaSink
 from tests.simulator.replay import START_MS, observations
@@ -135,7 +135,7 @@ def test_simulate_command_publishes_to_a_real_kafka_topic(kafka_cluster, unique_
     records = [decode_record(m.value()) for m in got]
     assert [r.sent_ms for r in records] == sorted(r.sent_ms for r in records)
     assert any(o.leo is None for r in records for o in r.observations)  # the paused broker
-    assert json.loads(got[0].value())["version"] == 1
+    assert json.loads(got[0].value())["version"] == VERSION
 
 
 def test_simulate_command_rejects_a_scenario_the_cluster_cannot_run(capsys):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from isrwatch.telemetry import IsrChange, Observation, TelemetryRecord, encode_record
+from isrwatch.telemetry import BrokerCounters, IsrChange, Observation, TelemetryRecord, encode_record
 from streaming import parse
 from tests.streaming.rare import rare_rows
 
@@ -31,7 +31,8 @@ def _record(observations, **over) -> bytes:
 
 def test_reasons(spark) -> None:
     now = int(time.time() * 1000)
-    good_change = IsrChange(now, "t", 0, (1, 2, 3), (1, 3))
+    good_change = IsrChange(now, "t", 0, (1, 2, 3), (1, 3), leader_id=1)
+    counts = (BrokerCounters(1, now, 7, 5), BrokerCounters(2, now, None, None))  # broker 2: no count, no row
     values = [
         (b"not json at all", "not_json"),
         (b"[1, 2]", "not_object"),
@@ -52,7 +53,9 @@ def test_reasons(spark) -> None:
         (_record([_obs(isr="1")]), "bad_type"),
         (_record([_obs(partition="x")]), "bad_type"),
     ]
-    good = encode_record(TelemetryRecord("c", "test", now, (Observation("t", 1, 2, 1, now, 5, 5),), (good_change,)))
+    good = encode_record(
+        TelemetryRecord("c", "test", now, (Observation("t", 1, 2, 1, now, 5, 5),), (good_change,), counts)
+    )
     rows = [(None, v, "spool", 0, i, None) for i, (v, _) in enumerate(values)]
     # One good record with one bad observation among good ones: only that one is rejected.
     mixed = _record([_obs(), _obs(partition=None), _obs(partition=3)])
@@ -71,9 +74,9 @@ def test_reasons(spark) -> None:
     bad_obs = next(d for d in out["deadletters"] if d["source_offset"] == 101)
     assert json.loads(bad_obs["payload"]).get("partition") is None
     assert json.loads(bad_obs["payload"])["broker_id"] == 2
-    assert out["isr_changes"] == [
-        {"cluster": "c", "topic": "t", "partition": 0, "shrink": 1, "expand": 0, "t_ms": now, "left": [2], "joined": []}
-    ]
+    change = {"cluster": "c", "topic": "t", "partition": 0, "shrink": 1, "expand": 0, "t_ms": now}
+    assert out["isr_changes"] == [{**change, "left": [2], "joined": [], "leader_id": 1}]
+    assert out["counters"] == [{"cluster": "c", "broker_id": 1, "t_ms": now, "shrinks_total": 7}]
 
     # The aggregation path sees exactly the good observations.
     obs = parse.good_observations(parse.observations(parse.parse_records(batch), 60_000)).collect()
