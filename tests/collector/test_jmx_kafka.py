@@ -234,6 +234,10 @@ def test_collect_source_jmx_publishes_telemetry_the_job_accepts(kafka_cluster, t
             if o["topic"] == topic:
                 latest[(o["partition"], o["broker_id"])] = o
     assert sorted(latest) == [(0, 2), (0, 3), (1, 1), (1, 3), (2, 1), (2, 2)]
+    # each broker's own ISR shrink count (IsrShrinksPerSec), for the job's shrink accounting
+    counts = [b for value in values for b in json.loads(value).get("brokers", [])]
+    assert {b["broker_id"] for b in counts} == {1, 2, 3}
+    assert all(b["isr_shrinks_total"] >= 0 and b["isr_expands_total"] >= 0 for b in counts), counts
     c = Consumer(k.client_config(**{"group.id": f"wm-{telemetry}"}))
     try:
         for (part, _), o in latest.items():

@@ -139,6 +139,8 @@ def pause_round(
         "isr_stuck_kafka_2729": stuck_isr,
         "followed": followed,
         "led": led,
+        "paused_at": paused_at,
+        "resumed_at": resumed_at,
         "paused_s": resumed_at - paused_at,
         "batches_during_pause": len(batch_times),
         "longest_batch_gap_s": max(b - a for a, b in zip(edges, edges[1:], strict=False)),
