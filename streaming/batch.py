@@ -91,7 +91,13 @@ def evaluate_records(
         obs = parse.good_observations(parse.observations(records, future_tolerance_ms, now_ms))
         rows = replicas.observation_rows(obs, cfg, max_gap_ms)
         carried, version = table.read(batch_id, rows)
-        evaluated = replicas.evaluate_batch(rows, carried, cfg, th).persist(StorageLevel.MEMORY_AND_DISK)
+        # Held for the driver's rows and the state write: the changes and each replica's
+        # newest row only (the filter runs before the full status: replicas.evaluate_batch).
+        evaluated = (
+            replicas.evaluate_batch(rows, carried, cfg, th)
+            .where(F.col(replicas.CHANGE) | F.col(replicas.LAST))
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
         # One Spark job for everything the driver reads: the replicas' rows and the rare ones.
         driver = replicas.for_the_driver(evaluated, not_ok_keys, batch_id, refresh_batches)
         side = parse.side_items(records, future_tolerance_ms, now_ms)

@@ -52,22 +52,29 @@ def _state(ratio: Column, out_of_isr: Column, th: Thresholds) -> Column:
     )
 
 
-def status_columns(aggs: DataFrame, cfg: RuleConfig, th: Thresholds, keep: Sequence[str] = ()) -> DataFrame:
+def status_columns(
+    aggs: DataFrame, cfg: RuleConfig, th: Thresholds, keep: Sequence[str] = (), only: Sequence[str] | None = None
+) -> DataFrame:
     """``aggs`` (``streaming.state.replica_aggregates``' columns) ->
     ``STATUS_COLUMNS`` + ``EXTRA_COLUMNS``, one row per replica, followed by the
-    columns of ``aggs`` named in ``keep`` (other than those)."""
-    first_parts, second_parts, final = _status_exprs(cfg, th, tuple(keep), EPISODES in aggs.columns)
+    columns of ``aggs`` named in ``keep`` (other than those). ``only``: just these
+    of the status columns, by the same expressions (the job's per-observation
+    ``state`` and ``lag_state``: Spark computes no more than they need)."""
+    first_parts, second_parts, final = _status_exprs(
+        cfg, th, tuple(keep), EPISODES in aggs.columns, None if only is None else tuple(only)
+    )
     return aggs.select("*", *first_parts).select("*", *second_parts).select(*final)
 
 
 @functools.lru_cache(maxsize=16)
 def _status_exprs(
-    cfg: RuleConfig, th: Thresholds, keep: tuple[str, ...], has_episodes: bool
+    cfg: RuleConfig, th: Thresholds, keep: tuple[str, ...], has_episodes: bool, only: tuple[str, ...] | None
 ) -> tuple[list[Column], list[Column], list[Column]]:
     """status_columns' three projections, built once per configuration (each Column
     costs calls into the JVM: rebuilt every batch, they took most of a second).
     ``has_episodes``: the rows carry an ``out_of_sync_episodes`` count (the job's
-    state table does; an aggregate without it counts 0)."""
+    state table does; an aggregate without it counts 0). ``only``: the status
+    columns to compute (None: all)."""
     latest = F.col("latest")
     reported = latest["lag_time_max_ms"]
     # `agg.lag_time_max_ms or cfg.lag_time_max_ms`: missing or 0 -> the configured one.
@@ -147,8 +154,9 @@ def _status_exprs(
         "observations": F.col("observations").cast("long"),
     }
     assert tuple(columns) == STATUS_COLUMNS + EXTRA_COLUMNS, "keep status_columns in ReplicaStatus's order"
-    kept = [F.col(k) for k in keep if k not in columns]
-    return first_parts, second_parts, [*[c.alias(name) for name, c in columns.items()], *kept]
+    names = tuple(columns) if only is None else only
+    kept = [F.col(k) for k in keep if k not in names]
+    return first_parts, second_parts, [*[columns[name].alias(name) for name in names], *kept]
 
 
 def for_the_driver(statuses: DataFrame, not_ok_keys: Collection[str], batch_id: int, refresh_batches: int) -> DataFrame:

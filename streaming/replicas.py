@@ -147,11 +147,14 @@ def _signature(state: Column, lag_state: Column) -> Column:
 _STATE_VALUES = [c for c in STATE_COLUMNS if c not in KEY_COLUMNS]
 _HELPERS = ("_i", "_n", "_m")
 _ENTERED = "_entered"
+_PEAK = "_peak"  # the batch's largest lag ratio so far: the status's peak_lag_ratio
 _OUT_OF_SYNC = State.OUT_OF_SYNC.value
+# What every row needs of its status: the two states its changes follow, and the ratio of its peak.
+_PER_ROW = ("state", "lag_state", "lag_ratio")
 
 
 @functools.cache
-def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], dict[str, Column]]:
+def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], list[Column]]:
     """(seed columns, running columns, flag columns, episode columns) of evaluate_batch."""
     seeds = [*[F.col(c) for c in STATE_COLUMNS], F.lit(1).alias(SEED)]
     # The seed first, then the observations in telemetry time order (ties broken
@@ -187,11 +190,12 @@ def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], dict[str, 
     ]
     # Over the same window (no second sort): the largest ratio of the batch's
     # observations so far (the seed's own when it has none), and the episodes.
-    episodes = {
-        "peak_lag_ratio": F.coalesce(F.max(F.when(observation, F.col("lag_ratio"))).over(upto), F.col("lag_ratio")),
-        "out_of_sync_episodes": F.col("out_of_sync_episodes") + F.sum(F.col(_ENTERED)).over(upto),
-    }
-    episodes = {name: c.alias(name) for name, c in episodes.items()}
+    episodes = [
+        F.coalesce(F.max(F.when(observation, F.col("lag_ratio"))).over(upto), F.col("lag_ratio")).alias(_PEAK),
+        (F.coalesce(F.col("out_of_sync_episodes"), F.lit(0)).cast("long") + F.sum(F.col(_ENTERED)).over(upto)).alias(
+            "out_of_sync_episodes"
+        ),
+    ]
     return seeds, running, flags, episodes
 
 
@@ -206,14 +210,23 @@ def evaluate_batch(rows: DataFrame, carried: DataFrame, cfg: RuleConfig, th: Thr
     ``_last`` (the replica's newest row: its new state) and ``_observed`` (the
     replica has observations in the batch). A replica without observations
     in the batch has its seed alone, unchanged.
+
+    Every row is evaluated only as far as its flags need (``state``,
+    ``lag_state``, ``lag_ratio``); the full status is the last projection, so a
+    filter on the flags (``for_the_driver``, the state's ``_last`` rows) runs
+    before it and Spark evaluates the full status of those rows alone.
     """
     seeds, running, flags, episodes = _batch_exprs()
     both = carried.select(*seeds).unionByName(rows.select(*STATE_COLUMNS, SEED))
-    evaluated = evaluate.status_columns(both.select(*running), cfg, th, keep=[*_STATE_VALUES, SEED, *_HELPERS])
-    keep = [c for c in evaluated.columns if c not in _HELPERS]
-    flagged = evaluated.select(*keep, *flags)
-    # The two batch-wide columns replace the single row's, in place (statuses_from_arrow reads by name).
-    return flagged.select(*[episodes.get(c, F.col(c)) for c in flagged.columns if c != _ENTERED])
+    values = [*KEY_COLUMNS, *_STATE_VALUES, SEED]
+    judged = evaluate.status_columns(both.select(*running), cfg, th, keep=[*values, *_HELPERS], only=_PER_ROW)
+    flagged = judged.select(*values, "lag_ratio", *flags)
+    counted = flagged.select(*[c for c in values if c != "out_of_sync_episodes"], CHANGE, LAST, OBSERVED, *episodes)
+    full = evaluate.status_columns(counted, cfg, th, keep=[*_STATE_VALUES, SEED, CHANGE, LAST, OBSERVED, _PEAK])
+    # The batch's peak replaces the single row's, in place (statuses_from_arrow reads by name).
+    return full.select(
+        *[F.col(_PEAK).alias(c) if c == "peak_lag_ratio" else F.col(c) for c in full.columns if c != _PEAK]
+    )
 
 
 def for_the_driver(
