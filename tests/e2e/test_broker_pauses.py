@@ -196,26 +196,24 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, s
             )
             pending = counts("isrwatch_output_records_pending")
             lost = counts("isrwatch_output_records_lost_total")
-        # Issue 10, the broker's truth, live: the job's own count of the shrinks (read below).
+        # Issue 10, the broker's truth, live: the job's own count of the shrinks (checked below).
         job_url = f"http://127.0.0.1:{pipe.metrics_port}/metrics"
-        if source == "jmx":
-            # With the leaders' own counts every paused follower's real shrink is counted, also
-            # those metadata never showed; a count is settled 10 s of telemetry after it rose.
-            expected = sum(_paused_shrinks(Shrinks.read(cluster, topic, started), rounds, topic).values())
-            until(
-                f"the job to count the {expected} real shrinks of the paused followers warned",
-                lambda: (
-                    _total(
-                        parse_metrics(requests.get(job_url, timeout=10).text),
-                        "isrwatch_isr_shrinks_total",
-                        outcome="warned",
-                    )
-                    >= expected
-                ),  # fmt: skip
-                60,
-                pipe,
-            )
-        job_metrics = parse_metrics(requests.get(job_url, timeout=10).text)
+        read: dict[str, Any] = {}
+
+        def counted() -> bool:
+            """The job's shrink lines and /metrics read together (a line logged between the two
+            reads: read again). With the leaders' own counts (jmx) every paused follower's real
+            shrink is counted, also those metadata never showed, each settled 10 s of telemetry
+            after the count rose: wait for that."""
+            before = _counted_shrinks(pipe.job_log())
+            read["metrics"] = parse_metrics(requests.get(job_url, timeout=10).text)
+            read["lines"] = _counted_shrinks(pipe.job_log())
+            if read["lines"] != before:
+                return False
+            paused = _paused_shrinks(Shrinks.read(cluster, topic, started), rounds, topic)
+            return source != "jmx" or _warned_while_paused(read["lines"], rounds) == paused
+
+        until("the job to count the paused followers' real shrinks", counted, 90, pipe)
     truth = Shrinks.read(cluster, topic, started)
     replayed = None
     if telemetry is not None:  # issue 15: the recording, replayed under the brokers' setting and a shorter one
@@ -273,7 +271,7 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, s
     if replayed is not None:
         _check_replay(replayed, rounds, truth, topic)
 
-    _check_outcomes(pipe.job_log(), job_metrics, truth, rounds, topic, source)
+    _check_outcomes(read["lines"], read["metrics"], truth, rounds, topic, source)
 
 
 def _total(metrics: dict[Any, float], name: str, **labels: str) -> float:
@@ -299,8 +297,44 @@ def _paused_shrinks(truth: Shrinks, rounds: list[dict[str, Any]], topic: str) ->
     )
 
 
+def _counted_shrinks(job_log: str) -> list[tuple[str, int, int, str, int]]:
+    """(topic, partition, broker_id, outcome, t_ms) of each shrink the job logged counting:
+    from metadata, or from a leader's own count (``seen=leader_count``, with the leader)."""
+    metadata = r"isr_shrink cluster=\S+ topic=(\S+) partition=(\d+) broker_id=(\d+) outcome=(\w+) lead_s=\S+ t_ms=(\d+)"
+    counted = (
+        r"isr_shrink cluster=\S+ topic=(\S+) partition=(\d+) broker_id=(\d+) leader_id=\d+ outcome=(\w+) "
+        r"lead_s=\S+ t_ms=(\d+) seen=leader_count"
+    )
+    return [
+        (t, int(p), int(b), o, int(ms))
+        for pattern in (metadata, counted)
+        for t, p, b, o, ms in re.findall(pattern, job_log)
+    ]
+
+
+def _warned_while_paused(
+    lines: list[tuple[str, int, int, str, int]], rounds: list[dict[str, Any]]
+) -> Counter[tuple[str, int, int]]:
+    """The shrinks of each paused follower the job counted warned, seen while it was paused
+    or up to SHOWN_WITHIN_S after."""
+    return Counter(
+        (t, p, b)
+        for t, p, b, outcome, t_ms in lines
+        for r in rounds
+        if outcome == "warned"
+        and r["broker"] == b
+        and p in r["followed"]
+        and r["paused_at"] <= t_ms / 1000 <= r["resumed_at"] + SHOWN_WITHIN_S
+    )
+
+
 def _check_outcomes(
-    job_log: str, job_metrics: dict[Any, float], truth: Shrinks, rounds: list[dict[str, Any]], topic: str, source: str
+    lines: list[tuple[str, int, int, str, int]],
+    job_metrics: dict[Any, float],
+    truth: Shrinks,
+    rounds: list[dict[str, Any]],
+    topic: str,
+    source: str,
 ) -> None:
     """Issue 10, the broker's truth, live. Every shrink the job counted is one a leader logged,
     and each of a paused follower's counted warned, with a lead in the histogram. From metadata
@@ -308,31 +342,19 @@ def _check_outcomes(
     seconds (measured: 3 of 6 in one JMX run before the leaders' counts were used). With the
     leaders' own IsrShrinksPerSec counts (jmx) it counts them all: warned = the paused
     followers' real shrinks, exactly, replica by replica."""
-    metadata = re.findall(
-        r"isr_shrink cluster=\S+ topic=(\S+) partition=(\d+) broker_id=(\d+) outcome=(\w+) lead_s=\S+ t_ms=(\d+)",
-        job_log,
-    )
-    counted = re.findall(
-        r"isr_shrink cluster=\S+ topic=(\S+) partition=(\d+) broker_id=(\d+) leader_id=\d+ outcome=(\w+) "
-        r"lead_s=\S+ t_ms=(\d+) seen=leader_count",
-        job_log,
-    )
-    windows = {r["broker"]: (r["paused_at"], r["resumed_at"] + SHOWN_WITHIN_S) for r in rounds}
-    warned: Counter[tuple[str, int, int]] = Counter()
-    for t, part, broker_id, outcome, t_ms in metadata + counted:
-        p, b = int(part), int(broker_id)
+    for t, p, b, outcome, t_ms in lines:
         logged_out = [c for c in truth.lines if c.partition == p and b in c.isr_before and b not in c.isr_after]
         assert t == topic and logged_out, f"the job counted a shrink of {t}-{p} broker {b} no leader logged"
-        start, end = windows.get(b, (0, 0))
-        if any(p in r["followed"] and r["broker"] == b for r in rounds) and start <= int(t_ms) / 1000 <= end:
+        paused_then = [r for r in rounds if r["broker"] == b and p in r["followed"]]
+        if any(r["paused_at"] <= t_ms / 1000 <= r["resumed_at"] + SHOWN_WITHIN_S for r in paused_then):
             assert outcome == "warned", f"a paused follower's shrink counted {outcome}: {t}-{p} broker {b}"
-            warned[(t, p, b)] += 1
+    warned = _warned_while_paused(lines, rounds)
     assert warned, "the job counted no shrink of a paused follower"
     if source == "jmx":
         paused = _paused_shrinks(truth, rounds, topic)
         assert warned == paused, f"warned shrinks {dict(warned)} != the paused followers' real shrinks {dict(paused)}"
-    all_warned = sum(1 for *_, outcome, _ in metadata + counted if outcome == "warned")
-    assert _total(job_metrics, "isrwatch_isr_shrinks_total", outcome="warned") == all_warned, job_metrics
+    all_warned = sum(1 for line in lines if line[3] == "warned")
+    assert _total(job_metrics, "isrwatch_isr_shrinks_total", outcome="warned") == all_warned, (job_metrics, lines)
     assert _total(job_metrics, "isrwatch_isr_shrink_lead_seconds_count") == all_warned, job_metrics
 
 
