@@ -175,3 +175,26 @@ def replay_telemetry(cluster: Any, topic: str, *flags: str) -> list[dict[str, An
     assert done.returncode == 0, done.stderr[-3000:]
     result: list[dict[str, Any]] = json.loads(done.stdout)
     return result
+
+
+def stale_episodes(events: list[AlertEvent]) -> list[tuple[float, float | None]]:
+    """(firing arrived, resolved arrived or None) of each IsrwatchTelemetryStale episode."""
+    episodes: list[tuple[float, float | None]] = []
+    firing: float | None = None
+    for e in sorted(events, key=lambda e: e.arrived):
+        if e.name != AlertName.TELEMETRY_STALE.value:
+            continue
+        if e.status == "firing" and firing is None:
+            firing = e.arrived
+        elif e.status == "resolved" and firing is not None:
+            episodes.append((firing, e.arrived))
+            firing = None
+    if firing is not None:
+        episodes.append((firing, None))
+    return episodes
+
+
+def stale_firing(pipe: Pipeline) -> float | None:
+    """When the IsrwatchTelemetryStale episode now firing started (None: none is)."""
+    episodes = stale_episodes(pipe.alerts(AlertName.TELEMETRY_STALE.value))
+    return episodes[-1][0] if episodes and episodes[-1][1] is None else None

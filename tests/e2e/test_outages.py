@@ -37,8 +37,7 @@ from isrwatch.alerts import AlertName
 from localservices import Alertmanager
 from tests.e2e.kafka_io import ProduceLoad, read_topic
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, until
-from tests.e2e.results import Shrinks, write_result
-from tests.e2e.test_telemetry_gap import stale_episodes, stale_firing
+from tests.e2e.results import Shrinks, stale_episodes, stale_firing, write_result
 from tests.support.http_recorder import HttpRecorder, Post
 
 pytestmark = pytest.mark.slow

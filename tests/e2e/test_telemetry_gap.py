@@ -40,8 +40,8 @@ from isrwatch.alerts import AlertName
 from isrwatch.rule import Rule
 from isrwatch.telemetry import Observation, decode_record
 from tests.e2e.kafka_io import ProduceLoad
-from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, AlertEvent, Pipeline, until
-from tests.e2e.results import write_result
+from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
+from tests.e2e.results import stale_episodes, stale_firing, write_result
 from tests.simulator.replay import RuleReplay
 
 pytestmark = pytest.mark.slow
@@ -102,29 +102,6 @@ def exposed_after_gaps(observations: list[Observation]) -> list[dict]:
         and o.prev_leader_leo is not None
         and o.prev_leader_leo <= o.leo < o.leader_leo
     ]
-
-
-def stale_episodes(events: list[AlertEvent]) -> list[tuple[float, float | None]]:
-    """(firing arrived, resolved arrived or None) of each IsrwatchTelemetryStale episode."""
-    episodes: list[tuple[float, float | None]] = []
-    firing: float | None = None
-    for e in sorted(events, key=lambda e: e.arrived):
-        if e.name != STALE:
-            continue
-        if e.status == "firing" and firing is None:
-            firing = e.arrived
-        elif e.status == "resolved" and firing is not None:
-            episodes.append((firing, e.arrived))
-            firing = None
-    if firing is not None:
-        episodes.append((firing, None))
-    return episodes
-
-
-def stale_firing(pipe: Pipeline) -> float | None:
-    """When the IsrwatchTelemetryStale episode now firing started (None: none is)."""
-    episodes = stale_episodes(pipe.alerts(STALE))
-    return episodes[-1][0] if episodes and episodes[-1][1] is None else None
 
 
 def job_caught_up(pipe: Pipeline) -> bool:
