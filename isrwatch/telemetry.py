@@ -3,7 +3,7 @@
 One telemetry record (a Kafka record, or one line of the embedded spool) holds
 many observations of one cluster, JSON encoded::
 
-    {"version": 1, "cluster": "prod-eu", "source": "fetch",
+    {"version": 2, "cluster": "prod-eu", "source": "jmx",
      "sent_ms": 1732190000123,
      "observations": [
         {"topic": "orders", "partition": 3, "broker_id": 2, "leader_id": 1,
