@@ -1,4 +1,4 @@
-"""A purpose-built generator of valid telemetry (``isrwatch/telemetry.py``, version 1).
+"""A purpose-built generator of valid telemetry (``isrwatch/telemetry.py``, version 1, which the job still reads).
 
 The simulator (``simulator/``) models every fetch of every follower and
 produces about 5,000 observations per second of CPU here: far too slow for
