@@ -123,7 +123,8 @@ class _LeaderCount:
     total: int
     first_ms: int  # the first reading: shrinks metadata showed before it are not in the rises
     rises: deque[tuple[int, int, int]] = field(default_factory=deque)  # (previous reading's t, t, rise)
-    seen: int = 0  # shrinks metadata showed, not yet matched with a rise
+    # when metadata showed each shrink of this leader not yet matched with a rise
+    seen: deque[int] = field(default_factory=deque)
 
 
 def _leader(a: Alert) -> int | None:
@@ -197,7 +198,7 @@ class ShrinkOutcomes:
                 self._replicas.setdefault((cluster, topic, partition, b), _Replica()).changes.append((t_ms, True))
             count = self._leaders.get((cluster, leader)) if leader is not None else None
             if left and count is not None and t_ms >= count.first_ms:
-                count.seen += 1  # one shrink in the leader's count (however many followers it removed)
+                count.seen.append(t_ms)  # one shrink in the leader's count (however many followers it removed)
             for b in left:
                 r = self._replicas.setdefault((cluster, topic, partition, b), _Replica())
                 r.changes.append((t_ms, False))
@@ -267,8 +268,14 @@ class ShrinkOutcomes:
                 now = cluster_now.get(cluster)
                 while now is not None and count.rises and count.rises[0][1] + self.settle_ms <= now:
                     since, t, rise = count.rises.popleft()
-                    matched = min(rise, count.seen)
-                    count.seen -= matched
+                    # metadata shows a shrink after it happened, so after the reading before it
+                    # (``since``): one shown earlier was no rise of this leader's count (the
+                    # controller's removal of a dead broker, which no leader counts)
+                    while count.seen and count.seen[0] <= since:
+                        count.seen.popleft()
+                    matched = min(rise, len(count.seen))
+                    for _ in range(matched):
+                        count.seen.popleft()
                     for _ in range(rise - matched):
                         key, outcome, lead_s = self._unseen(cluster, leader, since, t)
                         unseen.append(Unseen(cluster, leader, key, t, outcome, lead_s))

@@ -185,3 +185,15 @@ def test_a_warning_over_before_the_counts_window_does_not_take_the_shrink() -> N
     assert o.settle({"c1": 8_000})[0].outcome == "warned"
     o.settle({"c1": 60_000})
     assert o.snapshot()["c1"].unfollowed == 1  # the first warning; the second had its shrink
+
+
+def test_a_shrink_metadata_showed_and_no_leader_counted_does_not_hide_a_later_one() -> None:
+    """The controller removing a dead broker from an ISR: metadata shows it, no leader counts it."""
+    o = ShrinkOutcomes(settle_ms=10_000)
+    o.leader_count("c1", 1, 1_000, 0)
+    o.isr_change("c1", "orders", 0, 5_000, left=[3], leader=1)  # the controller's: missed, no rise
+    _fire(o, 20_000, _alert(AlertName.NEARING, broker_id=2))
+    o.leader_count("c1", 1, 29_000, 0)
+    o.leader_count("c1", 1, 30_000, 1)  # a shrink metadata never showed
+    assert [u.outcome for u in o.settle({"c1": 40_000})] == ["warned"]
+    assert o.snapshot()["c1"].shrinks == {"warned": 1, "missed": 1}
