@@ -338,8 +338,9 @@ def _check_outcomes(
 ) -> None:
     """Issue 10, the broker's truth, live. Every shrink the job counted is one a leader logged,
     and each of a paused follower's counted warned, with a lead in the histogram. From metadata
-    alone (fetch) the job sees only some: Kafka 0.9's metadata misses a shrink undone within
-    seconds (measured: 3 of 6 in one JMX run before the leaders' counts were used). With the
+    alone (fetch) the job sees only some, or none: Kafka 0.9's metadata misses a shrink undone
+    within seconds (measured: 3 of 6 in one JMX run before the leaders' counts were used; 0 of 6
+    in the fetch deployment of a fresh-clone run and in a JMX run, 2026-11-26). With the
     leaders' own IsrShrinksPerSec counts (jmx) it counts them all: warned = the paused
     followers' real shrinks, exactly, replica by replica."""
     for t, p, b, outcome, t_ms in lines:
@@ -349,9 +350,9 @@ def _check_outcomes(
         if any(r["paused_at"] <= t_ms / 1000 <= r["resumed_at"] + SHOWN_WITHIN_S for r in paused_then):
             assert outcome == "warned", f"a paused follower's shrink counted {outcome}: {t}-{p} broker {b}"
     warned = _warned_while_paused(lines, rounds)
-    assert warned, "the job counted no shrink of a paused follower"
     if source == "jmx":
         paused = _paused_shrinks(truth, rounds, topic)
+        assert paused, "no leader logged a shrink of a paused follower"
         assert warned == paused, f"warned shrinks {dict(warned)} != the paused followers' real shrinks {dict(paused)}"
     all_warned = sum(1 for line in lines if line[3] == "warned")
     assert _total(job_metrics, "isrwatch_isr_shrinks_total", outcome="warned") == all_warned, (job_metrics, lines)
