@@ -151,6 +151,28 @@ def test_isrwatch_up_follows_the_state_topic_through_a_broker_outage(
         assert ratio_of(got, later) == pytest.approx(0.1)
 
 
+def _exporter(cluster: Any, topic: str, port: int) -> subprocess.Popen[str]:
+    """``isrwatch exporter`` as users run it, on the state topic."""
+    cmd = [sys.executable, "-m", "isrwatch", "exporter", "--bootstrap-servers", cluster.bootstrap_servers,
+           *cluster.kafka_config_flags(), "--state-topic", topic, "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _serving(proc: subprocess.Popen[str], url: str, ready: Callable[[dict], bool], timeout_s: float = 60) -> dict:
+    """The exporter's samples once ``ready`` says so (or at the timeout, or when it exits)."""
+    deadline = time.monotonic() + timeout_s
+    got: dict = {}
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            got = samples(url)
+        except requests.ConnectionError:
+            got = {}
+        if ready(got):
+            break
+        time.sleep(0.2)
+    return got
+
+
 def test_the_exporter_command_serves_and_stops_on_sigterm(kafka_cluster: Any, unique_name: Callable) -> None:
     topic = unique_name("state")
     kafka_cluster.create_topic(topic, partitions=1, replication_factor=1, config={"cleanup.policy": "compact"})
@@ -158,21 +180,9 @@ def test_the_exporter_command_serves_and_stops_on_sigterm(kafka_cluster: Any, un
     s = replica(3, State.STALLED, topic=watched, offset_lag=77, eval_ms=T0)
     produce(kafka_cluster, topic, [(status_key(s), s)])
     port = free_port()
-    cmd = [sys.executable, "-m", "isrwatch", "exporter", "--bootstrap-servers", kafka_cluster.bootstrap_servers,
-           *kafka_cluster.kafka_config_flags(), "--state-topic", topic, "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _exporter(kafka_cluster, topic, port)
     try:
-        url = f"http://127.0.0.1:{port}/metrics"
-        deadline = time.monotonic() + 60
-        got: dict = {}
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                got = samples(url)
-            except requests.ConnectionError:
-                got = {}
-            if ratio_of(got, s) is not None:
-                break
-            time.sleep(0.2)
+        got = _serving(proc, f"http://127.0.0.1:{port}/metrics", lambda g: ratio_of(g, s) is not None)
         offset_lag = {k: v for k, v in got.items() if k[0] == "isrwatch_replica_offset_lag"}
         assert list(offset_lag.values()) == [77]
         assert ("process_cpu_seconds_total", ()) in got
@@ -180,6 +190,48 @@ def test_the_exporter_command_serves_and_stops_on_sigterm(kafka_cluster: Any, un
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err[-2000:]
         assert "event=exporter_started" in err and "event=exporter_stopping signal=SIGTERM" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_the_exporter_killed_and_restarted_serves_every_state_again(kafka_cluster: Any, unique_name: Callable) -> None:
+    """Issue 14, item 2, the exporter: ``kill -9`` (no goodbye, nothing flushed), statuses
+    written while it is down, a restart: every replica's newest status is served again, read
+    back from the compacted state topic (the exporter keeps nothing on disk). How long that
+    took is printed, not asserted."""
+    topic = unique_name("state")
+    kafka_cluster.create_topic(topic, partitions=2, replication_factor=1, config={"cleanup.policy": "compact"})
+    watched = unique_name("t")[:40]
+    a = replica(2, State.CRITICAL, topic=watched, ratio=0.85, eval_ms=T0)
+    b = replica(3, State.OK, topic=watched, partition=1, eval_ms=T0)
+    produce(kafka_cluster, topic, [(status_key(a), a), (status_key(b), b)])
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    proc = _exporter(kafka_cluster, topic, port)
+    try:
+        got = _serving(proc, url, lambda g: ratio_of(g, a) is not None and ratio_of(g, b) is not None)
+        assert (ratio_of(got, a), ratio_of(got, b)) == (pytest.approx(0.85), 0)
+        proc.kill()
+        proc.communicate(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        # while it is down: a's follower leaves the ISR, a new replica is seen, b's is deleted
+        a2 = replica(2, State.OUT_OF_SYNC, topic=watched, ratio=1.3, in_isr=False, isr_size=2, eval_ms=T0 + 5000)
+        c = replica(1, State.STALLED, topic=watched, partition=1, leader_id=2, offset_lag=40, eval_ms=T0 + 5000)
+        produce(kafka_cluster, topic, [(status_key(a2), a2), (status_key(c), c), (status_key(b), None)])
+        started = time.monotonic()
+        proc = _exporter(kafka_cluster, topic, port)
+
+        def newest(g: dict) -> bool:
+            return ratio_of(g, a2) == pytest.approx(1.3) and ratio_of(g, c) is not None and ratio_of(g, b) is None
+
+        got = _serving(proc, url, newest)
+        print(f"exporter restarted: every newest status served {time.monotonic() - started:.1f} s after its start")
+        assert newest(got), f"after the restart: {got}"
+        assert got[("isrwatch_up", ())] == 1
+        ratios = {k: v for k, v in got.items() if k[0] == "isrwatch_replica_lag_ratio"}
+        assert len(ratios) == 2, ratios  # a2 and c: nothing of the deleted replica, nothing twice
     finally:
         if proc.poll() is None:
             proc.kill()
