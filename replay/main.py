@@ -126,7 +126,8 @@ def _longest_recovered(evaluated: DataFrame) -> dict[str, Any] | None:
     )
     newest = F.max("last_caught_up_ms").over(Window.partitionBy(*KEY_COLUMNS))
     recovered = episodes.withColumn("_newest", newest).where(F.col("last_caught_up_ms") < F.col("_newest"))
-    top = recovered.orderBy(F.col("seconds").desc()).limit(1).collect()
+    # ties broken by the replica, so the same recording always names the same one
+    top = recovered.orderBy(F.col("seconds").desc(), *KEY_COLUMNS).limit(1).collect()
     if not top:
         return None
     r = top[0]
