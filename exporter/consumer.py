@@ -21,6 +21,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from exporter.kafka_metadata import first_metadata
 from exporter.store import StatusStore
 from isrwatch.exceptions import UnreachableError
 from isrwatch.logs import kv
@@ -84,6 +85,7 @@ class StateTopicConsumer:
             "client.id": "isrwatch-exporter",
             **kafka_config,
         }
+        self._config = config
         self._consumer = Consumer(config, logger=_LIBRDKAFKA)
         self._assigned: set[int] = set()
         self.records = 0
@@ -94,7 +96,7 @@ class StateTopicConsumer:
         """Reach the cluster and assign the topic's partitions; UnreachableError
         (one line) if no broker answers within ``timeout_s``."""
         try:
-            self._consumer.list_topics(timeout=timeout_s)
+            first_metadata(self._config, timeout_s)  # any broker: one that hangs must not fail the start
         except KafkaException as e:
             self._consumer.close()
             err = e.args[0] if e.args else e
@@ -109,7 +111,8 @@ class StateTopicConsumer:
         """Assign partitions not assigned yet (the topic may appear or grow
         after start-up); returns how many were added."""
         try:
-            meta = self._consumer.list_topics(self.topic, timeout=timeout_s)
+            # any broker: asked alone, one that hangs held the loop 10 s and read as the cluster down
+            meta = first_metadata(self._config, timeout_s, self.topic)
         except KafkaException as e:
             log.warning(kv(event="state_topic_metadata_failed", topic=self.topic, error=e))
             self._last_error = str(e)

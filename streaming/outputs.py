@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from exporter.kafka_metadata import first_metadata
 from isrwatch.exceptions import IsrwatchError
 from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
@@ -248,13 +249,19 @@ def make_producer(bootstrap_servers: str, kafka_config: list[str]) -> Any:
 # A restarted job checks this many records at least at the end of each alerts-topic partition
 # (more when it has more to send again): other jobs may share the topic.
 _TAIL_RECORDS = 1000
+# How long a restarted job waits for each alerts-topic partition's leader to tell its offsets.
+_TAIL_ANSWER_S = 5.0
 
 
 def read_tail(
     bootstrap_servers: str, kafka_config: list[str], topic: str, records: int, timeout_s: float = 30.0
 ) -> set[tuple[bytes, bytes]] | None:
     """The (key, value) pairs among the last ``max(records, 1000)`` records of each partition
-    of ``topic``; None when the topic cannot be read in ``timeout_s``."""
+    of ``topic`` whose leader answers; None when the topic cannot be read in ``timeout_s``.
+
+    A partition whose leader does not tell its offsets within ``_TAIL_ANSWER_S`` (a broker
+    that hangs) is left out and named in a warning: what was sent to it is sent again,
+    rather than the job's start waiting out the hang while a broker is misbehaving."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     conf = {
@@ -268,16 +275,25 @@ def read_tail(
     n = max(records, _TAIL_RECORDS)
     consumer = Consumer(conf, logger=logging.getLogger("librdkafka"))
     try:
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        meta = first_metadata(conf, timeout_s, topic).topics.get(topic)  # not held by one hung broker
         if meta is None or meta.error is not None:
             return None
         ends: dict[int, int] = {}
         start = []
+        silent = []
         for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=min(timeout_s, _TAIL_ANSWER_S)
+                )
+            except KafkaException:
+                silent.append(p)
+                continue
             if high > low:
                 ends[p] = high
                 start.append(TopicPartition(topic, p, max(low, high - n)))
+        if silent:
+            log.warning(kv(event="alerts_topic_partitions_unread", topic=topic, partitions=silent))
         consumer.assign(start)
         seen: set[tuple[bytes, bytes]] = set()
         deadline = time.monotonic() + timeout_s

@@ -261,20 +261,18 @@ def describe_topic(options: dict[str, str], topic: str, timeout_s: float) -> tup
     """
     from confluent_kafka import Consumer, KafkaException
 
+    from exporter.kafka_metadata import first_metadata
     from isrwatch.exceptions import UnreachableError
 
     config = consumer_config(options)
-    consumer = Consumer({**config, "logger": rdlog})
     try:
-        md = consumer.list_topics(timeout=timeout_s)
+        md = first_metadata(config, timeout_s)  # a hung broker among them must not fail the start
     except KafkaException as e:
-        consumer.close()
         raise UnreachableError(
             f"cannot reach Kafka at {config['bootstrap.servers']}: {e.args[0].str() if e.args else e}"
         ) from None
     cluster_id = md.cluster_id or None
     tmd = md.topics.get(topic)
-    consumer.close()
     if tmd is None or tmd.error is not None:
         log.warning(
             kv(event="telemetry_topic_missing", topic=topic, hint="the job reads it once the collector creates it")
