@@ -9,7 +9,7 @@ holds). Pure Python, no I/O; delivery lives in ``streaming.notify``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -218,10 +218,23 @@ class AlertBook:
 
     active: dict[tuple[str, tuple[tuple[str, str], ...]], Alert] = field(default_factory=dict)
 
-    def update(self, desired: Iterable[Alert], now_ms: int, scope: set[str] | None = None) -> Transition:
+    def update(
+        self,
+        desired: Iterable[Alert],
+        now_ms: int,
+        scope: set[str] | None = None,
+        held_to_start: Collection[tuple[str, tuple[tuple[str, str], ...]]] = (),
+        hold_ms: Mapping[str, int] | None = None,
+    ) -> Transition:
         """Move to ``desired``. Alerts of a name outside ``scope`` (if given)
         are left as they are, so replica and staleness alerts can be updated
-        apart."""
+        apart. ``held_to_start``: keys of alerts that evidence (``now_ms``, a
+        telemetry time) from no later than their start (+ ``hold_ms`` of their
+        name) cannot end: those a restarted job found in its checkpoint's book. Its
+        first run fired them on evidence the restarted one re-reads from before
+        them, or, for ``KafkaReplicaStalled``, on its own watch of the brokers,
+        which says a broker silent up to the stall time before the telemetry does
+        (else the restarted job resolves them and fires them again a batch later)."""
         wanted = {a.key: a for a in desired}
         started, holding, resolved = [], [], []
         for key, alert in wanted.items():
@@ -235,6 +248,8 @@ class AlertBook:
                 started.append(alert)
         for key in list(self.active):
             if key in wanted or (scope is not None and key[0] not in scope):
+                continue
+            if key in held_to_start and now_ms <= self.active[key].starts_ms + (hold_ms or {}).get(key[0], 0):
                 continue
             old = self.active.pop(key)
             resolved.append(

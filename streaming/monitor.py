@@ -127,6 +127,9 @@ class Monitor:
         # ISR changes by streaming.handler; an episode firing at a restart goes on.
         self.outcomes = store.outcomes
         self.outcomes.resume(self.book.active.values())
+        # The alerts the checkpoint's book had firing: a restart's first batches re-read
+        # telemetry from before them, which must not end them (AlertBook.update).
+        self._restored_alerts = frozenset(self.book.active)
 
     # -- state ------------------------------------------------------------
 
@@ -280,7 +283,13 @@ class Monitor:
         desired = [a for alerts in self._replica_alerts.get(cluster, {}).values() for a in alerts]
         desired += self._partition_alerts.get(cluster, {}).values()
         others = [a for a in self.book.active.values() if _cluster_of(a) != cluster]
-        return self.book.update([*desired, *others], now_ms, scope=REPLICA_SCOPE)
+        return self.book.update(
+            [*desired, *others],
+            now_ms,
+            scope=REPLICA_SCOPE,
+            held_to_start=self._restored_alerts,
+            hold_ms={AlertName.STALLED.value: self.thresholds.stall_after_ms},
+        )
 
     def carry_forward(self) -> list[ReplicaStatus]:
         """The timer's other job: the followers whose Nearing crossing has come on the wall

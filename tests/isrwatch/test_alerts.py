@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from isrwatch.alerts import AlertBook, AlertName, partition_alerts, replica_alerts, stale_alert
 from isrwatch.rule import RuleConfig
 from isrwatch.status import State, Thresholds, evaluate
@@ -83,6 +85,27 @@ def test_scope_keeps_other_alert_kinds() -> None:
     book.update([stale_alert("c1", T0, T0 + 30_000)], T0 + 30_000)
     t = book.update([], T0 + 31_000, scope={AlertName.NEARING.value})
     assert t.resolved == [] and len(book.active) == 1
+
+
+def test_alerts_held_to_their_start_are_not_ended_by_older_evidence() -> None:
+    """A restarted job's book: its alerts end only on evidence later than their start, and a
+    stalled one only past the hold its name is given (the stall time)."""
+    book = AlertBook()
+    started = book.update(replica_alerts(status(6000)), T0).started
+    stalled = dataclasses.replace(started[0], name=AlertName.STALLED)
+    book.active[stalled.key] = stalled
+    held = set(book.active)
+    hold = {AlertName.STALLED.value: 3000}
+    start = started[0].starts_ms  # (its crossing, before T0)
+    assert book.update([], start, held_to_start=held, hold_ms=hold).resolved == []
+    t = book.update([], start + 1000, held_to_start=held, hold_ms=hold)
+    assert names(t.resolved) == ["KafkaReplicaNearingIsrShrink"]
+    assert book.update([], start + 3000, held_to_start=held, hold_ms=hold).resolved == []
+    assert names(book.update([], start + 3001, held_to_start=held, hold_ms=hold).resolved) == ["KafkaReplicaStalled"]
+    # without the hold (a running job's book), older evidence ends an alert at its start
+    fresh = AlertBook()
+    fresh.update(replica_alerts(status(6000)), T0)
+    assert names(fresh.update([], start - 500).resolved) == ["KafkaReplicaNearingIsrShrink"]
 
 
 def test_book_survives_a_json_round_trip() -> None:

@@ -349,3 +349,23 @@ def test_a_slow_batch_before_the_silence_neither_brings_the_alert_forward_nor_fl
     assert carried.eval_ms == T0 + 10_000
     _batch(m, 1, T0 + 4_500, T0 + 4_500, leo=20)  # the slow batch's telemetry: caught up at T0 + 4.5 s
     assert not [a for t in sink.transitions for a in t.resolved], "the carried Nearing holds"
+
+
+def test_a_restarted_job_does_not_end_what_its_first_run_fired_with_older_telemetry(tmp_path) -> None:
+    """The first run fired Nearing from telemetry; the restarted job's state and first batch
+    are from before the alert began (it re-reads telemetry the first run had not aggregated
+    yet: deferred ranges, a batch in flight). That evidence cannot end the alert (seen on real
+    Kafka: resolved, then fired again a batch later); later telemetry still can. With the
+    lookahead off (``--lookahead-ms 0``), which otherwise may carry the restored status on."""
+    m, clock, sink, _ = _setup(tmp_path, horizon_ms=0)
+    _batch(m, 0, T0, T0 - 6_000)  # 0.6 of the lag: Nearing since its crossing, T0 - 1 s
+    start = T0 - 1_000
+    assert _started(sink) == [(AlertName.NEARING.value, start)]
+    m2, clock2, sink2, _ = _setup(tmp_path, horizon_ms=0)  # the same checkpoint: the book has it firing
+    clock2.t = start / 1000
+    old = _row(start - 500, start - 5_400, 1)
+    m2.restore([(evaluate(row_to_aggregate(old), start - 500, m2.cfg, m2.thresholds), start - 500, 1)])
+    _batch(m2, 1, start - 300, start - 4_500)  # a later catch-up than the first run knew: 0.42
+    assert not _resolved(sink2) and not _started(sink2)
+    _batch(m2, 2, start + 1_000, start + 900, leo=20)  # caught up after the alert began: it ends
+    assert _resolved(sink2) == [AlertName.NEARING.value] and not _started(sink2)
