@@ -113,6 +113,7 @@ class Watermarks:
         # Wait only for this poll's questions: one still open from an earlier poll is
         # already known to be late, and waiting for it would slow every batch.
         wait(fresh, timeout=max(0.0, deadline - time.monotonic()))
+        failed = set()
         for key, future in list(self._asking.items()):
             if not future.done():
                 continue
@@ -121,7 +122,8 @@ class Watermarks:
                 self._known[key] = future.result()
             except Exception as e:  # noqa: BLE001 - no answer this time: keep the last one
                 log.debug(kv(event="watermark_failed", topic=key[0], partition=key[1], error=str(e)))
-        late = frozenset(self._asking)
+                failed.add(key)  # (librdkafka gave up on a leader that hangs: still late)
+        late = frozenset(self._asking) | frozenset(failed)
         if late != self._late:
             log.warning(
                 kv(
