@@ -20,6 +20,7 @@ __all__ = [
     "AlertName",
     "SEVERITY",
     "Alert",
+    "AlertKey",
     "AlertBook",
     "Transition",
     "replica_alerts",
@@ -67,6 +68,10 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# An alert's identity: its name and labels (what Alertmanager groups and dedups by).
+AlertKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
 @dataclass(frozen=True)
 class Alert:
     name: AlertName
@@ -78,7 +83,7 @@ class Alert:
     generator_url: str = ""
 
     @property
-    def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+    def key(self) -> AlertKey:
         return (self.name.value, self.labels)
 
     def to_alertmanager(self) -> dict[str, Any]:
@@ -216,14 +221,14 @@ class Transition:
 class AlertBook:
     """What is firing, keyed by alert name + labels."""
 
-    active: dict[tuple[str, tuple[tuple[str, str], ...]], Alert] = field(default_factory=dict)
+    active: dict[AlertKey, Alert] = field(default_factory=dict)
 
     def update(
         self,
         desired: Iterable[Alert],
         now_ms: int,
         scope: set[str] | None = None,
-        held_to_start: Collection[tuple[str, tuple[tuple[str, str], ...]]] = (),
+        held_to_start: Collection[AlertKey] = (),
         hold_ms: Mapping[str, int] | None = None,
     ) -> Transition:
         """Move to ``desired``. Alerts of a name outside ``scope`` (if given)

@@ -283,13 +283,16 @@ class Monitor:
         desired = [a for alerts in self._replica_alerts.get(cluster, {}).values() for a in alerts]
         desired += self._partition_alerts.get(cluster, {}).values()
         others = [a for a in self.book.active.values() if _cluster_of(a) != cluster]
-        return self.book.update(
+        t = self.book.update(
             [*desired, *others],
             now_ms,
             scope=REPLICA_SCOPE,
             held_to_start=self._restored_alerts,
             hold_ms={AlertName.STALLED.value: self.thresholds.stall_after_ms},
         )
+        if t.resolved and self._restored_alerts:  # an alert this run fires again is its own
+            self._restored_alerts -= {a.key for a in t.resolved}
+        return t
 
     def carry_forward(self) -> list[ReplicaStatus]:
         """The timer's other job: the followers whose Nearing crossing has come on the wall

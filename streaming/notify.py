@@ -31,15 +31,13 @@ from typing import Any, Protocol, TextIO
 
 import requests
 
-from isrwatch.alerts import RUNBOOK_BASE, Alert, Transition
+from isrwatch.alerts import RUNBOOK_BASE, Alert, AlertKey, Transition
 from isrwatch.logs import kv
 from isrwatch.settings import Secret
 
 __all__ = ["AlertSink", "StdoutSink", "AlertmanagerSink", "KafkaAlertsSink", "alert_event", "alert_id"]
 
 log = logging.getLogger(__name__)
-
-AlertKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 class AlertSink(Protocol):
