@@ -29,6 +29,30 @@ warned, its lead up to the reading; with no such warning it is missed. The follo
 inference (the leader's count does not name it), the counts are not: a cluster's warned +
 missed equals its leaders' shrinks.
 
+The same shrinks say whether isrwatch's ``replica.lag.time.max.ms`` is the brokers' (Kafka
+0.9 shows it neither over the protocol nor over JMX). The job tells ``behind`` each status of
+a follower it holds not ok: its last catch-up L as the job computed it, the lag it used and
+its leader, kept with the episode. Two findings are evidence (``LagEvidence``, counted and
+returned by ``take_evidence``), each at most once per episode:
+
+* *shorter*: the leader dropped the follower at t, inside an episode whose leader and lag did
+  not change, with t - L < lag - ``lag_margin_ms`` (L: the newest catch-up at or before t). A
+  leader drops a follower only once now - L > its lag, so the brokers' lag is shorter. Only
+  a shrink the leader's own count shows (a rise it accounts for, or an unseen one): metadata
+  also shows the controller removing a broker whose ZooKeeper session expired (6 s by
+  default), which has nothing to do with the lag;
+* *longer*: the job held the follower not caught up past L + 2 x lag + ``lag_margin_ms``
+  (a leader checks every lag on 0.9, every lag/2 from 0.10.2, so one with the job's lag
+  drops it by L + 2 x lag), its leader unchanged and never seen out of the ISR, and no shrink
+  of it counted by 2 x ``settle_ms`` after that. Only where the leader's count covers the
+  time from L on (the JMX collector): metadata alone misses quick shrinks (above), so a
+  shrink missing from it proves nothing. No finding while a shrink of that leader that no
+  metadata named (given to another follower or missed) may have been this follower's.
+
+``lag_margin_ms`` covers the telemetry's granularity (the job's L may trail the leader's by a
+collector round, and by the stall time for a follower that stops answering). The shrink
+time is read late, never early, which only makes *shorter* harder to find.
+
 Pure Python, no I/O; thread-safe (the job's batches and its timer both feed it, the scrape
 reads it). Counts start at zero with the process, as Prometheus counters may.
 """
@@ -43,11 +67,14 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from isrwatch.alerts import Alert, AlertName, Transition
+from isrwatch.status import ReplicaStatus, last_caught_up_ms
 
 __all__ = [
     "ShrinkOutcomes",
     "OutcomeCounts",
     "Unseen",
+    "LagEvidence",
+    "DIRECTIONS",
     "LEAD_BUCKETS_S",
     "OUTCOMES",
     "WARNING_NAMES",
@@ -61,6 +88,8 @@ OUTCOMES = ("warned", "missed")
 WARNING_NAMES = frozenset({AlertName.NEARING, AlertName.IMMINENT, AlertName.OUT_OF_SYNC, AlertName.STALLED})
 # The Prometheus rule's alert on these counts (deploy/prometheus/rules; the job does not send it).
 PREDICTIONS_MISSING = "IsrwatchPredictionsMissing"
+# Which way the brokers' replica.lag.time.max.ms differs from isrwatch's (``LagEvidence``).
+DIRECTIONS = ("shorter", "longer")
 KEEP_EVENTS = 32  # the ended episodes and ISR changes kept per replica
 
 ReplicaKey = tuple[str, str, int, int]  # cluster, topic, partition, broker_id
@@ -77,17 +106,33 @@ class Unseen(NamedTuple):
     lead_s: float | None
 
 
+class LagEvidence(NamedTuple):
+    """What the brokers did that isrwatch's lag time does not explain (``ShrinkOutcomes.take_evidence``)."""
+
+    cluster: str
+    direction: str  # "shorter" or "longer" (DIRECTIONS): the brokers' lag against the job's
+    replica: ReplicaKey
+    leader: int
+    lag_ms: int  # the replica.lag.time.max.ms the job used
+    behind_ms: int  # how long after its last catch-up it was dropped (shorter) or still in the ISR (longer)
+    t_ms: int
+
+
 @dataclass
 class OutcomeCounts:
-    """One cluster's counts: shrinks by outcome, the warned shrinks' leads, warnings no shrink followed."""
+    """One cluster's counts: shrinks by outcome, the warned shrinks' leads, warnings no shrink
+    followed, lag-time evidence by direction."""
 
     shrinks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     buckets: list[int] = field(default_factory=lambda: [0] * len(LEAD_BUCKETS_S))  # not cumulative
     lead_sum_s: float = 0.0
     unfollowed: int = 0
+    evidence: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DIRECTIONS, 0))
 
     def copy(self) -> OutcomeCounts:
-        return OutcomeCounts(dict(self.shrinks), list(self.buckets), self.lead_sum_s, self.unfollowed)
+        return OutcomeCounts(
+            dict(self.shrinks), list(self.buckets), self.lead_sum_s, self.unfollowed, dict(self.evidence)
+        )
 
     def cumulative(self) -> list[tuple[float, int]]:
         """(upper bound, leads at or below it), +Inf last."""
@@ -104,6 +149,27 @@ class _Episode:
     start_ms: int
     end_ms: int | None = None
     followed: bool = False  # the follower was out of the ISR within it
+    # From the job's statuses of the follower while it ran (``ShrinkOutcomes.behind``): its last
+    # catch-ups (increasing), the lag and leader they were judged with, the newest status's time.
+    caught_up: deque[int] = field(default_factory=lambda: deque(maxlen=KEEP_EVENTS))
+    lag_ms: int | None = None
+    leader: int | None = None
+    mixed: bool = False  # the lag or the leader changed within it: no lag-time evidence from it
+    out_of_isr: bool = False  # a status showed the follower out of the ISR
+    last_ms: int = 0
+    evidence: set[str] = field(default_factory=set)  # the directions found in it
+
+    def take(self, s: ReplicaStatus) -> None:
+        """A status of the follower within the episode (its last catch-up only moves forward)."""
+        if self.lag_ms is None:
+            self.lag_ms, self.leader = s.lag_time_max_ms, s.leader_id
+        elif (self.lag_ms, self.leader) != (s.lag_time_max_ms, s.leader_id):
+            self.mixed = True
+        lcu = last_caught_up_ms(s)
+        if not self.caught_up or lcu > self.caught_up[-1]:
+            self.caught_up.append(lcu)
+        self.out_of_isr = self.out_of_isr or not s.in_isr
+        self.last_ms = max(self.last_ms, s.eval_ms)
 
 
 @dataclass
@@ -112,6 +178,14 @@ class _Replica:
     active: set[str] = field(default_factory=set)  # names of its replica alerts firing
     episodes: deque[_Episode] = field(default_factory=lambda: deque(maxlen=KEEP_EVENTS))
     changes: deque[tuple[int, bool]] = field(default_factory=lambda: deque(maxlen=KEEP_EVENTS))  # (t, in ISR after)
+    behind: ReplicaStatus | None = None  # its newest status not ok: what an episode starting now begins with
+
+    def open(self, start_ms: int) -> None:
+        """A new episode from ``start_ms``."""
+        e = _Episode(start_ms)
+        if self.behind is not None:
+            e.take(self.behind)
+        self.episodes.append(e)
 
 
 @dataclass
@@ -123,8 +197,11 @@ class _LeaderCount:
     total: int
     first_ms: int  # the first reading: shrinks metadata showed before it are not in the rises
     rises: deque[tuple[int, int, int]] = field(default_factory=deque)  # (previous reading's t, t, rise)
-    # when metadata showed each shrink of this leader not yet matched with a rise
-    seen: deque[int] = field(default_factory=deque)
+    # when metadata showed each shrink of this leader not yet matched with a rise, with the
+    # lag-time evidence it is if a rise matches it (the leader's own, not the controller's)
+    seen: deque[tuple[int, list[tuple[_Episode, LagEvidence]]]] = field(default_factory=deque)
+    # the windows (previous reading's t, t) of its rises no metadata shrink accounted for
+    unseen: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=KEEP_EVENTS))
 
 
 def _leader(a: Alert) -> int | None:
@@ -141,12 +218,14 @@ def _replica_key(a: Alert) -> ReplicaKey | None:
 
 
 class ShrinkOutcomes:
-    def __init__(self, settle_ms: int = 10_000) -> None:
+    def __init__(self, settle_ms: int = 10_000, lag_margin_ms: int = 2_000) -> None:
         self.settle_ms = settle_ms
+        self.lag_margin_ms = lag_margin_ms
         self._lock = threading.Lock()
         self._replicas: dict[ReplicaKey, _Replica] = {}
         self._counts: dict[str, OutcomeCounts] = {}
         self._leaders: dict[tuple[str, int], _LeaderCount] = {}  # (cluster, broker id)
+        self._evidence: deque[LagEvidence] = deque(maxlen=1000)  # found, not yet taken
 
     def resume(self, firing: Iterable[Alert]) -> None:
         """Alerts still firing when the job restarted (its checkpointed book): their
@@ -159,7 +238,7 @@ class ShrinkOutcomes:
                 r = self._replicas.setdefault(key, _Replica())
                 r.leader = _leader(a)
                 if not r.active:
-                    r.episodes.append(_Episode(a.starts_ms))
+                    r.open(a.starts_ms)
                 r.active.add(a.name.value)
 
     def alerts(self, t: Transition, now_ms: int) -> None:
@@ -173,7 +252,7 @@ class ShrinkOutcomes:
                 r = self._replicas.setdefault(key, _Replica())
                 r.leader = _leader(a)
                 if not r.active:
-                    r.episodes.append(_Episode(now_ms))
+                    r.open(now_ms)
                 r.active.add(a.name.value)
             for a in t.resolved:
                 key = _replica_key(a)
@@ -183,6 +262,16 @@ class ShrinkOutcomes:
                 held.active.discard(a.name.value)
                 if not held.active and held.episodes:
                     held.episodes[-1].end_ms = max(now_ms, held.episodes[-1].start_ms)
+
+    def behind(self, s: ReplicaStatus) -> None:
+        """A status of a follower the job holds not ok: its last catch-up, lag and leader, for
+        its episode (running, or starting with the alerts ``s`` calls for)."""
+        key = (s.cluster, s.topic, s.partition, s.broker_id)
+        with self._lock:
+            r = self._replicas.setdefault(key, _Replica())
+            r.behind = s
+            if r.active and r.episodes and r.episodes[-1].end_ms is None:
+                r.episodes[-1].take(s)
 
     def isr_change(self, cluster: str, topic: str, partition: int, t_ms: int, left: Iterable[int],
                    joined: Iterable[int] = (), leader: int | None = None,
@@ -197,16 +286,24 @@ class ShrinkOutcomes:
             for b in joined:
                 self._replicas.setdefault((cluster, topic, partition, b), _Replica()).changes.append((t_ms, True))
             count = self._leaders.get((cluster, leader)) if leader is not None else None
-            if left and count is not None and t_ms >= count.first_ms:
-                count.seen.append(t_ms)  # one shrink in the leader's count (however many followers it removed)
+            if count is not None and t_ms < count.first_ms:
+                count = None  # shown before the leader's first reading: in none of its rises
+            shorter: list[tuple[_Episode, LagEvidence]] = []
             for b in left:
-                r = self._replicas.setdefault((cluster, topic, partition, b), _Replica())
+                key = (cluster, topic, partition, b)
+                r = self._replicas.setdefault(key, _Replica())
                 r.changes.append((t_ms, False))
                 episode = next(
                     (e for e in reversed(r.episodes) if e.start_ms < t_ms and (e.end_ms is None or e.end_ms >= t_ms)),
                     None,
                 )
                 out.append((b, *self._count(counts, episode, t_ms)))
+                found = self._shorter(key, episode, leader, t_ms) if count is not None else None
+                if episode is not None and found is not None:
+                    shorter.append((episode, found))  # evidence once a rise of the leader's count matches it
+            if left and count is not None:
+                # one shrink in the leader's count (however many followers it removed)
+                count.seen.append((t_ms, shorter))
         return out
 
     def leader_count(self, cluster: str, broker: int, t_ms: int, total: int) -> None:
@@ -255,7 +352,53 @@ class ShrinkOutcomes:
         if not candidates:
             return (None, *self._count(counts, None, t_ms))
         _, key, episode = min(candidates, key=lambda c: c[0])
+        found = self._shorter(key, episode, leader, t_ms)  # t_ms: the latest it can have been
+        if found is not None:
+            self._found(episode, found)
         return (key, *self._count(counts, episode, t_ms))
+
+    def _shorter(self, key: ReplicaKey, e: _Episode | None, leader: int | None, t_ms: int) -> LagEvidence | None:
+        """``leader``'s shrink at ``t_ms`` of the follower of episode ``e``, if it came sooner
+        after the follower's last catch-up than the job's lag (less the margin) allows."""
+        if e is None or leader is None or e.mixed or e.leader != leader or e.lag_ms is None:
+            return None
+        before = [t for t in e.caught_up if t <= t_ms]  # catch-ups read after the shrink are not its
+        if not before or t_ms - before[-1] >= e.lag_ms - self.lag_margin_ms:
+            return None
+        return LagEvidence(key[0], "shorter", key, leader, e.lag_ms, t_ms - before[-1], t_ms)
+
+    def _longer(self, key: ReplicaKey, r: _Replica, e: _Episode, now_ms: int) -> LagEvidence | None:
+        """Episode ``e``'s follower, held not caught up past the time a leader with the job's lag
+        drops it, if the leader's count shows it did not (decided ``2 x settle_ms`` after)."""
+        if e.followed or e.out_of_isr or e.mixed or e.lag_ms is None or e.leader is None or not e.caught_up:
+            return None
+        lcu = e.caught_up[-1]
+        due = lcu + 2 * e.lag_ms + self.lag_margin_ms
+        if e.last_ms <= due or now_ms < due + 2 * self.settle_ms:
+            return None
+        count = self._leaders.get((key[0], e.leader))
+        if count is None or count.first_ms > lcu or count.t_ms < due or (count.rises and count.rises[0][0] < due):
+            return None  # the leader's count does not cover the time from lcu to due (yet)
+        if any(since < due and t > lcu for since, t in count.unseen):
+            return None  # a shrink no metadata named, in that time: it may have been this follower's
+        if _out_within(r.changes, lcu, due):
+            return None  # metadata showed it out (the controller's removal is no leader's count)
+        return LagEvidence(key[0], "longer", key, e.leader, e.lag_ms, e.last_ms - lcu, e.last_ms)
+
+    def _found(self, e: _Episode, found: LagEvidence) -> None:
+        """Count ``found``, once per episode and direction."""
+        if found.direction in e.evidence:
+            return
+        e.evidence.add(found.direction)
+        self._counts.setdefault(found.cluster, OutcomeCounts()).evidence[found.direction] += 1
+        self._evidence.append(found)
+
+    def take_evidence(self) -> list[LagEvidence]:
+        """The lag-time evidence found since the last call (the job logs it)."""
+        with self._lock:
+            out = list(self._evidence)
+            self._evidence.clear()
+        return out
 
     def settle(self, cluster_now: dict[str, int]) -> list[Unseen]:
         """Decide what is ``settle_ms`` behind its cluster's clock: the rises of a leader's
@@ -271,23 +414,29 @@ class ShrinkOutcomes:
                     # metadata shows a shrink after it happened, so after the reading before it
                     # (``since``): one shown earlier was no rise of this leader's count (the
                     # controller's removal of a dead broker, which no leader counts)
-                    while count.seen and count.seen[0] <= since:
+                    while count.seen and count.seen[0][0] <= since:
                         count.seen.popleft()
                     matched = min(rise, len(count.seen))
                     for _ in range(matched):
-                        count.seen.popleft()
+                        for episode, found in count.seen.popleft()[1]:  # the leader's own: evidence
+                            self._found(episode, found)
                     for _ in range(rise - matched):
+                        count.unseen.append((since, t))
                         key, outcome, lead_s = self._unseen(cluster, leader, since, t)
                         unseen.append(Unseen(cluster, leader, key, t, outcome, lead_s))
             for key, r in self._replicas.items():
                 now = cluster_now.get(key[0])
                 if now is None:
                     continue
+                for e in r.episodes:
+                    longer = self._longer(key, r, e, now) if "longer" not in e.evidence else None
+                    if longer is not None:
+                        self._found(e, longer)
                 # twice settle_ms: a leader's count rise read up to settle_ms after the episode ended
                 # (so decided up to 2 settle_ms after) may be the shrink that followed it
                 while r.episodes and (end := r.episodes[0].end_ms) is not None and end + 2 * self.settle_ms <= now:
                     e = r.episodes.popleft()
-                    if not e.followed and not _out_within(r.changes, e):
+                    if not e.followed and not _out_within(r.changes, e.start_ms, end):
                         self._counts.setdefault(key[0], OutcomeCounts()).unfollowed += 1
         return unseen
 
@@ -300,14 +449,13 @@ class ShrinkOutcomes:
         return dict(sorted(out.items()))
 
 
-def _out_within(changes: Iterable[tuple[int, bool]], e: _Episode) -> bool:
-    """Whether the follower was out of the ISR at some time in [start, end] of ``e``."""
-    assert e.end_ms is not None
+def _out_within(changes: Iterable[tuple[int, bool]], start_ms: int, end_ms: int) -> bool:
+    """Whether the follower was out of the ISR at some time in [start_ms, end_ms]."""
     in_isr = True
     for t, after in sorted(changes):
-        if t > e.end_ms:
+        if t > end_ms:
             break
-        if t <= e.start_ms:
+        if t <= start_ms:
             in_isr = after
         elif not after:
             return True

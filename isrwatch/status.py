@@ -25,6 +25,7 @@ __all__ = [
     "ReplicaStatus",
     "evaluate",
     "lag_state_of",
+    "last_caught_up_ms",
     "STATUS_FIELDS",
     "status_from_values",
     "status_key",
@@ -218,6 +219,11 @@ def evaluate(agg: ReplicaAggregate, cluster_now_ms: int, cfg: RuleConfig, th: Th
         shrink_window_end_ms=start + check_period_ms(cfg),
         lag_state=lag_state,
     )
+
+
+def last_caught_up_ms(s: ReplicaStatus) -> int:
+    """The follower's ``lastCaughtUpTimeMs`` as ``s`` computed it."""
+    return s.shrink_window_start_ms - s.lag_time_max_ms
 
 
 def status_key(s: ReplicaStatus) -> str:

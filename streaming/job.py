@@ -53,6 +53,8 @@ FUTURE_TOLERANCE_MS = 300_000
 FORGET_AFTER_MS = 15 * 60_000
 # Seconds the job waits for the telemetry cluster at start-up.
 STARTUP_TIMEOUT_S = 15.0
+# The collector's default round (``isrwatch collect --interval``): the telemetry's granularity.
+COLLECTOR_ROUND_MS = 1_000
 
 
 @dataclass
@@ -182,6 +184,7 @@ class Job:
         checkpoint_dir, spool = self._checkpoint()
         spark = self._spark()
         from exporter.store import StatusStore
+        from isrwatch.outcomes import ShrinkOutcomes
         from streaming import query
         from streaming.checkpoint import DriverCheckpoint
         from streaming.handler import BatchHandler
@@ -200,7 +203,8 @@ class Job:
                 make_producer(settings.bootstrap_servers or "", settings.kafka_config),
                 latest_wins={settings.state_topic},
             )
-        store = StatusStore()
+        # the lag-time evidence's margin: one collector round (its default interval) plus the stall time
+        store = StatusStore(outcomes=ShrinkOutcomes(lag_margin_ms=COLLECTOR_ROUND_MS + settings.stall_after_ms))
         store.health.declare_deadletter_reasons(REASONS)  # the counter by reason starts at 0
         if producer is not None:
             out = producer

@@ -45,7 +45,7 @@ from typing import Any
 
 from isrwatch.alerts import AlertName, replica_alerts
 from isrwatch.rule import Rule, RuleConfig
-from isrwatch.status import ReplicaStatus, State, Thresholds, lag_state_of
+from isrwatch.status import ReplicaStatus, State, Thresholds, lag_state_of, last_caught_up_ms
 
 __all__ = ["Lookahead", "carry", "last_caught_up_ms", "HORIZON_SHARE", "STALLED_HORIZON_SHARE"]
 
@@ -57,11 +57,6 @@ HORIZON_SHARE = 0.25
 STALLED_HORIZON_SHARE = 0.5
 
 ReplicaKey = tuple[str, str, int, int]
-
-
-def last_caught_up_ms(s: ReplicaStatus) -> int:
-    """The follower's ``lastCaughtUpTimeMs`` as ``s`` computed it."""
-    return s.shrink_window_start_ms - s.lag_time_max_ms
 
 
 def carry(s: ReplicaStatus, at_ms: int, th: Thresholds) -> ReplicaStatus:

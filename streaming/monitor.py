@@ -18,7 +18,8 @@ telemetry clock has not moved for ``stale_after_seconds`` raises
 ``IsrwatchTelemetryStale``; its replicas keep their frozen ages.
 
 Every transition sent is also told to ``isrwatch.outcomes`` (the store's ``outcomes``),
-which weighs it against the real ISR shrinks the handler reports.
+which weighs it against the real ISR shrinks the handler reports; so is every status held
+of a follower not ok (its last catch-up and lag: whether the brokers' lag time is the job's).
 
 ``carry_forward`` runs from the same timer: a follower behind, due to cross
 ``nearing_ratio`` before the next batch can show it, is said nearing when it
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from isrwatch.alerts import Alert, AlertBook, AlertName, Transition, partition_alert, replica_alerts, stale_alert
-from isrwatch.rule import RuleConfig
+from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import ReplicaStatus, State, Thresholds, status_key
 from streaming.brokerwatch import BrokerWatch
 from streaming.checkpoint import DriverCheckpoint
@@ -127,6 +128,8 @@ class Monitor:
         # ISR changes by streaming.handler; an episode firing at a restart goes on.
         self.outcomes = store.outcomes
         self.outcomes.resume(self.book.active.values())
+        # The legacy rule's last catch-up is made up from a message count: no evidence of the lag time.
+        self._lag_evidence = cfg.rule is not Rule.LEGACY_MESSAGES
         # The alerts the checkpoint's book had firing: a restart's first batches re-read
         # telemetry from before them, which must not end them (AlertBook.update).
         self._restored_alerts = frozenset(self.book.active)
@@ -198,6 +201,8 @@ class Monitor:
             alerts.pop(key, None)
         else:
             alerts[key] = replica_alerts(s, self.thresholds)
+            if self._lag_evidence:
+                self.outcomes.behind(s)  # before its alerts start: the episode begins with it
         return pkey
 
     def _update_partition_alert(self, pkey: PartitionKey) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from isrwatch.alerts import Alert, AlertName, Transition, stale_alert
-from isrwatch.outcomes import LEAD_BUCKETS_S, ShrinkOutcomes
+from isrwatch.outcomes import LEAD_BUCKETS_S, LagEvidence, ShrinkOutcomes
+from isrwatch.status import State
+from tests.exporter.samples import replica
 
 
 def _alert(name: AlertName, broker_id: int = 2, partition: int = 0, cluster: str = "c1", leader: int = 1) -> Alert:
@@ -197,3 +199,135 @@ def test_a_shrink_metadata_showed_and_no_leader_counted_does_not_hide_a_later_on
     o.leader_count("c1", 1, 30_000, 1)  # a shrink metadata never showed
     assert [u.outcome for u in o.settle({"c1": 40_000})] == ["warned"]
     assert o.snapshot()["c1"].shrinks == {"warned": 1, "missed": 1}
+
+
+# The brokers' replica.lag.time.max.ms against the job's (Kafka 0.9 shows it nowhere).
+
+
+def _behind(
+    o: ShrinkOutcomes, at_ms: int, caught_up_ms: int, broker_id: int = 2, partition: int = 0, cluster: str = "c1",
+    leader: int = 1, lag_ms: int = 30_000,
+) -> None:  # fmt: skip
+    """The job holds the follower not ok at ``at_ms``, last caught up at ``caught_up_ms``."""
+    o.behind(
+        replica(
+            broker_id, State.NEARING, cluster=cluster, partition=partition, leader_id=leader, eval_ms=at_ms,
+            ratio=(at_ms - caught_up_ms) / lag_ms, lag_time_max_ms=lag_ms,
+        )
+    )  # fmt: skip
+
+
+def _warned(o: ShrinkOutcomes, partition: int, caught_up_ms: int) -> None:
+    """Follower 2 of ``partition`` (leader 1, the job's lag 30 s), last caught up at
+    ``caught_up_ms``, warned 15 s later."""
+    _behind(o, caught_up_ms + 15_000, caught_up_ms, partition=partition)
+    _fire(o, caught_up_ms + 15_000, _alert(AlertName.NEARING, partition=partition))
+
+
+def test_a_leader_dropping_a_follower_sooner_than_the_lag_allows_is_evidence_of_a_shorter_lag() -> None:
+    o = ShrinkOutcomes(settle_ms=10_000, lag_margin_ms=2_000)
+    o.leader_count("c1", 1, 0, 0)
+    _warned(o, 0, caught_up_ms=1_000)
+    o.leader_count("c1", 1, 20_000, 1)
+    o.isr_change("c1", "orders", 0, 20_500, left=[2], leader=1)  # 19.5 s after the catch-up; the lag: 30 s
+    assert o.take_evidence() == []  # not yet: the leader's count has to show the shrink was its own
+    o.settle({"c1": 30_000})
+    assert o.take_evidence() == [LagEvidence("c1", "shorter", ("c1", "orders", 0, 2), 1, 30_000, 19_500, 20_500)]
+    assert o.take_evidence() == []  # taken once
+    assert o.snapshot()["c1"].evidence == {"shorter": 1, "longer": 0}
+
+
+def test_a_shrink_at_the_lag_less_the_margin_is_no_evidence() -> None:
+    o = ShrinkOutcomes(settle_ms=10_000, lag_margin_ms=2_000)
+    o.leader_count("c1", 1, 0, 0)
+    _warned(o, 0, caught_up_ms=1_000)
+    _warned(o, 1, caught_up_ms=1_001)
+    o.leader_count("c1", 1, 28_500, 2)
+    o.isr_change("c1", "orders", 0, 29_000, left=[2], leader=1)  # 28 s: the lag less the margin
+    o.isr_change("c1", "orders", 1, 29_000, left=[2], leader=1)  # 27.999 s
+    o.settle({"c1": 100_000})
+    assert [(e.replica[2], e.behind_ms) for e in o.take_evidence()] == [(1, 27_999)]
+    assert o.snapshot()["c1"].evidence["shorter"] == 1
+
+
+def test_a_shrink_only_metadata_shows_is_no_evidence_the_controller_removes_dead_brokers_too() -> None:
+    o = ShrinkOutcomes(settle_ms=10_000, lag_margin_ms=2_000)
+    _warned(o, 0, caught_up_ms=1_000)
+    o.isr_change("c1", "orders", 0, 20_000, left=[2], leader=1)  # no leader count read yet
+    o.leader_count("c1", 1, 25_000, 5)
+    _warned(o, 1, caught_up_ms=26_000)
+    o.isr_change("c1", "orders", 1, 45_000, left=[2], leader=1)  # counts read, none rose: the controller's
+    o.leader_count("c1", 1, 50_000, 5)
+    o.settle({"c1": 100_000})
+    assert o.take_evidence() == []
+    _warned(o, 2, caught_up_ms=100_000)
+    o.leader_count("c1", 1, 120_000, 6)  # the leader's own, metadata never showed it: evidence
+    o.settle({"c1": 130_000})
+    assert [(e.direction, e.replica[2], e.behind_ms) for e in o.take_evidence()] == [("shorter", 2, 20_000)]
+
+
+def _held_out_of_sync(o: ShrinkOutcomes, cluster: str = "c1", counts: bool = True, shrinks: int = 0) -> None:
+    """Follower 2 (leader 1, the job's lag 10 s) last caught up at 1 s, held not ok until 24 s:
+    a leader with a 10 s lag drops it by 1 + 2 x 10 + 2 (the margin) = 23 s."""
+    if counts:
+        o.leader_count(cluster, 1, 0, 0)
+    _behind(o, 6_000, 1_000, cluster=cluster, lag_ms=10_000)
+    _fire(o, 6_000, _alert(AlertName.NEARING, cluster=cluster))
+    _behind(o, 15_000, 1_000, cluster=cluster, lag_ms=10_000)
+    _behind(o, 24_000, 1_000, cluster=cluster, lag_ms=10_000)
+    if counts:
+        o.leader_count(cluster, 1, 25_000, shrinks)  # none by default
+
+
+def test_a_follower_held_out_of_sync_past_twice_the_lag_and_never_dropped_is_evidence_of_a_longer_lag() -> None:
+    o = ShrinkOutcomes(settle_ms=10_000, lag_margin_ms=2_000)
+    _held_out_of_sync(o)
+    o.settle({"c1": 42_999})  # a count read late could still show the shrink
+    assert o.take_evidence() == []
+    o.settle({"c1": 43_000})  # 23 s + 2 x settle_ms
+    assert o.take_evidence() == [LagEvidence("c1", "longer", ("c1", "orders", 0, 2), 1, 10_000, 23_000, 24_000)]
+    assert o.snapshot()["c1"].evidence == {"shorter": 0, "longer": 1}
+
+
+def test_without_the_leaders_count_a_missing_shrink_proves_nothing() -> None:
+    o = ShrinkOutcomes(settle_ms=10_000, lag_margin_ms=2_000)
+    _held_out_of_sync(o, "c1")
+    _held_out_of_sync(o, "c2", counts=False)  # metadata only: on 0.9 it misses quick shrinks
+    o.settle({"c1": 100_000, "c2": 100_000})
+    assert [(e.cluster, e.direction) for e in o.take_evidence()] == [("c1", "longer")]
+    assert o.snapshot()["c2"].evidence == {"shorter": 0, "longer": 0}
+
+
+def test_a_leader_change_or_a_shrink_no_metadata_named_stops_the_longer_evidence() -> None:
+    o = ShrinkOutcomes(settle_ms=10_000, lag_margin_ms=2_000)
+    _held_out_of_sync(o, "c1")
+    _behind(o, 24_500, 1_000, cluster="c1", leader=3, lag_ms=10_000)  # a new leader: its own clock
+    _behind(o, 5_000, 4_000, partition=1, cluster="c2", lag_ms=10_000)
+    _fire(o, 5_000, _alert(AlertName.NEARING, partition=1, cluster="c2"))  # warned first: it gets the shrink
+    _held_out_of_sync(o, "c2", shrinks=1)  # leader 1 dropped one of them, metadata never said which
+    _held_out_of_sync(o, "c3")
+    o.settle({"c1": 100_000, "c2": 100_000, "c3": 100_000})
+    assert [(e.cluster, e.direction) for e in o.take_evidence()] == [("c3", "longer")]
+
+
+def test_each_evidence_is_counted_once_per_episode() -> None:
+    o = ShrinkOutcomes(settle_ms=10_000, lag_margin_ms=2_000)
+    o.leader_count("c1", 1, 0, 0)
+    _warned(o, 0, caught_up_ms=1_000)
+    o.leader_count("c1", 1, 20_000, 1)
+    o.isr_change("c1", "orders", 0, 20_500, left=[2], leader=1)
+    o.isr_change("c1", "orders", 0, 21_000, left=[], joined=[2])
+    o.leader_count("c1", 1, 23_000, 2)  # dropped again within the same episode
+    o.isr_change("c1", "orders", 0, 23_500, left=[2], leader=1)
+    o.settle({"c1": 40_000})
+    assert [e.direction for e in o.take_evidence()] == ["shorter"]
+    _held_out_of_sync(o, "c2")
+    for now in (43_000, 50_000, 60_000):
+        _behind(o, now, 1_000, cluster="c2", lag_ms=10_000)
+        o.leader_count("c2", 1, now, 0)
+        o.settle({"c2": now})
+    assert [e.direction for e in o.take_evidence()] == ["longer"]
+    assert (o.snapshot()["c1"].evidence, o.snapshot()["c2"].evidence) == (
+        {"shorter": 1, "longer": 0},
+        {"shorter": 0, "longer": 1},
+    )

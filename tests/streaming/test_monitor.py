@@ -206,3 +206,25 @@ def test_changes_inside_a_batch_fire_and_resolve_at_their_own_times(tmp_path) ->
     again = _monitor(tmp_path, clock, Collect())  # restarted on the same checkpoint
     replay = again.apply_statuses(0, [(end, 112_000, 40)], [nearing, critical, back])
     assert replay.skipped and (replay.started, replay.resolved) == (0, 0)
+
+
+def test_the_monitor_hands_the_last_catch_up_and_lag_to_the_shrink_outcomes() -> None:
+    """A follower the job holds nearing, caught up at 99 s on a 10 s lag, dropped by its leader
+    7 s after that (its own count rose): the brokers' lag is shorter than the job's."""
+    m = _monitor(None, Clock(), Collect())
+    m.outcomes.leader_count("c", 1, 99_000, 0)
+    _apply(m, 0, [_row(100_000, 99_000, 5)])  # ok
+    report = _apply(m, 1, [_row(104_500, 99_000, 6)])  # 5.5 s behind: nearing
+    assert report.started == 1
+    m.outcomes.leader_count("c", 1, 105_500, 1)
+    m.outcomes.isr_change("c", "t", 0, 106_000, left=[2], leader=1)  # as streaming.handler does
+    m.outcomes.settle({"c": 116_000})
+    [found] = m.outcomes.take_evidence()
+    assert (found.direction, found.replica, found.leader, found.lag_ms, found.behind_ms) == (
+        "shorter",
+        ("c", "t", 0, 2),
+        1,
+        10_000,
+        7_000,
+    )
+    assert m.store.snapshot().outcomes["c"].evidence == {"shorter": 1, "longer": 0}
