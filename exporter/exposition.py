@@ -18,6 +18,7 @@ from exporter.families import (
     CHANGES_FAMILY,
     CLUSTER_CHANGES_FAMILY,
     EPISODES_FAMILY,
+    LAG_EVIDENCE_FAMILY,
     LEAD_FAMILY,
     PARTITION_GAUGES,
     PARTITIONS_FAMILY,
@@ -151,16 +152,20 @@ def _outcomes(out: list[str], snap: StoreSnapshot, esc: _Escaper) -> None:
     rows = outcome_rows(snap)
     name, help_text = SHRINKS_FAMILY
     _header(out, name + "_total", help_text, "counter")
-    for cluster, by_outcome, _, _, _ in rows:
+    for cluster, by_outcome, _, _, _, _ in rows:
         out.extend(f'{name}_total{{cluster="{esc(cluster)}",outcome="{o}"}} {_value(n)}\n' for o, n in by_outcome)
     name, help_text = LEAD_FAMILY
     _header(out, name, help_text, "histogram")
-    for cluster, _, buckets, lead_sum, _ in rows:
+    for cluster, _, buckets, lead_sum, _, _ in rows:
         c = esc(cluster)
         out.extend(f'{name}_bucket{{cluster="{c}",le="{le}"}} {_value(n)}\n' for le, n in buckets)
         out.append(f'{name}_count{{cluster="{c}"}} {_value(buckets[-1][1])}\n')
         out.append(f'{name}_sum{{cluster="{c}"}} {_value(lead_sum)}\n')
     name, help_text = UNFOLLOWED_FAMILY
     _header(out, name + "_total", help_text, "counter")
-    for cluster, _, _, _, n in rows:
+    for cluster, _, _, _, n, _ in rows:
         out.append(f'{name}_total{{cluster="{esc(cluster)}"}} {_value(n)}\n')
+    name, help_text = LAG_EVIDENCE_FAMILY
+    _header(out, name + "_total", help_text, "counter")
+    for cluster, _, _, _, _, by_direction in rows:
+        out.extend(f'{name}_total{{cluster="{esc(cluster)}",direction="{d}"}} {_value(n)}\n' for d, n in by_direction)

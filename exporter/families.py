@@ -48,6 +48,7 @@ __all__ = [
     "SHRINKS_FAMILY",
     "LEAD_FAMILY",
     "UNFOLLOWED_FAMILY",
+    "LAG_EVIDENCE_FAMILY",
     "outcome_rows",
 ]
 
@@ -156,6 +157,11 @@ LEAD_FAMILY = (
 UNFOLLOWED_FAMILY = (
     "isrwatch_warnings_without_shrink",
     "Replica alert episodes that ended without their follower leaving the ISR",
+)
+LAG_EVIDENCE_FAMILY = (
+    "isrwatch_lag_time_evidence",
+    "Leaders' shrinks (or their absence) showing the brokers' replica.lag.time.max.ms shorter or longer "
+    "than isrwatch's",
 )
 
 
@@ -327,19 +333,22 @@ class StoreCollector(Collector):
         shrinks = CounterMetricFamily(*SHRINKS_FAMILY, labels=["cluster", "outcome"])
         lead = HistogramMetricFamily(*LEAD_FAMILY, labels=["cluster"])
         unfollowed = CounterMetricFamily(*UNFOLLOWED_FAMILY, labels=["cluster"])
-        for cluster, by_outcome, buckets, lead_sum, n in outcome_rows(snap):
+        evidence = CounterMetricFamily(*LAG_EVIDENCE_FAMILY, labels=["cluster", "direction"])
+        for cluster, by_outcome, buckets, lead_sum, n, by_direction in outcome_rows(snap):
             for outcome, count in by_outcome:
                 shrinks.add_metric([cluster, outcome], count)
             lead.add_metric([cluster], buckets, lead_sum)
             unfollowed.add_metric([cluster], n)
-        yield from (shrinks, lead, unfollowed)
+            for direction, count in by_direction:
+                evidence.add_metric([cluster, direction], count)
+        yield from (shrinks, lead, unfollowed, evidence)
 
 
 def outcome_rows(
     snap: StoreSnapshot,
-) -> list[tuple[str, list[tuple[str, int]], list[tuple[str, float]], float, int]]:
+) -> list[tuple[str, list[tuple[str, int]], list[tuple[str, float]], float, int, list[tuple[str, int]]]]:
     """Per cluster: (cluster, shrinks by outcome, cumulative lead buckets by ``le`` text, lead sum,
-    warnings without shrink)."""
+    warnings without shrink, lag-time evidence by direction)."""
     return [
         (
             cluster,
@@ -347,6 +356,7 @@ def outcome_rows(
             [("+Inf" if le == float("inf") else str(le), float(n)) for le, n in c.cumulative()],
             c.lead_sum_s,
             c.unfollowed,
+            sorted(c.evidence.items()),
         )
         for cluster, c in snap.outcomes.items()
     ]

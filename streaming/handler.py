@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from isrwatch.logs import kv
+from isrwatch.outcomes import LagEvidence
 from isrwatch.rule import RuleConfig
 from isrwatch.status import Thresholds
 from streaming.batch import BatchOutput, evaluate_records, split_driver_rows
@@ -33,6 +34,9 @@ log = logging.getLogger("streaming.job")
 # are the collector's, clamped to the job's clock for Alertmanager), at most once per period.
 CLOCK_AHEAD_WARN_MS = 5_000
 CLOCK_WARN_EVERY_S = 600.0
+# Evidence that the brokers' replica.lag.time.max.ms is not the job's (isrwatch.outcomes) is
+# logged at most once per cluster and direction per period; the metric counts all of it.
+LAG_WARN_EVERY_S = 3600.0
 
 
 @dataclass
@@ -50,6 +54,7 @@ class BatchHandler:
     side_counts: dict[str, int]  # dead letters by reason, for the embedder (JobHandles)
     side_done: int = field(init=False)  # the last batch whose rare rows were written
     _clock_warned: dict[str, float] = field(init=False, default_factory=dict)  # cluster -> monotonic
+    _lag_warned: dict[tuple[str, str], float] = field(init=False, default_factory=dict)  # (cluster, direction)
 
     def __post_init__(self) -> None:
         self.side_done = self.checkpoint.load_side()
@@ -121,6 +126,34 @@ class BatchHandler:
                     )
                 )
 
+    def _warn_lag_time(self, found: LagEvidence) -> None:
+        """Say what the brokers did that the job's replica.lag.time.max.ms does not explain
+        (Kafka 0.9 shows the brokers' value nowhere), at most once per period."""
+        now = time.monotonic()
+        if now - self._lag_warned.get((found.cluster, found.direction), -LAG_WARN_EVERY_S) < LAG_WARN_EVERY_S:
+            return
+        self._lag_warned[(found.cluster, found.direction)] = now
+        _, topic, partition, broker = found.replica
+        follower, behind_s = f"{topic}-{partition}/{broker}", found.behind_ms / 1000
+        if found.direction == "shorter":
+            did = f"broker {found.leader} dropped follower {follower} {behind_s:.1f} s after its last catch-up"
+        else:
+            did = f"broker {found.leader} kept follower {follower} in the ISR {behind_s:.1f} s after its last catch-up"
+        evidence = f"{did}; isrwatch uses replica.lag.time.max.ms={found.lag_ms}"
+        hint = (
+            f"the brokers' replica.lag.time.max.ms is {found.direction} than {found.lag_ms}: set the job's "
+            "--lag-time-max-ms and the collector's --lag-time-max-ms to it (docs/kafka.md)"
+        )
+        log.warning(
+            kv(
+                event="lag_time_max_ms_mismatch",
+                cluster=found.cluster,
+                direction=found.direction,
+                evidence=f'"{evidence}"',
+                hint=f'"{hint}"',
+            )
+        )
+
     def _write_side(self, out: BatchOutput, batch_id: int) -> dict[str, int]:
         """Dead letters and ISR change counts of a batch not handled before; by reason."""
         try:  # the sinks log and count what they cannot write; a batch that failed here would fail again
@@ -166,6 +199,8 @@ class BatchHandler:
                     seen="leader_count",
                 ),
             )
+        for found in self.store.outcomes.take_evidence():
+            self._warn_lag_time(found)
         self.checkpoint.save_side(batch_id)
         if out.deadletters:
             log.warning(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from exporter.store import StatusStore
+from isrwatch.alerts import Transition, replica_alerts
 from isrwatch.status import ReplicaStatus, State
 
-__all__ = ["replica", "replica_statuses"]
+__all__ = ["replica", "replica_statuses", "shorter_lag_evidence"]
 
 
 def replica(
@@ -73,3 +75,16 @@ def replica_statuses() -> st.SearchStrategy[ReplicaStatus]:
         peak=st.one_of(st.none(), st.floats(0, 3, allow_nan=False)),
         episodes=st.integers(0, 3),
     )
+
+
+def shorter_lag_evidence(store: StatusStore) -> None:
+    """The job's shrink accounting finds leader 1 dropping follower prod/orders/0/2 20 s after
+    its last catch-up, the job's lag 30 s: evidence the brokers' is shorter (isrwatch.outcomes)."""
+    o = store.outcomes
+    o.leader_count("prod", 1, 0, 0)
+    s = replica(2, State.NEARING, eval_ms=15_000, ratio=0.5)  # caught up at 0
+    o.behind(s)
+    o.alerts(Transition(replica_alerts(s), [], []), 15_000)
+    o.leader_count("prod", 1, 19_000, 1)
+    o.isr_change("prod", "orders", 0, 20_000, left=[2], leader=1)
+    o.settle({"prod": 30_000})

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.exposition import render
 from exporter.families import MetricsView, StoreCollector
 from exporter.store import StatusStore
-from tests.exporter.samples import replica_statuses
+from tests.exporter.samples import replica_statuses, shorter_lag_evidence
 
 Sample = tuple[str, tuple[tuple[str, str], ...], float]
 
@@ -62,3 +62,12 @@ def test_render_matches_the_collector(statuses, changes, batches, view) -> None:
         store.health.set_up(False)
     fast, reference = both(store, view)
     assert fast == reference
+
+
+def test_render_matches_the_collector_on_the_shrink_outcomes() -> None:
+    store = StatusStore()
+    shorter_lag_evidence(store)
+    store.health.record_batch(1.0, 10, {})
+    fast, reference = both(store, MetricsView())
+    assert fast == reference
+    assert ("isrwatch_lag_time_evidence_total", (("cluster", "prod"), ("direction", "shorter")), 1.0) in fast[1]

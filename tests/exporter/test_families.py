@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from exporter.families import StoreCollector
 from exporter.store import StatusStore
 from isrwatch.status import State
-from tests.exporter.samples import replica
+from tests.exporter.samples import replica, shorter_lag_evidence
 
 T0 = 1_700_000_000_000
 
@@ -284,3 +284,11 @@ def test_an_isr_change_keeps_the_partition_for_recent_change_s() -> None:
 def test_bad_partition_series_is_refused() -> None:
     with pytest.raises(ValueError, match="partition_series"):
         StoreCollector(StatusStore(), partition_series="some")
+
+
+def test_lag_time_evidence_is_served_by_cluster_and_direction(store: StatusStore) -> None:
+    shorter_lag_evidence(store)
+    store.health.record_batch(1.0, 10, {})
+    get = registry(store).get_sample_value
+    assert get("isrwatch_lag_time_evidence_total", {"cluster": "prod", "direction": "shorter"}) == 1
+    assert get("isrwatch_lag_time_evidence_total", {"cluster": "prod", "direction": "longer"}) == 0
