@@ -43,11 +43,14 @@ returned by ``take_evidence``), each at most once per episode:
   default), which has nothing to do with the lag;
 * *longer*: the job held the follower not caught up past L + 2 x lag + ``lag_margin_ms``
   (a leader checks every lag on 0.9, every lag/2 from 0.10.2, so one with the job's lag
-  drops it by L + 2 x lag), its leader unchanged and never seen out of the ISR, and no shrink
-  of it counted by 2 x ``settle_ms`` after that. Only where the leader's count covers the
-  time from L on (the JMX collector): metadata alone misses quick shrinks (above), so a
-  shrink missing from it proves nothing. No finding while a shrink of that leader that no
-  metadata named (given to another follower or missed) may have been this follower's.
+  drops it by L + 2 x lag) = D, its leader unchanged, no rise of the leader's count (any
+  follower's shrink) between L and D, and neither metadata nor a status showing it out of the
+  ISR by D + ``settle_ms`` (metadata's delay; the controller's removal of a broker whose
+  ZooKeeper session expired is in no leader's count). Decided at D + 2 x ``settle_ms``, when a
+  count rise read late has settled; a drop after D does not matter (the brokers' lag is then
+  longer by less). Only where the leader's count covers the time from L on (the JMX
+  collector): metadata alone misses quick shrinks (above), so a shrink missing from it proves
+  nothing.
 
 ``lag_margin_ms`` covers the telemetry's granularity (the job's L may trail the leader's by a
 collector round, and by the stall time for a follower that stops answering). The shrink
@@ -155,7 +158,7 @@ class _Episode:
     lag_ms: int | None = None
     leader: int | None = None
     mixed: bool = False  # the lag or the leader changed within it: no lag-time evidence from it
-    out_of_isr: bool = False  # a status showed the follower out of the ISR
+    out_ms: int | None = None  # the first status showing the follower out of the ISR
     last_ms: int = 0
     evidence: set[str] = field(default_factory=set)  # the directions found in it
 
@@ -168,7 +171,8 @@ class _Episode:
         lcu = last_caught_up_ms(s)
         if not self.caught_up or lcu > self.caught_up[-1]:
             self.caught_up.append(lcu)
-        self.out_of_isr = self.out_of_isr or not s.in_isr
+        if not s.in_isr and self.out_ms is None:
+            self.out_ms = s.eval_ms
         self.last_ms = max(self.last_ms, s.eval_ms)
 
 
@@ -200,8 +204,8 @@ class _LeaderCount:
     # when metadata showed each shrink of this leader not yet matched with a rise, with the
     # lag-time evidence it is if a rise matches it (the leader's own, not the controller's)
     seen: deque[tuple[int, list[tuple[_Episode, LagEvidence]]]] = field(default_factory=deque)
-    # the windows (previous reading's t, t) of its rises no metadata shrink accounted for
-    unseen: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=KEEP_EVENTS))
+    # the windows (previous reading's t, t) of its settled rises, metadata's shrinks or not
+    shrunk: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=KEEP_EVENTS))
 
 
 def _leader(a: Alert) -> int | None:
@@ -369,8 +373,9 @@ class ShrinkOutcomes:
 
     def _longer(self, key: ReplicaKey, r: _Replica, e: _Episode, now_ms: int) -> LagEvidence | None:
         """Episode ``e``'s follower, held not caught up past the time a leader with the job's lag
-        drops it, if the leader's count shows it did not (decided ``2 x settle_ms`` after)."""
-        if e.followed or e.out_of_isr or e.mixed or e.lag_ms is None or e.leader is None or not e.caught_up:
+        drops it, if the leader's count shows it did not (decided ``2 x settle_ms`` after). A
+        drop after that time does not matter: the brokers' lag is then longer, only by less."""
+        if e.mixed or e.lag_ms is None or e.leader is None or not e.caught_up:
             return None
         lcu = e.caught_up[-1]
         due = lcu + 2 * e.lag_ms + self.lag_margin_ms
@@ -379,11 +384,15 @@ class ShrinkOutcomes:
         count = self._leaders.get((key[0], e.leader))
         if count is None or count.first_ms > lcu or count.t_ms < due or (count.rises and count.rises[0][0] < due):
             return None  # the leader's count does not cover the time from lcu to due (yet)
-        if any(since < due and t > lcu for since, t in count.unseen):
-            return None  # a shrink no metadata named, in that time: it may have been this follower's
-        if _out_within(r.changes, lcu, due):
-            return None  # metadata showed it out (the controller's removal is no leader's count)
-        return LagEvidence(key[0], "longer", key, e.leader, e.lag_ms, e.last_ms - lcu, e.last_ms)
+        if any(since < due and t > lcu for since, t in count.shrunk):
+            return None  # the leader shrank an ISR in that time: it may have been this follower's
+        # metadata (up to settle_ms late) showed it out by then: the controller's removal of a broker
+        # whose ZooKeeper session expired is in no leader's count
+        shown_by = due + self.settle_ms
+        if (e.out_ms is not None and e.out_ms <= shown_by) or _out_within(r.changes, lcu, shown_by):
+            return None
+        kept = min(e.last_ms, e.out_ms if e.out_ms is not None else e.last_ms)  # the latest seen in the ISR
+        return LagEvidence(key[0], "longer", key, e.leader, e.lag_ms, kept - lcu, kept)
 
     def _found(self, e: _Episode, found: LagEvidence) -> None:
         """Count ``found``, once per episode and direction."""
@@ -416,12 +425,12 @@ class ShrinkOutcomes:
                     # controller's removal of a dead broker, which no leader counts)
                     while count.seen and count.seen[0][0] <= since:
                         count.seen.popleft()
+                    count.shrunk.append((since, t))
                     matched = min(rise, len(count.seen))
                     for _ in range(matched):
                         for episode, found in count.seen.popleft()[1]:  # the leader's own: evidence
                             self._found(episode, found)
                     for _ in range(rise - matched):
-                        count.unseen.append((since, t))
                         key, outcome, lead_s = self._unseen(cluster, leader, since, t)
                         unseen.append(Unseen(cluster, leader, key, t, outcome, lead_s))
             for key, r in self._replicas.items():

@@ -192,6 +192,7 @@ class Pipeline:
         collector_wrapper: Iterable[str] = (),
         collector_source: str = "fetch",
         own_topics: str = "created",
+        lag_time_max_ms: int | None = None,
     ) -> None:
         self.cluster = cluster
         # how the collectors read the log end offsets: fetch requests, or every broker's JMX
@@ -204,7 +205,9 @@ class Pipeline:
         # where isrwatch's own topics live: the watched cluster, or a separate one
         self.telemetry_cluster = telemetry_cluster or cluster
         self.workdir = workdir
-        self.lag_time_max_ms = cluster.lag_time_max_ms
+        # the replica.lag.time.max.ms isrwatch is given (the collector's and the job's flag): the
+        # watched brokers' own, unless a test gives it wrong, as a user may
+        self.lag_time_max_ms = lag_time_max_ms or cluster.lag_time_max_ms
         suffix = os.urandom(3).hex()
         self.telemetry_topic = f"isr.telemetry-{suffix}"
         self.state_topic = f"isr.replica-state-{suffix}"
@@ -270,7 +273,7 @@ class Pipeline:
             "--interval",
             str(COLLECT_INTERVAL_S),
             "--lag-time-max-ms",
-            str(watched.lag_time_max_ms),
+            str(self.lag_time_max_ms if watched is self.cluster else watched.lag_time_max_ms),
         ]
         if self.collector_source == "jmx":
             argv += ["--source", "jmx", *watched.jmx_flags()]

@@ -214,6 +214,7 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, s
             return source != "jmx" or _warned_while_paused(read["lines"], rounds) == paused
 
         until("the job to count the paused followers' real shrinks", counted, 90, pipe)
+        job_log = pipe.job_log()
     truth = Shrinks.read(cluster, topic, started)
     replayed = None
     if telemetry is not None:  # issue 15: the recording, replayed under the brokers' setting and a shorter one
@@ -272,6 +273,13 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, s
         _check_replay(replayed, rounds, truth, topic)
 
     _check_outcomes(read["lines"], read["metrics"], truth, rounds, topic, source)
+    # Issue 14, item 5, the control of tests/e2e/test_wrong_lag.py: isrwatch given the brokers'
+    # own replica.lag.time.max.ms finds no evidence that it is wrong, whatever the pauses did
+    evidence = {
+        d: _total(read["metrics"], "isrwatch_lag_time_evidence_total", direction=d) for d in ("shorter", "longer")
+    }
+    mismatch = re.findall(r"event=lag_time_max_ms_mismatch .*", job_log)
+    assert not any(evidence.values()) and not mismatch, f"the right lag time called wrong: {evidence} {mismatch}"
 
 
 def _total(metrics: dict[Any, float], name: str, **labels: str) -> float:

@@ -331,3 +331,17 @@ def test_each_evidence_is_counted_once_per_episode() -> None:
         {"shorter": 1, "longer": 0},
         {"shorter": 0, "longer": 1},
     )
+
+
+def test_a_follower_dropped_after_twice_the_lag_is_still_evidence_of_a_longer_lag() -> None:
+    """The job's lag 10 s: a leader with it drops the follower by D = 23 s. This one dropped it
+    at 26 s (its lag is longer, by less than twice), metadata said so at 34 s (D + settle_ms + 1),
+    before the evidence was decided at 43 s. The same drop shown by metadata at 33 s may be the
+    controller's removal of a broker whose session expired by D: no evidence."""
+    o = ShrinkOutcomes(settle_ms=10_000, lag_margin_ms=2_000)
+    for cluster, shown_ms in (("c1", 34_000), ("c2", 33_000)):
+        _held_out_of_sync(o, cluster)
+        o.leader_count(cluster, 1, 26_000, 1)
+        o.isr_change(cluster, "orders", 0, shown_ms, left=[2], leader=1)
+    o.settle({"c1": 43_000, "c2": 43_000})
+    assert o.take_evidence() == [LagEvidence("c1", "longer", ("c1", "orders", 0, 2), 1, 10_000, 23_000, 24_000)]
