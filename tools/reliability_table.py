@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script, as make does
 
 from validation_table import default_dir  # noqa: E402
@@ -45,6 +47,9 @@ def _zero(item: str, result: str, figure: str) -> Goal:
 
 
 KILLS = int(os.environ.get("ISRWATCH_KILLS", "20"))
+# The shipped Prometheus scrape interval: a restarted exporter serves its gauges again within it.
+_PROMETHEUS = Path(__file__).resolve().parents[1] / "deploy" / "prometheus" / "prometheus.yml"
+SCRAPE_S = float(yaml.safe_load(_PROMETHEUS.read_text())["global"]["scrape_interval"].rstrip("s"))
 
 GOALS = [
     Goal("1 fuzz", "fuzz_campaign", "records_produced", operator.ge, 10_000, ">= 10000"),
@@ -60,6 +65,22 @@ GOALS = [
     _zero("2 kill -9", "kill_campaign", "transitions_repeated_alerts_topic"),
     _zero("2 kill -9", "kill_campaign", "transitions_missing_on_alerts_topic"),
     _zero("2 kill -9", "kill_campaign", "alerts_left_firing"),
+    Goal("2 kill -9 collector, exporter", "kill_others", "collector_kills", operator.ge, KILLS, f">= {KILLS}"),
+    Goal("2 kill -9 collector, exporter", "kill_others", "exporter_kills", operator.ge, KILLS, f">= {KILLS}"),
+    _zero("2 kill -9 collector, exporter", "kill_others", "observations_lost"),
+    _zero("2 kill -9 collector, exporter", "kill_others", "observations_counted_twice"),
+    _zero("2 kill -9 collector, exporter", "kill_others", "dead_letters"),
+    _zero("2 kill -9 collector, exporter", "kill_others", "replica_alerts_not_of_the_paused_follower"),
+    _zero("2 kill -9 collector, exporter", "kill_others", "transitions_repeated"),
+    _zero("2 kill -9 collector, exporter", "kill_others", "alerts_left_firing"),
+    Goal(
+        "2 kill -9 collector, exporter",
+        "kill_others",
+        "exporter_served_again_max_s",
+        operator.le,
+        SCRAPE_S,
+        f"<= {SCRAPE_S:g} s (a scrape)",
+    ),
     Goal(
         "3 telemetry cluster down 2 min",
         "outage_telemetry_cluster",

@@ -62,6 +62,14 @@ def write_result(test: str, result: dict[str, Any]) -> Path:
     return path
 
 
+def print_figures(title: str, figures: dict[str, Any]) -> None:
+    """A campaign's figures on stdout, one a line (``make reliability`` runs pytest with -s)."""
+    width = max(map(len, figures), default=0)
+    print(f"\n{title}:")
+    for name, value in figures.items():
+        print(f"  {name:{width}s}  {value}")
+
+
 @dataclass
 class Shrinks:
     """The leaders' ``Shrinking ISR`` lines for one topic, by (partition, removed broker)."""

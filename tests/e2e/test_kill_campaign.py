@@ -33,7 +33,7 @@ from isrwatch.alerts import AlertName
 from tests.e2e.accounting import drain_and_count
 from tests.e2e.kafka_io import ProduceLoad, read_topic
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, AlertEvent, Pipeline, until
-from tests.e2e.results import repeated_transitions, write_result
+from tests.e2e.results import print_figures, repeated_transitions, write_result
 
 KILLS = int(os.environ.get("ISRWATCH_KILLS", "20"))
 SEED = int(os.environ.get("ISRWATCH_KILL_SEED", "14"))
@@ -142,9 +142,7 @@ def test_the_job_killed_twenty_times_loses_and_repeats_nothing(kafka_cluster_fac
         "nearing_alerts": len({e.identity for e in stdout if e.name == AlertName.NEARING.value}),
         "campaign_s": round(time.monotonic() - started),
     }
-    print(f"\nkill -9 campaign (seed {SEED}):")
-    for name, value in figures.items():
-        print(f"  {name:40s} {value}")
+    print_figures(f"kill -9 campaign (seed {SEED})", figures)
     write_result(
         "kill_campaign",
         {**figures, "seed": SEED, "kill_points": kills, "alerts": [[e.arrived, e.run, e.body] for e in stdout]},

@@ -37,7 +37,7 @@ from isrwatch.alerts import AlertName
 from localservices import Alertmanager
 from tests.e2e.kafka_io import ProduceLoad, read_topic
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, until
-from tests.e2e.results import Shrinks, stale_episodes, stale_firing, write_result
+from tests.e2e.results import Shrinks, print_figures, stale_episodes, stale_firing, write_result
 from tests.support.http_recorder import HttpRecorder, Post
 
 pytestmark = pytest.mark.slow
@@ -272,9 +272,7 @@ def test_alertmanager_down_five_minutes_gets_every_transition_after_it_returns(k
         **{f"transitions_{k}": v for k, v in delivery_figures(announced_all, got).items()},
         "alerts_active_at_alertmanager_at_end": len(active),
     }
-    print("\nAlertmanager down five minutes:")
-    for name, value in figures.items():
-        print(f"  {name:40s} {value}")
+    print_figures("Alertmanager down five minutes", figures)
     write_result("outage_alertmanager", figures)
     assert {s for *_, s in announced_all} == {"firing", "resolved"}, "the fault raised and resolved alerts"
     assert taken_during == 0, "Alertmanager took alerts while it was down"

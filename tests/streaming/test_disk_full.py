@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.results import write_result
+from tests.e2e.results import print_figures, write_result
 from tests.streaming.test_restart import _start, write_spool
 
 # In make reliability (and make campaign), not make test: one of its first runs died before the
@@ -139,9 +139,7 @@ def test_a_full_checkpoint_disk_stops_the_job_with_one_line_and_a_restart_repeat
         "observations_lost": sum((expected - got).values()),
         "observations_counted_twice": sum((got - expected).values()),
     }
-    print("\ncheckpoint disk full:")
-    for name, value in figures.items():
-        print(f"  {name:32s} {value}")
+    print_figures("checkpoint disk full", figures)
     write_result("disk_full", figures)
     assert code != 0, "the job went on without a checkpoint"
     assert len(errors) == 1 and "no space left on device" in errors[0] and str(ckpt) in errors[0], errors
