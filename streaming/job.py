@@ -53,6 +53,13 @@ FUTURE_TOLERANCE_MS = 300_000
 FORGET_AFTER_MS = 15 * 60_000
 # Seconds the job waits for the telemetry cluster at start-up.
 STARTUP_TIMEOUT_S = 15.0
+# A query that fails is started again from its checkpoint in the same process (Spark gives a
+# Python worker 10 s to connect back, which a loaded machine can miss; an executor can be
+# lost): at most QUERY_RESTARTS times within QUERY_RESTART_WINDOW_S, the first after
+# QUERY_RESTART_BACKOFF_S, each wait doubled. Then, or on a full disk, the job stops with why.
+QUERY_RESTARTS = 5
+QUERY_RESTART_WINDOW_S = 600.0
+QUERY_RESTART_BACKOFF_S = 2.0
 # The collector's default round (``isrwatch collect --interval``): the telemetry's granularity.
 COLLECTOR_ROUND_MS = 1_000
 
@@ -140,6 +147,8 @@ class Job:
         self.monitor: Any = None
         self.fatal: str | None = None  # why a batch failed, when the job knows it better than Spark
         self.feeder: Feeder | None = None
+        self._start_query: Any = None  # starts the job's query (again) from its checkpoint
+        self._restarts: list[float] = []  # when the query was restarted (monotonic)
         self._resources = contextlib.ExitStack()
 
     def __enter__(self) -> Job:
@@ -299,8 +308,10 @@ class Job:
         self.events = QueryEvents(query.JOB_QUERY)
         spark.streams.addListener(self.events)
         self._on_close("query listener", spark.streams.removeListener, self.events, jvm=True)
-        self.query = query.start_job(raw("aggregates"), checkpoint_dir, settings.trigger_seconds, self._guard(handler))
-        self._on_close("query", stop_query, self.query, max(30.0, 10 * settings.trigger_seconds), jvm=True)
+        handle = self._guard(handler)
+        self._start_query = lambda: query.start_job(raw("aggregates"), checkpoint_dir, settings.trigger_seconds, handle)
+        self.query = self._start_query()
+        self._on_close("query", self._stop_query, max(30.0, 10 * settings.trigger_seconds), jvm=True)
         log.info(
             "started %s",
             kv(
@@ -412,7 +423,10 @@ class Job:
                 failure = f"query {self.query.name} stopped: {str(err).splitlines()[0] if err else 'no reason given'}"
             if failure:
                 full = self.events.error if self.events is not None else None
-                raise IsrwatchError(self.fatal or out_of_space(full, self.handles.checkpoint_dir) or failure)
+                fatal = self.fatal or out_of_space(full, self.handles.checkpoint_dir)
+                if fatal or not self._restart_query(failure):
+                    raise IsrwatchError(fatal or failure)
+                continue
             if self.feeder is not None and self.feeder.error is not None:
                 raise IsrwatchError(f"embedded simulator failed: {self.feeder.error}")
             self.monitor.check_stale()
@@ -424,6 +438,33 @@ class Job:
             if settings.duration is not None and now - start >= settings.duration:
                 log.info("duration_reached %s", kv(duration_s=settings.duration))
                 return
+
+    def _restart_query(self, failure: str) -> bool:
+        """Start the failed query again from its checkpoint (its batches resume after the last
+        committed one, which the monitor and the outputs have already handled); False when it
+        has failed ``QUERY_RESTARTS`` times within ``QUERY_RESTART_WINDOW_S``."""
+        now = time.monotonic()
+        self._restarts = [t for t in self._restarts if now - t < QUERY_RESTART_WINDOW_S]
+        if self._start_query is None or len(self._restarts) >= QUERY_RESTARTS:
+            return False
+        self._restarts.append(now)
+        wait_s = QUERY_RESTART_BACKOFF_S * 2 ** (len(self._restarts) - 1)
+        log.warning(
+            "query_restarting %s",
+            kv(reason=f'"{failure}"', attempt=len(self._restarts), of=QUERY_RESTARTS, in_s=wait_s),
+        )
+        if self.stop_event.wait(wait_s):
+            return True  # asked to stop meanwhile: the job stops as asked
+        with contextlib.suppress(Exception):
+            self.query.stop()  # ended already; this only releases what Spark still holds of it
+        self.events.restart()
+        self.query = self._start_query()
+        log.info("query_restarted %s", kv(query=self.query.name, attempt=len(self._restarts)))
+        return True
+
+    def _stop_query(self, drain_s: float) -> None:
+        if self.query is not None:
+            stop_query(self.query, drain_s)
 
 
 def _watch_off(settings: JobSettings) -> str | None:

@@ -53,6 +53,13 @@ class QueryEvents(StreamingQueryListener):
             self.ended.set()
             self.ready.set()
 
+    def restart(self) -> None:
+        """Before the job starts its query again: the ended one's events are the past (the
+        new query has a new id, set when Spark says it started)."""
+        self.id = None
+        self.error = None
+        self.ended.clear()
+
     def failure(self) -> str | None:
         """One line saying why the query ended, or None while it runs."""
         if not self.ended.is_set():
