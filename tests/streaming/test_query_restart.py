@@ -48,7 +48,7 @@ def test_a_source_worker_that_connects_back_too_late_does_not_end_the_job(tmp_pa
     env = dict(os.environ, PYSPARK_PYTHON=str(_late_first_source_worker(tmp_path)))
     with log.open("wb") as err:
         proc = subprocess.Popen(
-            [ISRWATCH, "run", "--simulate", "steady", "--metrics-port", "0", "--duration", "60"],
+            [ISRWATCH, "run", "--simulate", "steady", "--metrics-port", "0", "--duration", "45"],
             stdout=subprocess.DEVNULL,
             stderr=err,
             env=env,
