@@ -47,9 +47,10 @@ test: install ## run every test (unit, property, Spark, real Kafka/Prometheus/Al
 campaign: install ## the long campaigns left out of make test: poison records, fuzz, outages, kill -9 x20 on real Kafka, collector clock ±30 s (~60 min)
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m "campaign and not soak"; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
-reliability: install ## issue 14's reliability campaign on real Kafka: 10,000 fuzzed telemetry records, the telemetry cluster down 2 min, Alertmanager down 5 min, the checkpoint disk full, the job, the collector and the exporter kill -9'd 20 times each; prints the goals table, fails on a missed goal (ISRWATCH_FUZZ_SEED, ISRWATCH_FUZZ_RECORDS, ISRWATCH_KILLS, ISRWATCH_KILL_SEED)
+reliability: install ## issue 14's reliability campaign on real Kafka: 10,000 fuzzed telemetry records, the telemetry cluster down 2 min, Alertmanager down 5 min, the checkpoint disk full, the job, the collector and the exporter kill -9'd 20 times each, the four ways of stopping, the collector's clock ±30 s, the lag time set wrong both ways, secrets (~75 min); prints the goals table with make soak's last run, fails on a missed goal (ISRWATCH_FUZZ_SEED, ISRWATCH_FUZZ_RECORDS, ISRWATCH_KILLS, ISRWATCH_KILL_SEED)
 	mkdir -p .cache/validation && $(PY) tools/reliability_table.py --clear .cache/validation
-	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests/e2e/test_fuzz_campaign.py tests/e2e/test_outages.py tests/e2e/test_kill_campaign.py tests/e2e/test_kill_others.py tests/streaming/test_disk_full.py -s; rc=$$?; \
+	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests/e2e/test_fuzz_campaign.py tests/e2e/test_outages.py tests/e2e/test_kill_campaign.py tests/e2e/test_kill_others.py tests/streaming/test_disk_full.py \
+	  tests/streaming/test_nothing_left_behind.py tests/e2e/test_clock_skew.py tests/e2e/test_wrong_lag.py tests/isrwatch/test_secrets.py -s; rc=$$?; \
 	$(PY) tools/reliability_table.py .cache/validation || rc=1; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 soak: install ## issue 14's soak on real Kafka: an hour of produce load with churn (topics created, deleted, reassigned, brokers restarted); memory slope, checkpoint size, deleted topics forgotten, no alert without a cause (ISRWATCH_SOAK_S, ISRWATCH_SOAK_CHURN_S; ~65 min)

@@ -200,9 +200,13 @@ def test_an_hour_of_churn_leaves_memory_flat_and_raises_nothing_without_cause(ka
     due = {t for t, at in deleted.items() if end - at > FORGOTTEN_WITHIN_S}
     still_shown = sorted(due & final_topics)
     unexplained, explained = _judge(cluster, events, started, reassigned, restarts)
+    growing = sorted(what for what, f in figures.items() if f["slope_per_hour_second_half"] > f["allowed_per_hour"])
     write_result(
         "soak",
         {
+            "soak_s": round(samples[-1]["t"]),  # the reliability table's figures (tools/reliability_table.py)
+            "growing": growing,
+            "checkpoint_grows": ckpt_end > 1.5 * ckpt_half + 5,
             "scenario": f"{SOAK_S:.0f} s of produce load with churn every {CHURN_S:.0f} s",
             "lag_time_max_ms": LAG_MS,
             "churn_steps": step,

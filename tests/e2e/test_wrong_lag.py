@@ -93,6 +93,8 @@ def test_a_wrong_lag_time_max_ms_is_warned_from_the_brokers_shrinks(
             f"broker {broker} paused",
             "evidence_before_pause": before,
             "evidence": found,
+            "evidence_found": found.get(direction, 0),  # the brokers' lag as it is: >= 1
+            "evidence_wrong_way": found.get(other, 0) + sum(before.values()),  # 0
             "warnings": lines,
             "round": {k: v for k, v in r.items() if k != "rows"},
         },

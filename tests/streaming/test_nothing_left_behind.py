@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.results import write_result
+
 pytestmark = pytest.mark.spark
 
 ISRWATCH = str(Path(sys.executable).with_name("isrwatch"))
@@ -58,7 +60,7 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-@pytest.mark.parametrize("ending", ["duration", "sigint", "sigterm"])
+@pytest.mark.parametrize("ending", ["duration", "sigint", "sigterm", "sigterm-python"])
 def test_the_embedded_default_leaves_nothing_in_the_temp_directory(tmp_path: Path, ending: str) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -70,7 +72,10 @@ def test_the_embedded_default_leaves_nothing_in_the_temp_directory(tmp_path: Pat
         assert any(p.name.startswith("isrwatch-checkpoint-") for p in tmp.iterdir()), sorted(os.listdir(tmp))
         if ending != "duration":
             _wait_for(log, "streaming.job batch ", proc, 180)  # a running job, a batch done
-            os.killpg(proc.pid, signal.SIGINT if ending == "sigint" else signal.SIGTERM)
+            if ending == "sigterm-python":  # the Python process alone (Kubernetes, docker stop)
+                os.kill(proc.pid, signal.SIGTERM)
+            else:  # the whole process group: a terminal's Ctrl-C, systemd's default
+                os.killpg(proc.pid, signal.SIGINT if ending == "sigint" else signal.SIGTERM)
         rc = proc.wait(timeout=180)
     finally:
         if proc.poll() is None or _group_alive(proc.pid):
@@ -85,8 +90,13 @@ def test_the_embedded_default_leaves_nothing_in_the_temp_directory(tmp_path: Pat
         assert time.monotonic() < deadline, "a process of the job outlived it by 60 s"
         time.sleep(0.2)
     text = log.read_text(errors="replace")
+    left = sorted(os.listdir(tmp))
+    expected = 130 if ending == "sigint" else 0  # Ctrl-C: the shell's convention
+    write_result(  # issue 14, item 4: tools/reliability_table.py's rows
+        f"stopping_{ending}",
+        {"exit_code": rc, "exit_code_expected": expected, "traceback": "Traceback" in text, "left_in_temp": left},
+    )
     assert "Traceback" not in text, text[-3000:]
     assert "removed=temporary" in text, text[-2000:]
-    assert rc == (130 if ending == "sigint" else 0), text[-2000:]  # Ctrl-C: the shell's convention
-    left = sorted(os.listdir(tmp))
+    assert rc == expected, text[-2000:]
     assert left == [], f"left in the temp directory after {ending}: {left}"
