@@ -10,6 +10,12 @@ answered at once: a job or exporter started during such a fault failed its start
 ``first_metadata`` asks every bootstrap server at once, each from its own client
 that knows only that server, and returns the first answer. A client still waiting
 on a hung broker finishes (and is closed) on its own thread when its timeout ends.
+
+The clients are producers. A consumer with a group id also finds its group's
+coordinator and connects to it, and librdkafka sends a metadata request to any
+broker it is connected to: when the hung broker was the coordinator, every client
+could ask it (found by tests/e2e/test_restart.py: the restarted job could not start
+again). A producer connects to nothing but its bootstrap server until it needs to.
 """
 
 from __future__ import annotations
@@ -23,6 +29,24 @@ from typing import Any
 __all__ = ["first_metadata", "bootstrap_list"]
 
 log = logging.getLogger("librdkafka")
+
+# Consumer settings a producer would warn about (the callers pass their consumers' configuration).
+_CONSUMER_ONLY = (
+    "group.",
+    "enable.auto.",
+    "auto.commit.",
+    "auto.offset.reset",
+    "enable.partition.eof",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "partition.assignment.strategy",
+    "fetch.",
+    "queued.",
+    "isolation.level",
+    "check.crcs",
+    "coordinator.",
+)
 
 
 def bootstrap_list(servers: str) -> list[str]:
@@ -41,27 +65,24 @@ def first_metadata(config: Mapping[str, Any], timeout_s: float, topic: str | Non
 
     Raises the last ``KafkaException`` when none answers within ``timeout_s``.
     """
-    from confluent_kafka import Consumer, KafkaError, KafkaException
+    from confluent_kafka import KafkaError, KafkaException, Producer
 
     servers = bootstrap_list(str(config.get("bootstrap.servers", ""))) or [""]
     answers: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue()
-
-    # a consumer that never joins a group nor commits: the id only satisfies librdkafka
-    base = {"group.id": "isrwatch-metadata", **config, "logger": log}
+    base = {k: v for k, v in config.items() if not k.startswith(_CONSUMER_ONLY)}
+    base["logger"] = log
 
     def ask(server: str) -> None:
         try:
-            consumer = Consumer({**base, "bootstrap.servers": server})
+            client = Producer({**base, "bootstrap.servers": server})
         except (KafkaException, ValueError) as e:  # a bad setting: the caller's own check names it
             answers.put((None, KafkaException(KafkaError(KafkaError._INVALID_ARG, str(e)))))
             return
         try:
-            md = consumer.list_topics(topic, timeout=timeout_s) if topic else consumer.list_topics(timeout=timeout_s)
+            md = client.list_topics(topic, timeout=timeout_s) if topic else client.list_topics(timeout=timeout_s)
             answers.put((md, None))
         except KafkaException as e:
             answers.put((None, e))
-        finally:
-            consumer.close()
 
     for server in servers:
         threading.Thread(target=ask, args=(server,), name=f"metadata-{server}", daemon=True).start()
