@@ -9,7 +9,7 @@ answered at once: a job or exporter started during such a fault failed its start
 
 ``first_metadata`` asks every bootstrap server at once, each from its own client
 that knows only that server, and returns the first answer. A client still waiting
-on a hung broker finishes (and is closed) on its own thread when its timeout ends.
+on a hung broker finishes on its own thread when its timeout ends, and is freed then.
 
 The clients are producers. A consumer with a group id also finds its group's
 coordinator and connects to it, and librdkafka sends a metadata request to any
