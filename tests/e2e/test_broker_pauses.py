@@ -120,7 +120,9 @@ def _state_after_compaction(cluster: Any, pipe: Pipeline, watch: GaugeWatch) -> 
     ("deployment", "source"),
     [
         pytest.param("watched-cluster", "fetch", id="watched-cluster-fetch"),
-        pytest.param("separate-telemetry-cluster", "jmx", id="separate-telemetry-cluster-jmx", marks=pytest.mark.campaign),
+        pytest.param(
+            "separate-telemetry-cluster", "jmx", id="separate-telemetry-cluster-jmx", marks=pytest.mark.campaign
+        ),
     ],
 )
 def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, source, kafka_cluster_factory, tmp_path):
