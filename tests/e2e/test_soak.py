@@ -179,6 +179,14 @@ def test_an_hour_of_churn_leaves_memory_flat_and_raises_nothing_without_cause(ka
                     cluster.restart(broker)
                     restarts.append((broker, stopped_at, time.time()))
                 next_churn = time.monotonic() + CHURN_S
+                # progress for whoever runs the hour (make soak prints the test's output)
+                last = samples[-1]
+                print(
+                    f"soak: {last['t']:.0f}/{SOAK_S:.0f} s, churn step {step}, driver {last['driver_mb']:.0f} MB,"
+                    f" JVM {last['jvm_mb']:.0f} MB, checkpoint {last['checkpoint_mb']:.1f} MB,"
+                    f" topics on /metrics {last['topics_on_metrics']:.0f}",
+                    flush=True,
+                )
             time.sleep(SAMPLE_S)
         end = time.time()
         final_topics = _topics_on_metrics(pipe.metrics_port)
