@@ -348,6 +348,12 @@ class Pipeline:
         self.exporters.append(_Child(name, argv, self.workdir, None))
         return port
 
+    def restart_exporter(self, index: int = 0) -> None:
+        """SIGKILL exporter ``index`` and start it again with the same command line (its port too)."""
+        old = self.exporters[index]
+        old.kill()
+        self.exporters[index] = _Child(old.name, list(old.proc.args), self.workdir, None)  # type: ignore[arg-type]
+
     def children(self) -> list[_Child]:
         return [c for c in (self.collector, *self.more_collectors, self.job, *self.exporters) if c is not None]
 

@@ -45,7 +45,7 @@ from isrwatch.alerts import AlertName
 from tests.e2e.accounting import drain_and_count
 from tests.e2e.gauges import GaugeWatch
 from tests.e2e.kafka_io import ProduceLoad, read_topic
-from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, _Child, until
+from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import Shrinks, print_figures, repeated_transitions, write_result
 from tools.reliability_table import SCRAPE_S
 
@@ -57,13 +57,6 @@ PAUSE_FROM, PAUSE_UNTIL = 4, 11  # rounds; the resume waits for the leaders' dro
 # second to connect and publish its first round, then one a round (0.5 s)
 KILL_AFTER_S = (1.0, 6.0)
 SERVE_LIMIT_S = 120.0  # a stuck exporter, not a timing
-
-
-def _restart_exporter(pipe: Pipeline) -> None:
-    """SIGKILL the exporter and start it again with the same command line (its port too)."""
-    old = pipe.exporters[0]
-    old.kill()
-    pipe.exporters[0] = _Child(old.name, list(old.proc.args), pipe.workdir, None)  # type: ignore[arg-type]
 
 
 def _serving_again(watch: GaugeWatch, pipe: Pipeline) -> float:
@@ -123,7 +116,7 @@ def test_the_collector_and_the_exporter_killed_twenty_times_lose_and_alert_nothi
                 # Not while the broker hangs: it leads some of the state topic's partitions, and
                 # an exporter reads those only once it answers (docs/reliability.md).
                 if paused_at is None or resumed_at is not None:
-                    _restart_exporter(pipe)
+                    pipe.restart_exporter()
                     served_s = _serving_again(watch, pipe)
                     counts["exporter"] += 1
                 rounds.append({"round": n, "collector_killed_after_s": round(delay, 2), "exporter_served_s": served_s})
