@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["setup_logging", "kv", "RepeatFilter", "LIBRARY_LOGGERS"]
+__all__ = ["setup_logging", "kv", "RepeatFilter", "ConfigWarningsOnce", "LIBRARY_LOGGERS"]
 
 
 def kv(**fields: object) -> str:
@@ -58,6 +59,39 @@ class RepeatFilter(logging.Filter):
 
 
 _DIGITS = re.compile(r"\d+")
+
+
+class ConfigWarningsOnce(logging.Filter):
+    """librdkafka warns about a client's configuration (``CONFWARN``) each time a client is
+    made, and isrwatch makes clients all the time (the job's source asks every few seconds,
+    from Spark's Python workers, where ``setup_logging`` never ran): the settings Kafka 0.9
+    needs (``api.version.request``, ``broker.version.fallback``: docs/kafka.md) gave two
+    ten-line deprecation warnings per client, hundreds an hour. Each such warning is let
+    through once per process (the text with the client's name and numbers masked); every
+    other record passes."""
+
+    def __init__(self, limit: int = 1000) -> None:
+        super().__init__()
+        self.limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "CONFWARN" not in text:
+            return True
+        key = _DIGITS.sub("#", text)
+        with self._lock:
+            if key in self._seen:
+                return False
+            if len(self._seen) < self.limit:  # bounded; past it, warnings pass
+                self._seen.add(key)
+        return True
+
+
+# On the loggers themselves, so it holds wherever the clients log, set up or not.
+for _name in LIBRARY_LOGGERS:
+    logging.getLogger(_name).addFilter(ConfigWarningsOnce())
 
 
 def setup_logging(level: str = "INFO") -> None:

@@ -29,3 +29,54 @@ def test_isrwatch_own_lines_are_never_held_back() -> None:
     f = RepeatFilter(window_s=30, clock=lambda: 0.0)
     assert all(f.filter(_record("streaming.job", "batch batch_id=%d", i)) for i in range(5))
     assert all(f.filter(_record("collector.main", "collector_progress rounds=1")) for _ in range(3))
+
+
+def _confwarns(logger: logging.Logger, clients: int) -> list[str]:
+    """What ``logger`` emits while ``clients`` real librdkafka consumers with Kafka 0.9's
+    settings are made and closed (no broker needed: librdkafka checks its configuration
+    when the client is made)."""
+    from confluent_kafka import Consumer
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    keep = Keep()
+    logger.addHandler(keep)
+    try:
+        for _ in range(clients):
+            c = Consumer(
+                {
+                    "bootstrap.servers": "127.0.0.1:9",
+                    "group.id": "confwarn",
+                    "api.version.request": False,
+                    "broker.version.fallback": "0.9.0.1",
+                    "logger": logger,
+                }
+            )
+            c.close()
+    finally:
+        logger.removeHandler(keep)
+    return [line for line in lines if "CONFWARN" in line]
+
+
+def test_librdkafka_configuration_warnings_are_shown_once_per_process_not_per_client() -> None:
+    # the loggers isrwatch hands its clients carry the filter (isrwatch.logs, imported above)
+    shown = _confwarns(logging.getLogger("librdkafka"), clients=5) + _confwarns(logging.getLogger("librdkafka"), 5)
+    # the control: the same clients on a logger without the filter repeat them for each client
+    bare = _confwarns(logging.getLogger("test.librdkafka.bare"), clients=5)
+    assert len(bare) >= 5 * 2, bare  # api.version.request and broker.version.fallback, each client
+    distinct = {line.split("]", 1)[1] for line in bare}
+    assert len(shown) <= len(distinct), shown
+
+
+def test_other_messages_of_the_clients_are_not_held_by_the_configuration_filter() -> None:
+    from isrwatch.logs import ConfigWarningsOnce
+
+    f = ConfigWarningsOnce()
+    warn = "CONFWARN [rdkafka#consumer-%d] [thrd:app]: Configuration property api.version.request is deprecated"
+    assert f.filter(_record("librdkafka", warn, 1))
+    assert not f.filter(_record("librdkafka", warn, 2))  # another client, the same warning
+    assert all(f.filter(_record("librdkafka", "FAIL [rdkafka#consumer-%d] connection refused", i)) for i in range(3))
