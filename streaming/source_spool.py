@@ -31,6 +31,12 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from streaming.worker_path import drop_archives_without_python
+
+# Loaded in Spark's Python workers to read telemetry: every later task of the worker is
+# spared re-reading the Spark core jar's directory (streaming.worker_path).
+drop_archives_without_python()
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
