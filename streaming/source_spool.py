@@ -31,11 +31,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streaming.worker_path import drop_archives_without_python
+from streaming.worker_path import quiet_zip_invalidation
 
 # Loaded in Spark's Python workers to read telemetry: every later task of the worker is
-# spared re-reading the Spark core jar's directory (streaming.worker_path).
-drop_archives_without_python()
+# spared re-reading the directories of the zips on its import path (streaming.worker_path).
+quiet_zip_invalidation()
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -1,63 +1,88 @@
-"""streaming.worker_path: the jars without Python leave a Spark worker's import path."""
+"""streaming.worker_path: a zip on the import path is read again only when it changed."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 import zipfile
+import zipimport
 from pathlib import Path
 
 import pytest
 
-from streaming.worker_path import drop_archives_without_python
+from streaming.worker_path import quiet_zip_invalidation
+
+pytestmark = pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 reads zip directories lazily itself")
 
 
-def _jar(path: Path, names: list[str]) -> str:
+def _zip(path: Path, modules: dict[str, str]) -> str:
     with zipfile.ZipFile(path, "w") as z:
-        for name in names:
-            z.writestr(name, "x = 1\n" if name.endswith(".py") else b"\0")
+        for name, text in modules.items():
+            z.writestr(f"{name}.py", text)
     return str(path)
 
 
-def test_a_jar_without_python_leaves_the_path_and_the_importer_cache(tmp_path, monkeypatch) -> None:
-    classes = _jar(tmp_path / "core.jar", [f"org/apache/C{i}.class" for i in range(50)])
-    modules = _jar(tmp_path / "with-python.jar", ["shipped_mod_for_worker_path_test.py"])
-    monkeypatch.setattr(sys, "path", [*sys.path, classes, modules])
+def _reads(monkeypatch) -> list[str]:
+    """Every archive directory zipimport reads from now on."""
+    reads: list[str] = []
+    original = zipimport._read_directory  # type: ignore[attr-defined]
+
+    def counting(archive: str):  # type: ignore[no-untyped-def]
+        reads.append(archive)
+        return original(archive)
+
+    monkeypatch.setattr(zipimport, "_read_directory", counting)
+    return reads
+
+
+def test_an_unchanged_zip_is_read_once_and_a_rewritten_one_again(tmp_path, monkeypatch) -> None:
+    assert quiet_zip_invalidation()
+    archive = _zip(tmp_path / "mods.zip", {"zipmod_a_for_worker_path": "x = 1\n"})
+    monkeypatch.setattr(sys, "path", [archive, *sys.path])
+    assert importlib.import_module("zipmod_a_for_worker_path").x == 1
+    reads = _reads(monkeypatch)
+    for _ in range(5):
+        importlib.invalidate_caches()
+    assert reads.count(archive) <= 1  # the importer's first invalidation after the install, then none
+    # rewritten in place (another size): the next invalidation reads it, and the new module is found
+    _zip(tmp_path / "mods.zip", {"zipmod_a_for_worker_path": "x = 1\n", "zipmod_b_for_worker_path": "y = 22\n"})
+    before = reads.count(archive)
     importlib.invalidate_caches()
-    with pytest.raises(ModuleNotFoundError):  # looked for along the whole path: importers made for both jars
-        importlib.import_module("no_such_module_for_worker_path_test")
-    assert classes in sys.path_importer_cache
-    dropped = drop_archives_without_python()
-    assert dropped == [classes]
-    assert classes not in sys.path and classes not in sys.path_importer_cache
-    assert modules in sys.path  # it holds a module: kept, and still importable
-    assert importlib.import_module("shipped_mod_for_worker_path_test").x == 1
-    sys.path_importer_cache.pop(modules, None)
-    sys.modules.pop("shipped_mod_for_worker_path_test", None)
+    assert reads.count(archive) == before + 1
+    assert importlib.import_module("zipmod_b_for_worker_path").y == 22
+    for name in ("zipmod_a_for_worker_path", "zipmod_b_for_worker_path"):
+        sys.modules.pop(name, None)
+    sys.path_importer_cache.pop(archive, None)
 
 
-def test_an_unreadable_jar_is_left_alone(tmp_path, monkeypatch) -> None:
-    broken = tmp_path / "broken.jar"
-    broken.write_bytes(b"not a zip")
-    monkeypatch.setattr(sys, "path", [*sys.path, str(broken)])
-    assert drop_archives_without_python() == []
-    assert str(broken) in sys.path
+def test_a_spark_worker_reading_telemetry_reads_no_zip_directory_at_a_task_start(spark) -> None:
+    """Real Spark (local mode): inside tasks on workers that loaded the sources' module,
+    what one more ``importlib.invalidate_caches()`` (what a worker does before every task)
+    reads. Without ``quiet_zip_invalidation`` each call reads every zip importer's archive."""
 
-
-def test_a_spark_worker_reading_telemetry_has_no_jar_without_python_on_its_path(spark) -> None:
-    """Real Spark (local mode): a Python worker's import path once it has loaded the
-    sources' module, asked from inside tasks; Spark's own PYTHONPATH for the worker, the
-    control, names its core jar."""
-
-    def worker_path(_: object) -> tuple[list[str], list[str]]:
-        import os
+    def reads_at_invalidation(_: object) -> tuple[int, int]:
+        import importlib
         import sys
+        import zipimport
 
         import streaming.source_spool  # noqa: F401 - what a worker reading telemetry loads
 
-        given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p.endswith(".jar")]
-        return given, [p for p in sys.path if p.endswith(".jar")]
+        importlib.invalidate_caches()  # each importer's one read after the install
+        reads: list[str] = []
+        original = zipimport._read_directory
 
-    seen = spark.sparkContext.parallelize(range(4), 4).map(worker_path).collect()
-    assert all(given for given, _ in seen), f"Spark no longer puts a jar on the workers' path: {seen}"
-    assert all(not left for _, left in seen), seen
+        def counting(archive):  # type: ignore[no-untyped-def]
+            reads.append(archive)
+            return original(archive)
+
+        zipimport._read_directory = counting
+        try:
+            importlib.invalidate_caches()
+        finally:
+            zipimport._read_directory = original
+        importers = sum(type(f).__name__ == "zipimporter" for f in sys.path_importer_cache.values())
+        return len(reads), importers
+
+    seen = spark.sparkContext.parallelize(range(4), 4).map(reads_at_invalidation).collect()
+    assert all(importers > 0 for _, importers in seen), f"no zip on the workers' path: {seen}"
+    assert all(reads == 0 for reads, _ in seen), seen
