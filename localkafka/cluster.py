@@ -374,6 +374,26 @@ class LocalKafka:
             time.sleep(1.0)
         log.info(kv(event="partition_reassigned", topic=topic, partition=partition, replicas=replicas))
 
+    def elect_preferred_leaders(self, topic: str, partitions: list[int], timeout_s: float = 60.0) -> None:
+        """Make each partition's first replica its leader (``kafka-preferred-replica-election``),
+        as a broker's own leader rebalancing does, and wait until the metadata shows it."""
+        from confluent_kafka.admin import AdminClient
+
+        plan = self.dir / f"preferred-{topic}.json"
+        plan.write_text(json.dumps({"partitions": [{"topic": topic, "partition": p} for p in partitions]}))
+        args = ["--zookeeper", self.zookeeper_connect, "--path-to-json-file", str(plan)]
+        self._admin("kafka.admin.PreferredReplicaLeaderElectionCommand", args, f"electing {topic}'s leaders", timeout_s)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **COMPAT_CONFIG, "logger": _QUIET})
+        deadline = time.monotonic() + timeout_s
+        while True:
+            parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+            if all(parts[p].leader == parts[p].replicas[0] for p in partitions):
+                break
+            if time.monotonic() > deadline:
+                raise LocalKafkaError(f"{topic}: preferred leaders not elected after {timeout_s:.0f} s")
+            time.sleep(0.5)
+        log.info(kv(event="preferred_leaders_elected", topic=topic, partitions=partitions))
+
     def _admin(self, main: str, args: list[str], what: str, timeout_s: float) -> str:
         """Run one of Kafka's admin commands; its output, or LocalKafkaError saying ``what`` failed."""
         tools_log4j = self.dir / "tools-log4j.properties"
