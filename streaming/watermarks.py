@@ -9,9 +9,14 @@ leader has not answered by then keeps its last known offsets (so nothing new is
 planned from it) and is asked again once its previous question returns. The
 topic's partition list is refreshed the same way, falling back to the last one.
 
-Each asking thread has a consumer of its own: questions on one librdkafka
-handle wait behind each other, so with one shared consumer a single hung
-leader made every partition late (measured: 8-10 s for the healthy ones).
+Each question has a consumer to itself: questions on one librdkafka handle
+wait behind each other, so with one shared consumer a single hung leader made
+every partition late (measured: 8-10 s for the healthy ones). The consumers are
+lent and given back, so a question asked while a leader hangs takes one that has
+asked before and knows the partitions' leaders; a new consumer's first request
+for metadata goes to whichever broker librdkafka picks, the hung one too, and
+made a healthy partition late for up to 10 s (test_watermarks, once in ten runs
+when each thread of the pool had a consumer of its own).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ Offsets = dict[str, dict[str, int]]
 # in the background: the planner never waits this long).
 _QUESTION_TIMEOUT_S = 10.0
 _METADATA_EVERY_S = 10.0
+# Questions asked at once (the pool's threads), so also the consumers lent at once.
+_POOL_SIZE = 16
 
 
 class Watermarks:
@@ -42,8 +49,11 @@ class Watermarks:
 
     def __init__(self, consumer_factory: Callable[[], Any], topics: list[str], answer_s: float = 1.0) -> None:
         self._factory = consumer_factory
-        self._local = threading.local()
-        self._consumers: list[Any] = []
+        self._consumers: list[Any] = []  # every consumer made, to close
+        self._idle: list[Any] = []  # those no question holds, newest given back last
+        self._warming = 0  # consumers being made in the background (_warm_up)
+        # consumers whose question failed, kept for that question (partition, or None: metadata)
+        self._pinned: dict[tuple[str, int] | None, Any] = {}
         self._consumers_lock = threading.Lock()
         self.topics = topics
         self.answer_s = answer_s
@@ -55,24 +65,69 @@ class Watermarks:
         self._metadata_at = 0.0
         self._late: frozenset[tuple[str, int]] = frozenset()
 
-    def _client(self) -> Any:
-        """This thread's consumer (made on first use)."""
-        consumer = getattr(self._local, "consumer", None)
-        if consumer is None:
-            consumer = self._local.consumer = self._factory()
-            with self._consumers_lock:
-                self._consumers.append(consumer)
+    def _borrow(self) -> Any:
+        """A consumer no other question holds: one that has asked before, else a new one."""
+        with self._consumers_lock:
+            if self._idle:
+                return self._idle.pop()
+        consumer = self._factory()
+        with self._consumers_lock:
+            self._consumers.append(consumer)
         return consumer
+
+    def _warm_up(self, wanted: int) -> None:
+        """Make consumers until there are ``wanted``, each asking for the topics' metadata
+        once (its leaders known before a fault needs it), in the background."""
+        with self._consumers_lock:
+            missing = wanted - len(self._consumers) - self._warming
+            self._warming += max(0, missing)
+        for _ in range(missing):
+            self._executor().submit(self._warm_one)
+
+    def _warm_one(self) -> None:
+        consumer = self._factory()
+        try:
+            consumer.list_topics(self.topics[0], timeout=_QUESTION_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - still a consumer; it learns the leaders on its first question
+            log.debug(kv(event="watermark_consumer_warm_up_failed"))
+        with self._consumers_lock:
+            self._warming -= 1
+            self._consumers.append(consumer)
+            self._idle.insert(0, consumer)  # taken after those that have asked already
+
+    def _with_consumer(self, key: tuple[str, int] | None, question: Callable[[Any], Any]) -> Any:
+        """``question(consumer)`` about partition ``key`` (None: the metadata) on a lent consumer.
+        One whose question failed (librdkafka gave up on a hung leader) is kept for that
+        question alone: its handle may still wait on that broker, and a question about another
+        partition behind it would wait too; it is lent again, last, once its question is answered."""
+        consumer = self._pinned.pop(key, None)
+        pinned = consumer is not None
+        if consumer is None:
+            consumer = self._borrow()
+        try:
+            answer = question(consumer)
+        except Exception:
+            with self._consumers_lock:
+                self._pinned[key] = consumer
+            raise
+        with self._consumers_lock:
+            if pinned:
+                self._idle.insert(0, consumer)
+            else:
+                self._idle.append(consumer)
+        return answer
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="isrwatch-watermarks")
+            self._pool = ThreadPoolExecutor(max_workers=_POOL_SIZE, thread_name_prefix="isrwatch-watermarks")
         return self._pool
 
     def _refresh_partitions(self, deadline: float) -> None:
         now = time.monotonic()
         if self._metadata is None and (not self._partitions or now - self._metadata_at >= _METADATA_EVERY_S):
-            self._metadata = self._executor().submit(lambda: self._client().list_topics(timeout=_QUESTION_TIMEOUT_S))
+            self._metadata = self._executor().submit(
+                self._with_consumer, None, lambda c: c.list_topics(timeout=_QUESTION_TIMEOUT_S)
+            )
             self._metadata_at = now
         if self._metadata is None:
             return
@@ -93,8 +148,11 @@ class Watermarks:
     def _ask(self, topic: str, partition: int) -> tuple[int, int]:
         from confluent_kafka import TopicPartition
 
-        lo, hi = self._client().get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=_QUESTION_TIMEOUT_S, cached=False
+        lo, hi = self._with_consumer(
+            (topic, partition),
+            lambda c: c.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=_QUESTION_TIMEOUT_S, cached=False
+            ),
         )
         return int(lo), int(hi)
 
@@ -124,6 +182,8 @@ class Watermarks:
                 log.debug(kv(event="watermark_failed", topic=key[0], partition=key[1], error=str(e)))
                 failed.add(key)  # (librdkafka gave up on a leader that hangs: still late)
         late = frozenset(self._asking) | frozenset(failed)
+        if not late:  # every leader answers: have a consumer ready for each question (and the metadata's)
+            self._warm_up(min(_POOL_SIZE, sum(len(parts) for parts in self._partitions.values()) + 1))
         if late != self._late:
             log.warning(
                 kv(
@@ -152,6 +212,6 @@ class Watermarks:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         with self._consumers_lock:
-            consumers, self._consumers = self._consumers, []
+            consumers, self._consumers, self._idle, self._pinned = self._consumers, [], [], {}
         for consumer in consumers:
             consumer.close()
