@@ -85,6 +85,20 @@ def read_topic(cluster: Any, topic: str, timeout_s: float = 120.0) -> list[bytes
     return [value for *_, value in records]
 
 
+def read_observations(cluster: Any, telemetry_topic: str) -> list[Any]:
+    """Every observation of every telemetry record on ``telemetry_topic`` (records that are
+    not telemetry skipped), in offset order per partition."""
+    from isrwatch.telemetry import decode_record
+
+    out = []
+    for value in read_topic(cluster, telemetry_topic):
+        try:
+            out.extend(decode_record(value or b"").observations)
+        except ValueError:
+            continue
+    return out
+
+
 def read_records(
     cluster: Any, topic: str, timeout_s: float = 120.0, *, compacted: bool = False
 ) -> list[tuple[int, int, bytes | None, bytes | None]]:

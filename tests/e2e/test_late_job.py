@@ -30,8 +30,7 @@ import time
 from collections import Counter
 
 from isrwatch.alerts import AlertName
-from isrwatch.telemetry import decode_record
-from tests.e2e.kafka_io import ProduceLoad, read_topic
+from tests.e2e.kafka_io import ProduceLoad, read_observations
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, ZK_SESSION_MS, AlertEvent, Pipeline, until
 from tests.e2e.results import write_result
 
@@ -51,15 +50,10 @@ def back_in_isr(cluster, telemetry_topic: str, topic: str, after: dict[int, floa
     follower that shows it in the ISR again, after one (later than ``after[partition]``,
     the leader's drop) showed it out: the metadata follows a broker's ISR change by seconds."""
     seen: dict[int, list[tuple[int, bool]]] = {}
-    for value in read_topic(cluster, telemetry_topic):
-        try:
-            rec = decode_record(value or b"")
-        except ValueError:
-            continue
-        for o in rec.observations:
-            p = o.partition
-            if o.topic == topic and o.broker_id == PAUSED and p in after and o.t_ms / 1000 >= after[p]:
-                seen.setdefault(p, []).append((o.t_ms, PAUSED in o.isr))
+    for o in read_observations(cluster, telemetry_topic):
+        p = o.partition
+        if o.topic == topic and o.broker_id == PAUSED and p in after and o.t_ms / 1000 >= after[p]:
+            seen.setdefault(p, []).append((o.t_ms, PAUSED in o.isr))
     out: dict[int, float] = {}
     for p, obs in seen.items():
         left = None

@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import time
 
-from isrwatch.telemetry import decode_record
-from tests.e2e.kafka_io import ProduceLoad, read_topic
+from tests.e2e.kafka_io import ProduceLoad, read_observations
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import Shrinks, write_result
 
@@ -43,14 +42,11 @@ SETTLE_S = 1.5 * LAG_MS / 1000
 
 def _leaders_seen(cluster, telemetry_topic: str, since_ms: int) -> set[tuple[int, int]]:
     """(partition, leader) pairs of the watched topic's observations after ``since_ms``."""
-    seen = set()
-    for value in read_topic(cluster, telemetry_topic):
-        try:
-            rec = decode_record(value or b"")
-        except ValueError:
-            continue
-        seen |= {(o.partition, o.leader_id) for o in rec.observations if o.topic == TOPIC and o.t_ms >= since_ms}
-    return seen
+    return {
+        (o.partition, o.leader_id)
+        for o in read_observations(cluster, telemetry_topic)
+        if o.topic == TOPIC and o.t_ms >= since_ms
+    }
 
 
 def test_leaders_moving_under_load_raise_no_replica_alert(kafka_cluster_factory, tmp_path):

@@ -33,9 +33,8 @@ from collections import Counter
 
 from exporter.kafka_metadata import first_metadata
 from isrwatch.alerts import AlertName
-from isrwatch.telemetry import decode_record
 from tests.e2e.accounting import drain_and_count
-from tests.e2e.kafka_io import ProduceLoad, read_topic
+from tests.e2e.kafka_io import ProduceLoad, read_observations
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import repeated_transitions, write_result
 
@@ -63,18 +62,11 @@ def _serves_follower(port: int, topic: str, broker: int) -> bool:
 def _answers(cluster, telemetry_topic: str, broker: int, since: float, until_s: float) -> list[float]:
     """Seconds after ``since`` of each observation of ``broker``'s replicas with an answer
     (a log end offset), up to ``until_s``, by the telemetry's clock."""
-    out = []
-    for value in read_topic(cluster, telemetry_topic):
-        try:
-            rec = decode_record(value or b"")
-        except ValueError:
-            continue
-        out += [
-            round(o.t_ms / 1000 - since, 2)
-            for o in rec.observations
-            if o.broker_id == broker and o.leo is not None and since <= o.t_ms / 1000 <= until_s
-        ]
-    return sorted(out)
+    return sorted(
+        round(o.t_ms / 1000 - since, 2)
+        for o in read_observations(cluster, telemetry_topic)
+        if o.broker_id == broker and o.leo is not None and since <= o.t_ms / 1000 <= until_s
+    )
 
 
 def test_killed_job_restarted_during_a_broker_pause_keeps_watching_loses_nothing_repeats_nothing(

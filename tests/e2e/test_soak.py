@@ -43,9 +43,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from isrwatch.telemetry import decode_record
 from streaming.job import FORGET_AFTER_MS
-from tests.e2e.kafka_io import ProduceLoad, read_topic
+from tests.e2e.kafka_io import ProduceLoad, read_observations
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline
 from tests.e2e.results import Shrinks, write_result
 
@@ -326,28 +325,19 @@ def _resolved_after_deletion(events, deleted: dict[str, float]) -> list[float]:
 def _telemetry_of(cluster, telemetry_topic: str, replicas: set[tuple[str, int, int]], around: list[float]) -> list:
     """The observations of ``replicas`` within a minute before and 30 s after any of the times
     ``around`` (epoch s): the evidence an unexplained alert was raised on."""
-    out = []
-    for value in read_topic(cluster, telemetry_topic):
-        try:
-            rec = decode_record(value or b"")
-        except ValueError:
-            continue
-        for o in rec.observations:
-            if (o.topic, o.partition, o.broker_id) in replicas and any(
-                t - 60 <= o.t_ms / 1000 <= t + 30 for t in around
-            ):
-                out.append(
-                    [
-                        o.t_ms,
-                        o.topic,
-                        o.partition,
-                        o.broker_id,
-                        o.leader_id,
-                        o.leo,
-                        o.leader_leo,
-                        o.prev_t_ms,
-                        o.prev_leo,
-                        list(o.isr),
-                    ]
-                )
-    return sorted(out)
+    return sorted(
+        [
+            o.t_ms,
+            o.topic,
+            o.partition,
+            o.broker_id,
+            o.leader_id,
+            o.leo,
+            o.leader_leo,
+            o.prev_t_ms,
+            o.prev_leo,
+            list(o.isr),
+        ]
+        for o in read_observations(cluster, telemetry_topic)
+        if (o.topic, o.partition, o.broker_id) in replicas and any(t - 60 <= o.t_ms / 1000 <= t + 30 for t in around)
+    )
