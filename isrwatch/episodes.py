@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from isrwatch.rule import Rule, RuleConfig, observed_caught_up_time
+from isrwatch.rule import Rule, RuleConfig, leader_change_caught_up_time, observed_caught_up_time
 from isrwatch.status import ReplicaAggregate, ReplicaStatus, State, Thresholds, evaluate
 
 __all__ = ["fold", "Change", "walk", "state_changes"]
@@ -33,7 +33,19 @@ def fold(
     Observations are expected in time order; an older one only adds to the maxima."""
     t = int(o["t_ms"])
     leo, leader_leo, prev_leo = o.get("leo"), o.get("leader_leo"), o.get("prev_leo")
-    cu = observed_caught_up_time(rule, t, leo, leader_leo, o.get("prev_t_ms"), o.get("prev_leader_leo"), max_gap_ms)
+    prev_t, prev_leader_leo = o.get("prev_t_ms"), o.get("prev_leader_leo")
+    # Against the replica's previous observation as folded so far (the newest), for
+    # an observation newer than it (streaming.replicas._history_exprs).
+    before = agg if agg is not None and agg.last_t_ms < t else None
+    if before is not None and prev_t is None:  # the collector did not see it last round: the state did
+        prev_t, prev_leader_leo = before.last_t_ms, before.known_leader_leo
+    cu = observed_caught_up_time(rule, t, leo, leader_leo, prev_t, prev_leader_leo, max_gap_ms)
+    if before is not None:
+        isr = o.get("isr") or ()  # not reported: does not rule the follower out (as evaluate reads it)
+        in_isr = not isr or int(o["broker_id"]) in isr
+        leader = int(o["leader_id"])
+        changed = before.leader_id >= 0 and leader >= 0 and leader != before.leader_id
+        cu = _max(cu, leader_change_caught_up_time(t, in_isr, changed, before.last_t_ms, max_gap_ms))
     progressed = leo is not None and (
         (prev_leo is not None and leo > prev_leo) or (leader_leo is not None and leo >= leader_leo)
     )

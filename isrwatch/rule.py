@@ -22,7 +22,8 @@ Under the KIP-16 variants a follower is out of sync when
 ``caught_up_time`` is the broker's rule, which sees every fetch;
 ``observed_caught_up_time`` is what the monitor infers from its samples, where a
 long interval between two observations is a gap in the evidence, not time out
-of sync (docs/rule.md, "Gaps in telemetry").
+of sync (docs/rule.md, "Gaps in telemetry"), and ``leader_change_caught_up_time``
+adds what a new leader's election proves (docs/rule.md, "Leader changes").
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "FollowerState",
     "caught_up_time",
     "observed_caught_up_time",
+    "leader_change_caught_up_time",
     "check_period_ms",
     "removal_window",
     "on_fetch",
@@ -159,6 +161,37 @@ def observed_caught_up_time(
     ):
         return t_ms
     return caught_up_time(rule, t_ms, fetch_offset, leader_leo, prev_t_ms, prev_leader_leo)
+
+
+def leader_change_caught_up_time(
+    t_ms: int,
+    in_isr: bool,
+    leader_changed: bool,
+    prev_t_ms: int | None,
+    max_gap_ms: int | None,
+) -> int | None:
+    """What an observation under a new leader shows about ``lastCaughtUpTimeMs``.
+
+    A broker that becomes a partition's leader starts each in-sync follower's clock
+    at its election (0.9's ``Partition.makeLeader`` resets every follower's fetch
+    state, which sets ``lastCaughtUpTimeMs`` to now; later versions do so for the
+    followers in the ISR). So an observation of an in-sync follower under a leader
+    other than the one the replica's previous observation showed
+    (``leader_changed``) proves a catch-up no earlier than the election, which lies
+    after that previous observation (``prev_t_ms``): that time, a sound lower bound.
+    When the two observations are more than ``max_gap_ms`` apart, or there is no
+    previous one in evidence, the follower's evidence starts afresh at ``t_ms``, as
+    after a gap (``observed_caught_up_time``): the case of a broker that led the
+    partition and follows it again, whose previous observation as a follower
+    predates its own leadership. Without this, its first observations under the new
+    leader, a few messages behind, read the old catch-up as time out of sync.
+    None: the observation shows nothing of the kind.
+    """
+    if not leader_changed or not in_isr:  # in_isr: or the ISR is not known
+        return None
+    if prev_t_ms is None or (max_gap_ms is not None and t_ms - prev_t_ms > max_gap_ms):
+        return t_ms
+    return prev_t_ms
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,9 @@ def replay(
             rows = replicas.observation_rows(o, cfg, lag // 2)
             carried = rows.select(*replicas.STATE_COLUMNS).limit(0)
             # held: the transitions and the advice both read it (one window over the recording, not two)
-            evaluated = replicas.evaluate_batch(rows, carried, cfg, Thresholds()).persist(StorageLevel.MEMORY_AND_DISK)
+            evaluated = replicas.evaluate_batch(rows, carried, cfg, Thresholds(), lag // 2).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
             try:
                 counted = tally(_transitions(evaluated), int(end_ms), flap_window_ms)
                 longest = None if setting.rule is Rule.LEGACY_MESSAGES else _longest_recovered(evaluated)

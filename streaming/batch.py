@@ -94,7 +94,7 @@ def evaluate_records(
         # Held for the driver's rows and the state write: the changes and each replica's
         # newest row only (the filter runs before the full status: replicas.evaluate_batch).
         evaluated = (
-            replicas.evaluate_batch(rows, carried, cfg, th)
+            replicas.evaluate_batch(rows, carried, cfg, th, max_gap_ms)
             .where(F.col(replicas.CHANGE) | F.col(replicas.LAST))
             .persist(StorageLevel.MEMORY_AND_DISK)
         )

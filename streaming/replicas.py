@@ -93,11 +93,13 @@ _COMBINE = {
 
 # Driver-bound flag columns of evaluate_batch's output.
 CHANGE, LAST, SEED, OBSERVED = "_change", "_last", "_seed", "_observed"
+# An observation row's flag: the collector sent no ``prev_*`` fields with it.
+NO_PREV = "_no_prev"
 
 
 def observation_rows(obs: DataFrame, cfg: RuleConfig, max_gap_ms: int | None) -> DataFrame:
     """``parse.good_observations`` -> one state-shaped row per observation (what
-    the observation alone says), ``_seed`` 0."""
+    the observation alone says), ``_seed`` 0, and ``_no_prev``."""
     return obs.select(*_observation_exprs(cfg.rule, max_gap_ms))
 
 
@@ -127,6 +129,7 @@ def _observation_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
         F.lit(1).cast("long").alias("observations"),
         F.lit(0).cast("long").alias("out_of_sync_episodes"),
         F.lit(0).alias(SEED),
+        F.col("prev_t_ms").isNull().alias(NO_PREV),
     ]
 
 
@@ -153,14 +156,58 @@ _OUT_OF_SYNC = State.OUT_OF_SYNC.value
 _PER_ROW = ("state", "lag_state", "lag_ratio")
 
 
+@functools.lru_cache(maxsize=8)
+def _history_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
+    """evaluate_batch's rows with ``last_caught_up_ms`` raised by what an
+    observation shows against the replica's previous one in the job's state (the
+    newest row before it: the seed's ``latest`` or an earlier observation), which
+    the observation alone cannot:
+
+    * an observation without the collector's ``prev_*`` fields (the collector did
+      not see the replica as a follower in its previous round: it led the
+      partition, or the collector restarted) is judged against the state's previous
+      observation instead (``isrwatch.episodes.fold``), the gap rule included;
+    * an observation under another leader than the previous one's is evidence of a
+      catch-up (``isrwatch.rule.leader_change_caught_up_time``).
+
+    Both only for an observation newer than the previous one.
+    """
+    before = _ordered().rowsBetween(Window.unboundedPreceding, -1)
+    latest = F.col("latest")
+    t, leader = F.col("latest_t"), latest["leader_id"]
+    prev_t = F.max(t).over(before)
+    prev_leader = F.max_by(leader, t).over(before)
+    prev_leader_leo = F.max_by(F.col("known_leader_leo"), F.col("known_leader_leo_t")).over(before)
+    newer = (F.col(SEED) == 0) & (prev_t < t)
+    filled = caught_up_time_expr(rule, max_gap_ms, t, latest["leo"], latest["leader_leo"], prev_t, prev_leader_leo)
+    # An ISR not reported (null or empty, as the evaluation reads it) does not rule the follower out.
+    isr = F.coalesce(latest["isr"], F.array().cast("array<int>"))
+    in_isr = (F.size(isr) == 0) | F.array_contains(isr, F.col("broker_id"))
+    changed = (prev_leader >= 0) & (leader >= 0) & (leader != prev_leader) & in_isr
+    after_gap = t - prev_t > max_gap_ms if max_gap_ms is not None else F.lit(False)
+    # greatest() skips nulls: the observation's own evidence stays where these prove nothing.
+    lcu = F.greatest(
+        F.col("last_caught_up_ms"),
+        F.when(newer & F.col(NO_PREV), filled),
+        F.when(newer & changed, F.when(after_gap, t).otherwise(prev_t)),
+    )
+    return [lcu.alias(c) if c == "last_caught_up_ms" else F.col(c) for c in [*STATE_COLUMNS, SEED]]
+
+
+@functools.cache
+def _ordered() -> Any:
+    """A replica's rows in order: the seed first, then the observations in
+    telemetry time order (ties broken by content, so a replayed batch orders
+    its rows the same way)."""
+    order = [F.col(SEED).desc(), F.col("latest_t"), F.col("known_leo_t"), F.col("known_leo"), F.col("known_leader_leo")]
+    return Window.partitionBy(*KEY_COLUMNS).orderBy(*order)
+
+
 @functools.cache
 def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], list[Column]]:
     """(seed columns, running columns, flag columns, episode columns) of evaluate_batch."""
-    seeds = [*[F.col(c) for c in STATE_COLUMNS], F.lit(1).alias(SEED)]
-    # The seed first, then the observations in telemetry time order (ties broken
-    # by content, so a replayed batch orders its rows the same way).
-    order = [F.col(SEED).desc(), F.col("latest_t"), F.col("known_leo_t"), F.col("known_leo"), F.col("known_leader_leo")]
-    ordered = Window.partitionBy(*KEY_COLUMNS).orderBy(*order)
+    seeds = [*[F.col(c) for c in STATE_COLUMNS], F.lit(1).alias(SEED), F.lit(False).alias(NO_PREV)]
+    ordered = _ordered()
     upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     whole = Window.partitionBy(*KEY_COLUMNS)
     running = [
@@ -199,7 +246,9 @@ def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], list[Colum
     return seeds, running, flags, episodes
 
 
-def evaluate_batch(rows: DataFrame, carried: DataFrame, cfg: RuleConfig, th: Thresholds) -> DataFrame:
+def evaluate_batch(
+    rows: DataFrame, carried: DataFrame, cfg: RuleConfig, th: Thresholds, max_gap_ms: int | None
+) -> DataFrame:
     """The state as of every row of ``rows`` (``observation_rows``), each evaluated.
 
     ``carried``: the state before the batch (``STATE_COLUMNS``; its rows are the
@@ -211,13 +260,17 @@ def evaluate_batch(rows: DataFrame, carried: DataFrame, cfg: RuleConfig, th: Thr
     replica has observations in the batch). A replica without observations
     in the batch has its seed alone, unchanged.
 
+    ``max_gap_ms``: as for ``observation_rows``; here also for what an observation
+    shows against the replica's previous one (``_history_exprs``).
+
     Every row is evaluated only as far as its flags need (``state``,
     ``lag_state``, ``lag_ratio``); the full status is the last projection, so a
     filter on the flags (``for_the_driver``, the state's ``_last`` rows) runs
     before it and Spark evaluates the full status of those rows alone.
     """
     seeds, running, flags, episodes = _batch_exprs()
-    both = carried.select(*seeds).unionByName(rows.select(*STATE_COLUMNS, SEED))
+    both = carried.select(*seeds).unionByName(rows.select(*STATE_COLUMNS, SEED, NO_PREV))
+    both = both.select(*_history_exprs(cfg.rule, max_gap_ms))
     values = [*KEY_COLUMNS, *_STATE_VALUES, SEED]
     judged = evaluate.status_columns(both.select(*running), cfg, th, keep=[*values, *_HELPERS], only=_PER_ROW)
     flagged = judged.select(*values, "lag_ratio", *flags)

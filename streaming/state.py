@@ -37,12 +37,24 @@ KEY_COLUMNS = ["cluster", "topic", "partition", "broker_id"]
 LATEST_COLUMNS = ("leader_id", "leo", "leader_leo", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
 
 
-def caught_up_time_expr(rule: Rule, max_gap_ms: int | None = None) -> Column:
+def caught_up_time_expr(
+    rule: Rule,
+    max_gap_ms: int | None = None,
+    t: Column | None = None,
+    leo: Column | None = None,
+    leader_leo: Column | None = None,
+    prev_t: Column | None = None,
+    prev_leader_leo: Column | None = None,
+) -> Column:
     """``isrwatch.rule.observed_caught_up_time`` as a Spark expression over the
-    observation columns (null where the observation proves nothing).
-    ``max_gap_ms`` None: ``isrwatch.rule.caught_up_time``, the broker's rule."""
-    t, leo, leader_leo = F.col("t_ms"), F.col("leo"), F.col("leader_leo")
-    prev_t, prev_leader_leo = F.col("prev_t_ms"), F.col("prev_leader_leo")
+    observation columns (null where the observation proves nothing), or over the
+    columns given. ``max_gap_ms`` None: ``isrwatch.rule.caught_up_time``, the
+    broker's rule."""
+    t = F.col("t_ms") if t is None else t
+    leo = F.col("leo") if leo is None else leo
+    leader_leo = F.col("leader_leo") if leader_leo is None else leader_leo
+    prev_t = F.col("prev_t_ms") if prev_t is None else prev_t
+    prev_leader_leo = F.col("prev_leader_leo") if prev_leader_leo is None else prev_leader_leo
     at_leader = F.when(leo >= leader_leo, t)
     branches = [at_leader]
     if rule is Rule.KIP16_REFINED:
@@ -59,7 +71,10 @@ def caught_up_time_expr(rule: Rule, max_gap_ms: int | None = None) -> Column:
 def replica_aggregates(obs: DataFrame, rule: Rule, max_gap_ms: int | None = None) -> DataFrame:
     """``groupBy(replica).agg(...)``: the columns of ``ReplicaAggregate`` plus
     ``observations`` (how many were aggregated, ever). ``max_gap_ms``: observations
-    of a replica further apart than this are a gap in the evidence (None: off)."""
+    of a replica further apart than this are a gap in the evidence (None: off).
+    What an observation shows only against the replica's previous one (no
+    ``prev_*`` fields, a leader change: ``streaming.replicas._history_exprs``)
+    needs an order this aggregation does not have: the job has it, this baseline not."""
     t = F.col("t_ms")
     caught_up = caught_up_time_expr(rule, max_gap_ms)
     leo = F.col("leo")

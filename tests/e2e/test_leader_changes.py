@@ -19,11 +19,11 @@ partition once, a lag and a half between rounds.
 * no replica alert at all, unless the leaders themselves logged the replica out of the ISR;
 * the job completes micro-batches throughout.
 
-**It fails today, on a defect it found** (2026-11-26, docs/reliability.md): a broker that was
-leader and becomes a follower again is announced Nearing, Imminent and OutOfSync at once, and
-resolved 2-3 s later, with no shrink in the leaders' logs. The job's state keeps the replica's
-last catch-up from before it led the partition; a new leader's clock for its followers starts
-at its election. It stays in make campaign until the fix, then moves to make test.
+It found a defect (2026-11-26, docs/reliability.md), fixed since (docs/rule.md, "The previous
+observation, when the collector has none, and leader changes"): a broker that was leader and
+became a follower again was announced Nearing, Imminent and OutOfSync at once, and resolved 2-3 s
+later, with no shrink in the leaders' logs (the job's state kept the replica's last catch-up from
+before it led the partition). Runs in make test.
 """
 
 from __future__ import annotations

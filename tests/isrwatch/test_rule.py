@@ -14,6 +14,7 @@ from isrwatch.rule import (
     caught_up_time,
     check_period_ms,
     is_out_of_sync,
+    leader_change_caught_up_time,
     observed_caught_up_time,
     on_fetch,
     removal_window,
@@ -287,3 +288,18 @@ def test_a_follower_that_keeps_up_is_never_older_than_the_gap_bound_whatever_the
         elif prev_t is not None and rule is Rule.KIP16_REFINED:
             assert lcu is not None and t - lcu <= t - prev_t <= gap
         prev_t, prev_l = t, leader
+
+
+def test_an_observation_under_a_new_leader_is_caught_up_at_the_previous_observation() -> None:
+    """A new leader starts an in-sync follower's clock at its election, which came
+    after the follower's previous observation: that time; after a gap (or with no
+    previous observation) the observation's own; nothing without a change or for a
+    follower outside the ISR."""
+    t, prev = 1_000_000, 999_000
+    assert leader_change_caught_up_time(t, True, True, prev, GAP_MS) == prev
+    assert leader_change_caught_up_time(t, True, True, t - GAP_MS - 1, GAP_MS) == t
+    assert leader_change_caught_up_time(t, True, True, t - GAP_MS, GAP_MS) == t - GAP_MS
+    assert leader_change_caught_up_time(t, True, True, None, GAP_MS) == t
+    assert leader_change_caught_up_time(t, True, True, t - 60_000, None) == t - 60_000
+    assert leader_change_caught_up_time(t, False, True, prev, GAP_MS) is None
+    assert leader_change_caught_up_time(t, True, False, prev, GAP_MS) is None

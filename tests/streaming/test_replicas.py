@@ -37,7 +37,7 @@ def _spark_changes(spark, rows, cfg, max_gap_ms, cuts, per_batch=None):
         batch = replicas.observation_rows(obs, cfg, max_gap_ms)
         if carried is None:
             carried = batch.limit(0)
-        out = replicas.evaluate_batch(batch, carried, cfg, TH).cache()
+        out = replicas.evaluate_batch(batch, carried, cfg, TH, max_gap_ms).cache()
         got = replicas.for_the_driver(out, frozenset(), 0, 1).toArrow()
         flags = got.select([replicas.CHANGE, replicas.LAST]).to_pylist()
         batch_finals = {}
@@ -62,7 +62,7 @@ def _sig(s):
 
 @pytest.mark.parametrize("rule", [Rule.KIP16_REFINED, Rule.KIP16, Rule.LEGACY_MESSAGES])
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(history=fetch_histories(gaps=True, unanswered=True), cuts=st.lists(st.integers(0, 40), max_size=3))
+@given(history=fetch_histories(gaps=True, unanswered=True, leaders=True), cuts=st.lists(st.integers(0, 40), max_size=3))
 def test_changes_at_every_observation_equal_the_reference_however_batched(spark, rule, history, cuts) -> None:
     cfg = RuleConfig(rule, 10_000, lag_max_messages=40)
     rows = _rows(history)
@@ -114,3 +114,57 @@ def test_a_fault_inside_one_batch_is_seen_with_its_times(spark) -> None:
     assert critical.eval_ms - lcu >= 8_000 and critical.eval_ms - lcu < 8_500
     assert back.eval_ms == 1_000_000 + 21 * 500
     assert finals[("c", "t", 0, 2)][0].state is State.OK
+
+
+@pytest.mark.parametrize("leader_after", [1, 3], ids=["same-leader-as-before", "another-leader"])
+def test_a_broker_that_led_the_partition_is_not_paged_when_it_follows_again(spark, leader_after) -> None:
+    """The leader-change defect (tests/e2e/test_leader_changes.py): broker 2 follows
+    leader 1, leads the partition itself for 30 s (the collector does not see it as
+    a follower then, and forgets it), and follows again a few messages behind (300
+    msg/s), its first observation without ``prev_*`` fields. The new leader started
+    its clock at the election: no alert, whether its leader is the one before
+    (then only the gap against the job's own state shows it) or another, in one
+    batch or cut at the change; the Python reference agrees. (Failed before the
+    fix: Nearing, Imminent and OutOfSync at once, on the 30-s-old catch-up.)"""
+    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000)
+    t0 = 1_000_000
+    isr = [1, 2, 3]
+    before = [(t0 + i * 1000, 100 + 300 * i, 100 + 300 * i, 1, isr, False) for i in range(5)]
+    again = [(t0 + 35_000 + i * 1000, 10_000 + 300 * i, 10_004 + 300 * i, leader_after, isr, i == 0) for i in range(3)]
+    caught = [(t0 + 38_000, 11_000, 11_000, leader_after, isr, False)]
+    rows = _rows([(2, before + again + caught)])
+    assert rows[5]["prev_t_ms"] is None and rows[6]["prev_t_ms"] == t0 + 35_000
+    for cuts in ([], [5]):
+        got, finals = _spark_changes(spark, rows, cfg, 5_000, cuts)
+        assert got == [], [(s.eval_ms, s.lag_state) for s in got]
+        assert finals[("c", "t", 0, 2)][0].state is State.OK
+    assert state_changes([("c", r) for r in rows], cfg, TH, 5_000) == []
+
+
+def test_a_follower_under_a_new_leader_is_caught_up_no_later_than_its_previous_observation(spark) -> None:
+    """Broker 2 follows leader 1 without catching up (Nearing, then Critical); the
+    leader moves to broker 9 between two observations 1 s apart: the new leader's
+    clock starts after the previous observation, so the follower's catch-up is
+    taken at that observation's time (the sound bound), not the new one's. A
+    follower outside the ISR gets nothing from the change (newer brokers give it
+    no clock)."""
+    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000)
+    t0 = 1_000_000
+    stuck = [(t0 + i * 1000, 100, 100 + 10 * i, 1, [1, 2], False) for i in range(9)]  # caught up at t0 only
+    moved = [(t0 + 9_000, 100, 190, 9, [9, 2], False), (t0 + 9_500, 100, 200, 9, [9, 2], False)]
+    rows = _rows([(2, stuck + moved)])
+    expected = state_changes([("c", r) for r in rows], cfg, TH, 5_000)
+    for cuts in ([], [9]):
+        got, finals = _spark_changes(spark, rows, cfg, 5_000, cuts)
+        assert [(s.eval_ms - t0, s.lag_state) for s in got] == [
+            (5_000, State.NEARING),
+            (8_000, State.CRITICAL),
+            (9_000, State.OK),
+        ]
+        assert [_sig(s) for s in got] == [_sig(c.status) for c in expected]
+        final = finals[("c", "t", 0, 2)][0]
+        assert final.shrink_window_start_ms - final.lag_time_max_ms == t0 + 8_000
+    left_out = _rows([(2, stuck + [(t, leo, lleo, 9, [9], False) for t, leo, lleo, *_ in moved])])
+    _, finals = _spark_changes(spark, left_out, cfg, 5_000, [])
+    final = finals[("c", "t", 0, 2)][0]
+    assert final.shrink_window_start_ms - final.lag_time_max_ms == t0

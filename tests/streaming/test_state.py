@@ -18,11 +18,15 @@ OBS_SCHEMA = "cluster STRING, " + OBS_DDL.replace(": ", " ")
 
 
 @st.composite
-def fetch_histories(draw, gaps: bool = False, unanswered: bool = False):
+def fetch_histories(draw, gaps: bool = False, unanswered: bool = False, leaders: bool = False):
     """Several followers' fetch sequences: times rise, leader LEO never falls,
     the follower's fetch offset never passes the leader LEO it saw. ``gaps``:
     some intervals far longer than the lag window. ``unanswered``: some
-    observations without the follower's or the leader's LEO (None)."""
+    observations without the follower's or the leader's LEO (None). ``leaders``:
+    the partition's leader moves between brokers 1 and 9 now and then, the
+    follower is sometimes outside the ISR, and some observations come without the
+    collector's ``prev_*`` fields (fetches of six fields: t, leo, leader LEO,
+    leader, isr, no prev)."""
     followers = draw(st.integers(1, 3))
     out = []
     for b in range(followers):
@@ -36,7 +40,14 @@ def fetch_histories(draw, gaps: bool = False, unanswered: bool = False):
             seen_leo, seen_leader = leo, leader
             if unanswered and draw(st.integers(0, 4)) == 0:
                 seen_leo, seen_leader = draw(st.sampled_from([(None, leader), (leo, None), (None, None)]))
-            fetches.append((t, seen_leo, seen_leader))
+            if leaders:
+                moved = draw(st.integers(0, 3)) == 0
+                leader_id = draw(st.sampled_from([1, 9])) if moved or not fetches else fetches[-1][3]
+                isr = [leader_id, b + 2] if draw(st.integers(0, 5)) else [leader_id]
+                forgot = draw(st.integers(0, 4)) == 0  # the collector sends no prev_* fields
+                fetches.append((t, seen_leo, seen_leader, leader_id, isr, forgot))
+            else:
+                fetches.append((t, seen_leo, seen_leader))
         out.append((b + 2, fetches))
     return out
 
@@ -45,14 +56,18 @@ def _rows(history):
     rows = []
     for broker, fetches in history:
         prev = None
-        for t, leo, leader in fetches:
+        for t, leo, leader, *where in fetches:
+            leader_id, isr, forgot = where if where else (1, [1, broker], False)
+            replicas = [1, 9, broker] if where else [1, broker]
+            if forgot:
+                prev = None
             rows.append(
                 {
                     "cluster": "c",
                     "topic": "t",
                     "partition": 0,
                     "broker_id": broker,
-                    "leader_id": 1,
+                    "leader_id": leader_id,
                     "t_ms": t,
                     "leo": leo,
                     "leader_leo": leader,
@@ -60,8 +75,8 @@ def _rows(history):
                     "prev_t_ms": prev[0] if prev else None,
                     "prev_leo": prev[1] if prev else None,
                     "prev_leader_leo": prev[2] if prev else None,
-                    "isr": [1, broker],
-                    "replicas": [1, broker],
+                    "isr": isr,
+                    "replicas": replicas,
                     "lag_time_max_ms": 10_000,
                     "min_isr": 1,
                 }
