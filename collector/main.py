@@ -8,13 +8,13 @@ import threading
 import time
 from types import FrameType
 
-from collector.clientconfig import kafka_python_config, librdkafka_config
 from collector.jmx import JmxConnection
 from collector.jmxprobe import JmxProbe
 from collector.probe import ClusterProbe, Snapshot
 from collector.publisher import TelemetryPublisher, batch_records
 from collector.settings import CollectSettings
 from collector.tracker import ReplicaTracker
+from isrwatch.clientconfig import kafka_python_config, librdkafka_config
 from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
 

@@ -1,9 +1,17 @@
 """From polling rounds to telemetry observations (pure; no Kafka here).
 
-The tracker remembers each follower's previous observation (its time, LEO and
-the leader LEO then) so every observation carries the ``prev_*`` fields the
-refined KIP-16 rule needs, and each partition's previous ISR so it can report
-the ISR changes metadata shows.
+The tracker remembers each follower's previous observation at which its leader
+answered (its time, LEO and the leader LEO then) so every observation carries
+the ``prev_*`` fields the refined KIP-16 rule needs, and each partition's
+previous ISR so it can report the ISR changes metadata shows.
+
+Rounds in which the leader did not answer (paused, down, unreachable) say nothing
+about the follower's catch-up, so they do not replace the previous observation:
+the first round after the leader answers again carries the time and leader LEO
+from before its silence, and the job reads that interval as a gap in its
+telemetry (docs/rule.md), not as time out of sync. A leader LEO below the
+previous one (a new leader truncated its log) leaves nothing to compare against:
+``prev_*`` are left out then.
 """
 
 from __future__ import annotations
@@ -26,8 +34,10 @@ class ReplicaTracker:
     def __init__(self, lag_time_max_ms: int | None = None, min_isr: int | None = None) -> None:
         self.lag_time_max_ms = lag_time_max_ms
         self.min_isr = min_isr
-        # (topic, partition, follower) -> (t_ms, leo, leader_leo)
-        self._prev: dict[tuple[str, int, int], tuple[int, int | None, int | None]] = {}
+        # (topic, partition, follower) -> (t_ms, leo, leader_leo) of the newest observation whose leader answered
+        self._prev: dict[tuple[str, int, int], tuple[int, int | None, int]] = {}
+        # (topic, partition, follower) -> t_ms of its newest observation
+        self._last_t: dict[tuple[str, int, int], int] = {}
         self._isr: dict[tuple[str, int], tuple[int, ...]] = {}
 
     def observe(self, snap: Snapshot) -> RoundResult:
@@ -52,9 +62,12 @@ class ReplicaTracker:
                 rkey = (ps.topic, ps.partition, follower)
                 seen.add(rkey)
                 leo = snap.leo.get((follower, ps.topic, ps.partition))
-                prev = self._prev.get(rkey)
-                if prev is not None and prev[0] >= snap.t_ms:
+                if self._last_t.get(rkey, -1) >= snap.t_ms:
                     continue  # no new answer since the last round: nothing new to say
+                self._last_t[rkey] = snap.t_ms
+                prev = self._prev.get(rkey)
+                if prev is not None and leader_leo is not None and leader_leo < prev[2]:
+                    prev = None  # the leader's log went backwards: nothing to compare against
                 observations.append(
                     Observation(
                         topic=ps.topic,
@@ -74,10 +87,12 @@ class ReplicaTracker:
                         min_isr=self.min_isr,
                     )
                 )
-                self._prev[rkey] = (snap.t_ms, leo, leader_leo)
+                if leader_leo is not None:
+                    self._prev[rkey] = (snap.t_ms, leo, leader_leo)
         # forget replicas and partitions that are gone (topic deleted, reassigned)
-        for rkey in set(self._prev) - seen:
-            del self._prev[rkey]
+        for rkey in set(self._last_t) - seen:
+            del self._last_t[rkey]
+            self._prev.pop(rkey, None)
         for key in set(self._isr) - live:
             del self._isr[key]
         return RoundResult(observations, changes)

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from collector.clientconfig import kafka_python_config, librdkafka_config
 from collector.probe import ClusterProbe, Snapshot
+from isrwatch.clientconfig import kafka_python_config, librdkafka_config
 from isrwatch.exceptions import IsrwatchError
 from isrwatch.settings import kafka_config_pairs
 from streaming import origin as origins

@@ -7,24 +7,36 @@ that picked it waits out the whole timeout while the other brokers would have
 answered at once: a job or exporter started during such a fault failed its start-up
 ("cannot reach Kafka") about one time in three on a 3-broker cluster.
 
-``first_metadata`` asks every bootstrap server at once, each from its own client
-that knows only that server, and returns the first answer. A client still waiting
-on a hung broker finishes on its own thread when its timeout ends, and is freed then.
+``first_metadata`` asks every bootstrap server at once and returns the first answer.
+Each server is asked twice, on threads of their own:
 
-The clients are producers. A consumer with a group id also finds its group's
-coordinator and connects to it, and librdkafka sends a metadata request to any
-broker it is connected to: when the hung broker was the coordinator, every client
-could ask it (found by tests/e2e/test_restart.py: the restarted job could not start
-again). A producer connects to nothing but its bootstrap server until it needs to.
+* **directly**, over one connection to that server alone (kafka-python's
+  ``BrokerConnection``, the settings translated by ``isrwatch.clientconfig``): nothing
+  else is ever asked. A librdkafka client cannot promise that: once its first
+  metadata answer names the cluster's brokers, it retires the bootstrap connection
+  (with the requests still in flight on it) and sends them again to a broker it
+  picks, which may be the hung one (found by tests/exporter/test_kafka_metadata.py,
+  one run in six: every client's request ended on the paused broker);
+* **from a librdkafka producer** that knows only that server, as before, for the
+  settings kafka-python cannot express (a keystore, an OAuth token). Producers, not
+  consumers: a consumer with a group id also connects to its group's coordinator, and
+  when that was the hung broker every client could ask it (tests/e2e/test_restart.py).
+
+A client still waiting on a hung broker finishes on its own thread when its timeout
+ends, and is freed then.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import socket
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
+
+from isrwatch.clientconfig import kafka_python_config
 
 __all__ = ["first_metadata", "bootstrap_list"]
 
@@ -63,12 +75,13 @@ def first_metadata(config: Mapping[str, Any], timeout_s: float, topic: str | Non
     """The ``ClusterMetadata`` of the first bootstrap server of ``config`` to answer
     (a librdkafka consumer configuration); ``topic``: ask for that topic only.
 
-    Raises the last ``KafkaException`` when none answers within ``timeout_s``.
+    Raises a ``KafkaException`` (librdkafka's error when one answered with one) when none
+    answers within ``timeout_s``.
     """
     from confluent_kafka import KafkaError, KafkaException, Producer
 
     servers = bootstrap_list(str(config.get("bootstrap.servers", ""))) or [""]
-    answers: queue.Queue[tuple[Any, BaseException | None]] = queue.Queue()
+    answers: queue.Queue[tuple[Any, BaseException | None, bool]] = queue.Queue()
     base = {k: v for k, v in config.items() if not k.startswith(_CONSUMER_ONLY)}
     base["logger"] = log
 
@@ -76,23 +89,107 @@ def first_metadata(config: Mapping[str, Any], timeout_s: float, topic: str | Non
         try:
             client = Producer({**base, "bootstrap.servers": server})
         except (KafkaException, ValueError) as e:  # a bad setting: the caller's own check names it
-            answers.put((None, KafkaException(KafkaError(KafkaError._INVALID_ARG, str(e)))))
+            answers.put((None, KafkaException(KafkaError(KafkaError._INVALID_ARG, str(e))), True))
             return
         try:
             md = client.list_topics(topic, timeout=timeout_s) if topic else client.list_topics(timeout=timeout_s)
-            answers.put((md, None))
+            answers.put((md, None, True))
         except KafkaException as e:
-            answers.put((None, e))
+            answers.put((None, e, True))
+
+    def ask_directly(server: str) -> None:
+        try:
+            answers.put((direct_metadata(config, server, timeout_s, topic), None, False))
+        except Exception as e:  # noqa: BLE001 - any failure of this way is the other way's to cover
+            answers.put((None, e, False))
 
     for server in servers:
         threading.Thread(target=ask, args=(server,), name=f"metadata-{server}", daemon=True).start()
-    last: BaseException | None = None
-    for _ in servers:
+        if server:
+            threading.Thread(target=ask_directly, args=(server,), name=f"metadata-direct-{server}", daemon=True).start()
+    asked = len(servers) + len([s for s in servers if s])
+    librdkafka_error: BaseException | None = None
+    direct_error: BaseException | None = None
+    deadline = time.monotonic() + timeout_s + 5.0
+    for _ in range(asked):
         try:
-            md, err = answers.get(timeout=timeout_s + 5.0)
+            md, err, from_librdkafka = answers.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             break
         if err is None:
             return md
-        last = err
-    raise last or KafkaException(KafkaError(KafkaError._TIMED_OUT, "no broker answered"))
+        if from_librdkafka:
+            librdkafka_error = err
+        else:
+            direct_error = err
+    if librdkafka_error is not None:
+        raise librdkafka_error
+    detail = f"no broker answered: {direct_error}" if direct_error else "no broker answered"
+    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, detail))
+
+
+def direct_metadata(config: Mapping[str, Any], server: str, timeout_s: float, topic: str | None = None) -> Any:
+    """``server``'s own metadata answer, asked over one connection to it alone, as a
+    ``confluent_kafka.admin.ClusterMetadata``; ``config``: librdkafka settings.
+
+    Raises ``TimeoutError`` when it does not answer within ``timeout_s``, ``ConnectionError``
+    when it cannot be reached."""
+    from kafka.conn import BrokerConnection
+    from kafka.protocol.metadata import MetadataRequest
+
+    host, _, port = server.rpartition(":")
+    settings = kafka_python_config(server, config, quiet=True)
+    settings.pop("bootstrap_servers", None)
+    if "client.id" not in config:
+        settings["client_id"] = "isrwatch-metadata"
+    settings["request_timeout_ms"] = int(timeout_s * 1000) + 1000  # the deadline below ends it first
+    settings["api_version_auto_timeout_ms"] = int(timeout_s * 1000)
+    deadline = time.monotonic() + timeout_s
+    conn = BrokerConnection(host.strip("[]"), int(port), socket.AF_UNSPEC, **settings)
+    try:
+        if not conn.connect_blocking(timeout_s):
+            raise ConnectionError(f"{server}: no connection within {timeout_s:g} s")
+        versions = conn.get_api_versions() or {}
+        version = min(versions.get(MetadataRequest[0].API_KEY, (0, 0))[1], 5)
+        cls = MetadataRequest[version]
+        topics = [topic] if topic else cls.ALL_TOPICS
+        request = cls(topics=topics) if version < 4 else cls(topics=topics, allow_auto_topic_creation=False)
+        future = conn.send(request)
+        while not future.is_done:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{server}: no metadata answer within {timeout_s:g} s")
+            for response, answered in conn.recv():  # the connection leaves the futures to its caller
+                answered.success(response)
+            time.sleep(0.005)
+        if future.failed():
+            raise ConnectionError(f"{server}: {future.exception}")
+        return _cluster_metadata(future.value)
+    finally:
+        conn.close()
+
+
+def _cluster_metadata(response: Any) -> Any:
+    """A kafka-python MetadataResponse (versions 0 to 5) as librdkafka's ``ClusterMetadata``."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
+
+    version = response.API_VERSION
+    md = ClusterMetadata()
+    md.cluster_id = getattr(response, "cluster_id", None) if version >= 2 else None
+    md.controller_id = getattr(response, "controller_id", -1) if version >= 1 else -1
+    for b in response.brokers:
+        broker = BrokerMetadata()
+        broker.id, broker.host, broker.port = b[0], b[1], b[2]
+        md.brokers[broker.id] = broker
+    for t in response.topics:
+        error, name, parts = (t[0], t[1], t[2]) if version == 0 else (t[0], t[1], t[3])
+        tmd = TopicMetadata()
+        tmd.topic = name
+        tmd.error = KafkaError(error) if error else None
+        for pd in parts:
+            p = PartitionMetadata()
+            p.id, p.leader, p.replicas, p.isrs = pd[1], pd[2], list(pd[3]), list(pd[4])
+            p.error = KafkaError(pd[0]) if pd[0] else None
+            tmd.partitions[p.id] = p
+        md.topics[name] = tmd
+    return md

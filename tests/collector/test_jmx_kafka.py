@@ -16,10 +16,10 @@ import jsonschema
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from collector.clientconfig import kafka_python_config
 from collector.jmx import RMI_TIMEOUT_MS, JmxConnection, JmxError, start_jvm
 from collector.jmxprobe import JmxProbe
 from collector.probe import ClusterProbe, Snapshot
+from isrwatch.clientconfig import kafka_python_config
 from isrwatch.settings import Secret
 from isrwatch.telemetry import decode_record, json_schema
 from localkafka import COMPAT_CONFIG, LocalKafka, free_port

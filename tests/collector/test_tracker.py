@@ -5,11 +5,14 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from collector.clientconfig import broker_version, kafka_python_config
 from collector.probe import PartitionState, Snapshot
 from collector.publisher import batch_records
 from collector.tracker import ReplicaTracker
+from isrwatch.clientconfig import broker_version, kafka_python_config
+from isrwatch.episodes import state_changes
 from isrwatch.exceptions import ConfigError
+from isrwatch.rule import RuleConfig
+from isrwatch.status import Thresholds
 from isrwatch.telemetry import decode_record, encode_record, json_schema
 
 P0 = PartitionState("orders", 0, leader=1, replicas=(1, 2, 3), isr=(1, 2, 3))
@@ -45,6 +48,48 @@ def test_unreachable_broker_gives_none_and_leader_down_gives_none_leader_leo():
     assert obs[3].leo is None and obs[2].leo == 10
     obs = {o.broker_id: o for o in tr.observe(snap(2000, {2: 10, 3: 10}, unreachable=[1])).observations}
     assert obs[2].leader_leo is None and obs[3].prev_leo is None
+
+
+def test_rounds_without_the_leader_keep_the_previous_observation_from_before_its_silence():
+    tr = ReplicaTracker()
+    tr.observe(snap(1000, {1: 10, 2: 10, 3: 10}))
+    silent = tr.observe(snap(2000, {2: 10, 3: 10}, unreachable=[1])).observations
+    assert all(o.leader_leo is None and o.prev_t_ms == 1000 for o in silent)
+    assert tr.observe(snap(2000, {2: 10, 3: 10}, unreachable=[1])).observations == []  # nothing new: not repeated
+    tr.observe(snap(3000, {2: 10, 3: 10}, unreachable=[1]))
+    back = {o.broker_id: o for o in tr.observe(snap(4000, {1: 40, 2: 10, 3: 10})).observations}
+    assert (back[3].prev_t_ms, back[3].prev_leo, back[3].prev_leader_leo) == (1000, 10, 10)
+    after = {o.broker_id: o for o in tr.observe(snap(5000, {1: 40, 2: 40, 3: 40})).observations}
+    assert (after[3].prev_t_ms, after[3].prev_leader_leo) == (4000, 40)
+
+
+def test_a_leader_log_gone_backwards_leaves_no_previous_observation():
+    tr = ReplicaTracker()
+    tr.observe(snap(1000, {1: 50, 2: 50, 3: 48}))
+    obs = {o.broker_id: o for o in tr.observe(snap(2000, {1: 45, 2: 45, 3: 45})).observations}
+    assert obs[3].prev_t_ms is None and obs[3].prev_leo is None and obs[3].prev_leader_leo is None
+    obs = {o.broker_id: o for o in tr.observe(snap(3000, {1: 47, 2: 47, 3: 46})).observations}
+    assert (obs[3].prev_t_ms, obs[3].prev_leader_leo) == (2000, 45)
+
+
+def test_a_leader_silent_longer_than_the_lag_window_does_not_age_its_followers():
+    """The leader of a partition paused 33 s (lag window 20 s) while its followers answer; at
+    SIGCONT its producers' backlog lands before the followers' next fetch, so the first round
+    with the leader shows them behind, the next caught up. Found by
+    tests/e2e/test_hung_telemetry_broker.py: the job paged Nearing, Imminent and OutOfSync for
+    a follower of the paused leader and resolved them in the same batch (no shrink in the
+    leaders' logs), because the silent rounds had replaced the previous observation with one
+    that had no leader LEO."""
+    tr, rows = ReplicaTracker(), []
+    for t in range(0, 5_000, 500):
+        rows += tr.observe(snap(t, {1: t, 2: t, 3: t})).observations
+    for t in range(5_000, 38_000, 500):  # the leader is silent; the followers answer, stuck at its LEO
+        rows += tr.observe(snap(t, {2: 4_500, 3: 4_500}, unreachable=[1])).observations
+    rows += tr.observe(snap(38_000, {1: 4_800, 2: 4_500, 3: 4_500})).observations
+    rows += tr.observe(snap(38_500, {1: 4_850, 2: 4_850, 3: 4_850})).observations
+    cfg = RuleConfig(lag_time_max_ms=20_000)
+    changes = state_changes([("c", o.__dict__) for o in rows], cfg, Thresholds(), 10_000)
+    assert changes == [], [(c.key, c.status.state, c.status.eval_ms) for c in changes]
 
 
 def test_isr_changes_only_from_fresh_metadata_and_set_based():

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from exporter.kafka_metadata import bootstrap_list, first_metadata
+from exporter.kafka_metadata import _cluster_metadata, bootstrap_list, direct_metadata, first_metadata
 
 
 @pytest.fixture
@@ -50,6 +50,57 @@ def silent_broker() -> Iterator[str]:
 def test_bootstrap_list_drops_blanks_and_repeats() -> None:
     assert bootstrap_list(" a:1, b:2,,a:1 ") == ["a:1", "b:2"]
     assert bootstrap_list("") == []
+
+
+@pytest.mark.parametrize("version", [1, 2, 5])
+def test_newer_metadata_answers_read_as_librdkafka_reads_them(version) -> None:
+    """The real brokers here are 0.9 (Metadata v0, read in the tests below); the later
+    layouts the direct question may get from a newer broker, built with kafka-python's own
+    response classes."""
+    from kafka.protocol.metadata import MetadataResponse
+
+    brokers = [(1, "h1", 9092, None), (2, "h2", 9093, "rack-b")]
+    parts = [(0, 0, 1, [1, 2], [1]), (5, 1, -1, [2, 1], [])]
+    parts = [(*p, []) for p in parts] if version >= 5 else parts
+    topics = [(0, "orders", False, parts), (3, "gone", False, [])]
+    head = {1: [brokers, 2], 2: [brokers, "cid", 2], 5: [0, brokers, "cid", 2]}[version]
+    md = _cluster_metadata(MetadataResponse[version](*head, topics))
+    assert md.controller_id == 2 and md.cluster_id == (None if version < 2 else "cid")
+    assert {b.id: (b.host, b.port) for b in md.brokers.values()} == {1: ("h1", 9092), 2: ("h2", 9093)}
+    orders = md.topics["orders"]
+    assert orders.error is None and sorted(orders.partitions) == [0, 1]
+    p0, p1 = orders.partitions[0], orders.partitions[1]
+    assert (p0.leader, p0.replicas, p0.isrs, p0.error) == (1, [1, 2], [1], None)
+    assert p1.leader == -1 and p1.error.code() == KafkaError.LEADER_NOT_AVAILABLE
+    assert md.topics["gone"].error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_each_broker_asked_directly_answers_for_itself_and_a_hung_one_does_not(kafka_cluster, unique_name) -> None:
+    """The direct question goes to the server named and nowhere else: each real broker
+    answers with what librdkafka reads, and while one is paused, asking it times out even
+    though the others would answer (a librdkafka client would have asked them)."""
+    from confluent_kafka.admin import AdminClient
+
+    topic = unique_name("direct")
+    kafka_cluster.create_topic(topic, partitions=2, replication_factor=2)
+    config = kafka_cluster.client_config()
+    seen = AdminClient(config).list_topics(topic, timeout=30).topics[topic]
+    for broker in kafka_cluster.broker_ids:
+        md = direct_metadata(config, kafka_cluster.address(broker), 10.0, topic)
+        assert sorted(md.brokers) == sorted(kafka_cluster.broker_ids)
+        got = md.topics[topic]
+        assert got.error is None
+        assert {p.id: (p.leader, p.replicas) for p in got.partitions.values()} == {
+            p.id: (p.leader, p.replicas) for p in seen.partitions.values()
+        }
+    assert topic in direct_metadata(config, kafka_cluster.address(1), 10.0).topics  # every topic
+    paused = kafka_cluster.broker_ids[-1]
+    kafka_cluster.pause(paused)
+    try:
+        with pytest.raises(TimeoutError):
+            direct_metadata(config, kafka_cluster.address(paused), 2.0, topic)
+    finally:
+        kafka_cluster.resume(paused)
 
 
 def test_a_silent_broker_alone_times_out_and_first_metadata_says_so(kafka_cluster, silent_broker) -> None:

@@ -71,8 +71,11 @@ def librdkafka_config(bootstrap_servers: str, props: Mapping[str, str], **extra:
     return {**props, "bootstrap.servers": bootstrap_servers, **extra}
 
 
-def kafka_python_config(bootstrap_servers: str, props: Mapping[str, str]) -> dict[str, Any]:
-    """Keyword arguments for kafka-python's KafkaClient from librdkafka properties."""
+def kafka_python_config(bootstrap_servers: str, props: Mapping[str, Any], quiet: bool = False) -> dict[str, Any]:
+    """Keyword arguments for kafka-python's KafkaClient from librdkafka properties.
+
+    Security settings it cannot translate are logged as a warning, or at debug level when
+    ``quiet`` (a caller that asks often, and has a librdkafka client beside it)."""
     out: dict[str, Any] = {"bootstrap_servers": bootstrap_servers.split(","), "client_id": "isrwatch-collector"}
     ignored = []
     for key, value in props.items():
@@ -102,7 +105,7 @@ def kafka_python_config(bootstrap_servers: str, props: Mapping[str, str]) -> dic
         out["ssl_context"] = ctx
         out["ssl_check_hostname"] = False
     security = [k for k in ignored if k.startswith(("ssl.", "sasl.", "security."))]
-    if security:
+    if security and not quiet:
         log.warning(kv(event="kafka_config_not_translated", client="kafka-python", keys=",".join(sorted(security))))
     elif ignored:
         log.debug(kv(event="kafka_config_not_translated", client="kafka-python", keys=",".join(sorted(ignored))))
