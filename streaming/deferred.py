@@ -95,6 +95,12 @@ class Deferred:
         ones (``"topic/partition" -> offset``). The same answer every time for the same start.
         ``first``: where a partition missing from ``start`` (new in this batch) begins (else 0)."""
         digest = offsets_digest(start)
+        if digest == offsets_digest(end):
+            # Nothing new (Spark asked for an empty range: the restarted job did, once, before
+            # replaying its batch in flight). Nothing is read and nothing written: a plan for it
+            # would link its end to itself and hide what the batch that ended at ``start`` left
+            # unread (tests/e2e/test_restart.py lost a range its replay read short that way).
+            return [], self._owed(start)
         saved = _read(self.dir / "plans" / f"{digest}.json")
         if isinstance(saved, dict) and saved.get("end") == end:
             return [tuple(r) for r in saved["ranges"]], dict(saved["resume"])  # type: ignore[misc]
