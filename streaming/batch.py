@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -79,9 +79,11 @@ def evaluate_records(
     max_gap_ms: int | None,
     not_ok_keys: Collection[str] = frozenset(),
     refresh_batches: int = 1,
+    forget_before: Mapping[str, int] | None = None,
 ) -> BatchOutput:
     """Everything the driver needs from one batch of raw records (the Kafka
-    source's columns); writes the batch's state version."""
+    source's columns); writes the batch's state version, without the replicas
+    older than ``forget_before`` (``StateTable.write``)."""
     t0 = time.monotonic()
     now_ms = int(time.time() * 1000)
     out = BatchOutput()
@@ -128,7 +130,7 @@ def evaluate_records(
         """Write the batch's state version (before the batch commits), release the batch."""
         t1 = time.monotonic()
         try:
-            table.write(held.where(F.col(replicas.LAST)), batch_id)
+            table.write(held.where(F.col(replicas.LAST)), batch_id, forget_before)
             if version is not None:
                 table.prune(version)  # the version this batch read stays until the next batch
         finally:

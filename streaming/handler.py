@@ -51,6 +51,7 @@ class BatchHandler:
     future_tolerance_ms: int | None
     max_gap_ms: int
     refresh_batches: int
+    forget_after_ms: int  # the state table leaves out replicas the monitor forgets
     side_counts: dict[str, int]  # dead letters by reason, for the embedder (JobHandles)
     side_done: int = field(init=False)  # the last batch whose rare rows were written
     _clock_warned: dict[str, float] = field(init=False, default_factory=dict)  # cluster -> monotonic
@@ -71,6 +72,7 @@ class BatchHandler:
             max_gap_ms=self.max_gap_ms,
             not_ok_keys=self.monitor.not_ok_keys(),
             refresh_batches=self.refresh_batches,
+            forget_before=self.monitor.forget_cutoffs(self.forget_after_ms),
         )
         try:
             assert out.table is not None

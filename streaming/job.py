@@ -303,6 +303,7 @@ class Job:
             future_tolerance_ms=None if (not self.kafka_mode and self.simulator.speed > 1) else FUTURE_TOLERANCE_MS,
             max_gap_ms=settings.observation_gap_ms or self.cfg.lag_time_max_ms // 2,
             refresh_batches=settings.ok_refresh_batches,
+            forget_after_ms=FORGET_AFTER_MS,
             side_counts=handles.side_counts,
         )
         self.events = QueryEvents(query.JOB_QUERY)

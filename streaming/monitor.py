@@ -215,6 +215,13 @@ class Monitor:
         else:
             alerts[pkey] = alert
 
+    def forget_cutoffs(self, older_than_ms: int) -> dict[str, int]:
+        """Per cluster, the telemetry time before which ``forget`` drops a replica
+        (its newest telemetry more than ``older_than_ms`` behind its cluster's):
+        the state table leaves those replicas out too (``StateTable.write``)."""
+        with self._lock:
+            return {c: now - older_than_ms for c, now in self.cluster_now.items()}
+
     def not_ok_keys(self) -> frozenset[str]:
         """Status keys of the replicas whose newest status is not ok (exactly those
         with replica alerts)."""

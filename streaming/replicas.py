@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyspark.sql.functions as F
@@ -339,7 +339,18 @@ class StateTable:
             return like.select(*STATE_COLUMNS).limit(0), None
         return self.spark.read.schema(schema).parquet(self.path(older[-1])), older[-1]
 
-    def write(self, state: DataFrame, batch_id: int) -> None:
+    def write(self, state: DataFrame, batch_id: int, forget_before: Mapping[str, int] | None = None) -> None:
+        """Version ``batch_id``. ``forget_before``: per cluster, replicas whose newest
+        telemetry (``last_t_ms``) is older than this are left out (a deleted topic, a
+        moved replica: what ``Monitor.forget`` drops), so the table does not keep
+        every replica ever seen."""
+        if forget_before:
+            cutoff: Column | None = None  # null for a cluster not in forget_before: kept
+            for cluster, ms in sorted(forget_before.items()):
+                same = F.col("cluster") == cluster
+                cutoff = F.when(same, F.lit(ms)) if cutoff is None else cutoff.when(same, F.lit(ms))
+            assert cutoff is not None
+            state = state.where(F.col("last_t_ms") >= F.coalesce(cutoff, F.col("last_t_ms")))
         state.select(*STATE_COLUMNS).write.mode("overwrite").parquet(self.path(batch_id))
 
     def prune(self, keep_from: int) -> None:

@@ -22,7 +22,8 @@ Spark JVM (resident memory), the checkpoint directory's size and the replicas th
 * the checkpoint bounded: at the end no larger than 1.5 times its size at half time, plus 5 MB;
 * the replicas of a deleted topic leave the job's ``/metrics`` within the job's
   ``FORGET_AFTER_MS`` (15 min on the cluster's clock) plus two minutes: every topic deleted
-  earlier than that before the end has no series left;
+  earlier than that before the end has no series left, and no row in the job's state table
+  (the checkpoint's newest version);
 * no replica alert without a cause: each names a replica the leaders logged out of the
   ISR, a replica of a partition reassigned in the minute before, or comes within a broker
   restart's window (its stop to lag + 30 s after its start: every partition has a replica
@@ -40,10 +41,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
 from streaming.job import FORGET_AFTER_MS
+from streaming.replicas import StateTable
 from tests.e2e.kafka_io import ProduceLoad, read_observations
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline
 from tests.e2e.results import Shrinks, write_result
@@ -219,6 +222,8 @@ def test_an_hour_of_churn_leaves_memory_flat_and_raises_nothing_without_cause(ka
     ckpt_half, ckpt_end = half[0]["checkpoint_mb"], samples[-1]["checkpoint_mb"]
     due = {t for t, at in deleted.items() if end - at > FORGOTTEN_WITHIN_S}
     still_shown = sorted(due & final_topics)
+    in_state = _topics_in_state_table(pipe.checkpoint_dir)
+    still_in_state = sorted(due & in_state)
     unexplained, explained = _judge(cluster, events, started, reassigned, restarts)
     # the evidence behind each unexplained alert, read while the cluster still runs
     evidence = (
@@ -245,6 +250,8 @@ def test_an_hour_of_churn_leaves_memory_flat_and_raises_nothing_without_cause(ka
             "topics_deleted": len(deleted),
             "deleted_due_to_be_forgotten": sorted(due),
             "deleted_still_on_metrics": still_shown,
+            "deleted_still_in_state_table": still_in_state,
+            "topics_in_state_table": len(in_state),
             "reassignments": len(reassigned),
             "broker_restarts": [[b, round(a - started, 1), round(z - started, 1)] for b, a, z in restarts],
             "memory": figures,
@@ -262,7 +269,17 @@ def test_an_hour_of_churn_leaves_memory_flat_and_raises_nothing_without_cause(ka
         assert f["growth_last_quarter_mb"] <= f["allowed_mb"], f"{what} grows: {f}"
     assert ckpt_end <= 1.5 * ckpt_half + 5, f"the checkpoint grows: {ckpt_half:.1f} MB -> {ckpt_end:.1f} MB"
     assert not still_shown, f"deleted topics still on /metrics after {FORGOTTEN_WITHIN_S:.0f} s: {still_shown}"
+    assert not still_in_state, f"deleted topics still in the job's state table: {still_in_state}"
     assert not unexplained, f"replica alerts without a cause: {unexplained[:10]}"
+
+
+def _topics_in_state_table(checkpoint_dir) -> set[str]:
+    """The topics of the replicas in the job's newest state version (its checkpoint's table)."""
+    table = StateTable(None, str(checkpoint_dir))  # listing and paths only: no Spark needed
+    versions = table.versions()
+    if not versions:
+        return set()
+    return set(pq.read_table(table.path(versions[-1]), columns=["topic"]).column("topic").to_pylist())
 
 
 def _replicas_of(cluster, topic: str, partition: int) -> list[int]:

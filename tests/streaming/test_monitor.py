@@ -122,6 +122,20 @@ def test_states_and_forgotten_replicas_reach_the_state_topic(tmp_path) -> None:
     assert producer.records[-1] == ("isr.replica-state", b"c/t/0/2", None)  # a tombstone
 
 
+def test_the_state_table_forgets_at_the_monitor_s_cutoff() -> None:
+    """``Monitor.forget_cutoffs``: per cluster, the telemetry time below which ``forget``
+    drops a replica, what the job's state table leaves out (tests/streaming/test_state_table.py)."""
+    m = _monitor(None, Clock(), Collect())
+    assert m.forget_cutoffs(15 * 60_000) == {}  # no cluster clock yet (a job just started): nothing goes
+    _apply(m, 0, [_row(100_000, 99_000, 5)])
+    m.cluster_now["c"] = 100_000 + 15 * 60_000
+    assert m.forget_cutoffs(15 * 60_000) == {"c": 100_000}
+    assert m.forget(15 * 60_000) == []  # at the cutoff: kept, by both
+    m.cluster_now["c"] += 1
+    assert m.forget_cutoffs(15 * 60_000) == {"c": 100_001}
+    assert m.forget(15 * 60_000) == ["c/t/0/2"]
+
+
 def _any_row(cluster: str, partition: int, broker: int, t_ms: int, behind_ms: int, isr: list[int], answered: bool):
     row = _row(t_ms, t_ms - behind_ms, 1)
     row.update(cluster=cluster, partition=partition, broker_id=broker)

@@ -1,0 +1,51 @@
+"""The job's state table (``streaming.replicas.StateTable``) leaves out the replicas the
+monitor forgets, so it does not keep every replica ever seen (found by reading the code after
+the soak: the Parquet versions carried each deleted topic's replicas for ever)."""
+
+from __future__ import annotations
+
+import pytest
+
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import Thresholds
+from streaming import replicas
+
+from .test_state import OBS_SCHEMA, _rows
+
+pytestmark = pytest.mark.spark
+
+CFG = RuleConfig(Rule.KIP16_REFINED, 10_000)
+MINUTE = 60_000
+
+
+def _batch(spark, table, batch_id, rows, forget_before):
+    """One batch as the job runs it: the carried version, the observations, the new version."""
+    obs = replicas.observation_rows(spark.createDataFrame(rows, OBS_SCHEMA), CFG, 5_000)
+    carried, _ = table.read(batch_id, obs)
+    out = replicas.evaluate_batch(obs, carried, CFG, Thresholds(), 5_000)
+    table.write(out.where(replicas.LAST), batch_id, forget_before)
+
+
+def _replicas(spark, table, version):
+    return sorted((r.cluster, r.topic, r.broker_id) for r in spark.read.parquet(table.path(version)).collect())
+
+
+def _observed(cluster, topic, broker, t_ms):
+    [row] = _rows([(broker, [(t_ms, 100, 100)])])
+    return {**row, "cluster": cluster, "topic": topic}
+
+
+def test_a_replica_silent_longer_than_the_forget_time_leaves_the_table(spark, tmp_path) -> None:
+    table = replicas.StateTable(spark, str(tmp_path))
+    t0 = 1_700_000_000_000
+    _batch(spark, table, 0, [_observed("a", "deleted", 2, t0), _observed("a", "kept", 2, t0)], {})
+    _batch(spark, table, 1, [_observed("b", "other", 2, t0)], {})
+    later = t0 + 16 * MINUTE
+    # Cluster a's telemetry went on 16 minutes without topic "deleted"; cluster b's did not move.
+    cutoffs = {"a": later - 15 * MINUTE, "b": t0 - 15 * MINUTE}
+    _batch(spark, table, 2, [_observed("a", "kept", 2, later)], cutoffs)
+    assert _replicas(spark, table, 2) == [("a", "kept", 2), ("b", "other", 2)]
+    # The control: without cutoffs (a job with no cluster clock yet, after a restart) nothing goes.
+    _batch(spark, table, 3, [_observed("a", "deleted", 3, t0)], {})
+    _batch(spark, table, 4, [_observed("a", "kept", 2, later + 1000)], {})
+    assert ("a", "deleted", 3) in _replicas(spark, table, 4)
