@@ -14,7 +14,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from isrwatch.rule import Rule, RuleConfig, leader_change_caught_up_time, observed_caught_up_time
+from isrwatch.rule import (
+    Rule,
+    RuleConfig,
+    leader_change_caught_up_time,
+    observed_caught_up_time,
+    unseen_gap_caught_up_time,
+)
 from isrwatch.status import ReplicaAggregate, ReplicaStatus, State, Thresholds, evaluate
 
 __all__ = ["fold", "Change", "walk", "state_changes"]
@@ -37,9 +43,12 @@ def fold(
     # Against the replica's previous observation as folded so far (the newest), for
     # an observation newer than it (streaming.replicas._history_exprs).
     before = agg if agg is not None and agg.last_t_ms < t else None
-    if before is not None and prev_t is None:  # the collector did not see it last round: the state did
+    unseen = before is not None and prev_t is None
+    if unseen:  # the collector did not see it last round: the state did
         prev_t, prev_leader_leo = before.last_t_ms, before.known_leader_leo
     cu = observed_caught_up_time(rule, t, leo, leader_leo, prev_t, prev_leader_leo, max_gap_ms)
+    if unseen:
+        cu = _max(cu, unseen_gap_caught_up_time(rule, t, leo, prev_t, max_gap_ms))
     if before is not None:
         isr = o.get("isr") or ()  # not reported: does not rule the follower out (as evaluate reads it)
         in_isr = not isr or int(o["broker_id"]) in isr

@@ -194,6 +194,33 @@ def leader_change_caught_up_time(
     return prev_t_ms
 
 
+def unseen_gap_caught_up_time(
+    rule: Rule, t_ms: int, fetch_offset: int | None, prev_t_ms: int | None, max_gap_ms: int | None
+) -> int | None:
+    """What an observation the collector sent without its previous one shows, when the
+    job's previous observation of the replica (``prev_t_ms``) is more than ``max_gap_ms``
+    older and the replica's broker did not answer (``fetch_offset`` None).
+
+    The collector sends no ``prev_*`` when it did not see the replica as a follower in
+    its last round: the broker led the partition (a leader is caught up with itself),
+    or the collector restarted. Nothing is known of the interval, so the replica's
+    evidence starts afresh at ``t_ms``, as at its first observation: the interval is
+    not read as time out of sync (found by the soak: a broker that led a partition for
+    eight minutes, restarted, came back as a follower outside the ISR, and its lag
+    alerts said they began before its leadership). With an answer,
+    ``observed_caught_up_time``'s gap branch decides; ``legacy-messages`` is left alone.
+    """
+    if (
+        max_gap_ms is None
+        or rule is Rule.LEGACY_MESSAGES
+        or fetch_offset is not None
+        or prev_t_ms is None
+        or t_ms - prev_t_ms <= max_gap_ms
+    ):
+        return None
+    return t_ms
+
+
 @dataclass(frozen=True)
 class FollowerState:
     """What a leader knows about one follower."""

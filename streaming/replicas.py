@@ -168,7 +168,10 @@ def _history_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
       partition, or the collector restarted) is judged against the state's previous
       observation instead (``isrwatch.episodes.fold``), the gap rule included;
     * an observation under another leader than the previous one's is evidence of a
-      catch-up (``isrwatch.rule.leader_change_caught_up_time``).
+      catch-up (``isrwatch.rule.leader_change_caught_up_time``);
+    * an observation without ``prev_*`` long after the state's previous one, whose
+      broker did not answer, starts the replica's evidence afresh
+      (``isrwatch.rule.unseen_gap_caught_up_time``).
 
     Both only for an observation newer than the previous one.
     """
@@ -185,10 +188,13 @@ def _history_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
     in_isr = (F.size(isr) == 0) | F.array_contains(isr, F.col("broker_id"))
     changed = (prev_leader >= 0) & (leader >= 0) & (leader != prev_leader) & in_isr
     after_gap = t - prev_t > max_gap_ms if max_gap_ms is not None else F.lit(False)
+    # isrwatch.rule.unseen_gap_caught_up_time: no prev_*, a gap, no answer from the broker
+    unseen_gap = F.lit(False) if rule is Rule.LEGACY_MESSAGES else after_gap & latest["leo"].isNull()
     # greatest() skips nulls: the observation's own evidence stays where these prove nothing.
     lcu = F.greatest(
         F.col("last_caught_up_ms"),
         F.when(newer & F.col(NO_PREV), filled),
+        F.when(newer & F.col(NO_PREV) & unseen_gap, t),
         F.when(newer & changed, F.when(after_gap, t).otherwise(prev_t)),
     )
     return [lcu.alias(c) if c == "last_caught_up_ms" else F.col(c) for c in [*STATE_COLUMNS, SEED]]

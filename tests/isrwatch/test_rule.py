@@ -18,6 +18,7 @@ from isrwatch.rule import (
     observed_caught_up_time,
     on_fetch,
     removal_window,
+    unseen_gap_caught_up_time,
 )
 
 LEGACY = RuleConfig(Rule.LEGACY_MESSAGES, lag_time_max_ms=10_000, lag_max_messages=4)
@@ -303,3 +304,56 @@ def test_an_observation_under_a_new_leader_is_caught_up_at_the_previous_observat
     assert leader_change_caught_up_time(t, True, True, t - 60_000, None) == t - 60_000
     assert leader_change_caught_up_time(t, False, True, prev, GAP_MS) is None
     assert leader_change_caught_up_time(t, True, False, prev, GAP_MS) is None
+
+
+@pytest.mark.parametrize("rule", [Rule.KIP16, Rule.KIP16_REFINED])
+def test_an_unseen_gap_without_an_answer_starts_the_evidence_afresh(rule: Rule) -> None:
+    """No prev_* from the collector, the job's previous observation more than the gap
+    before, the broker silent: the observation's own time; nothing with an answer (the
+    gap branch decides), within the gap, or under legacy-messages."""
+    t = 1_000_000
+    assert unseen_gap_caught_up_time(rule, t, None, t - GAP_MS - 1, GAP_MS) == t
+    assert unseen_gap_caught_up_time(rule, t, None, t - GAP_MS, GAP_MS) is None
+    assert unseen_gap_caught_up_time(rule, t, 5, t - GAP_MS - 1, GAP_MS) is None
+    assert unseen_gap_caught_up_time(rule, t, None, None, GAP_MS) is None
+    assert unseen_gap_caught_up_time(rule, t, None, t - GAP_MS - 1, None) is None
+    assert unseen_gap_caught_up_time(Rule.LEGACY_MESSAGES, t, None, t - GAP_MS - 1, GAP_MS) is None
+
+
+def test_a_former_leader_back_after_its_restart_is_not_paged_for_its_leadership() -> None:
+    """The soak (2026-11-27): broker 2 followed orders-2 in sync, led it for eight minutes
+    (the controller's preferred-leader election), was restarted, and came back a follower
+    outside the ISR and silent, with no prev_* (the collector forgets a replica while it
+    leads). The job took its catch-up from before its leadership and paged Nearing and
+    Imminent as begun eight minutes earlier. Now its evidence starts at its return: out of
+    sync for being outside the ISR, from then."""
+    from isrwatch.alerts import AlertName, replica_alerts
+    from isrwatch.episodes import walk
+    from isrwatch.status import Thresholds
+
+    cfg = RuleConfig(lag_time_max_ms=20_000)
+
+    def obs(t, leo, leader_leo, prev, isr):
+        o = {
+            "topic": "orders",
+            "partition": 2,
+            "broker_id": 2,
+            "leader_id": 3,
+            "t_ms": t,
+            "leo": leo,
+            "leader_leo": leader_leo,
+            "isr": isr,
+            "replicas": (3, 1, 2),
+        }
+        if prev:
+            o.update(prev_t_ms=t - 500, prev_leo=leo - 10, prev_leader_leo=leader_leo - 10)
+        return o
+
+    rows = [obs(t, 1000 + t // 50, 1000 + t // 50, t > 0, (3, 1, 2)) for t in range(0, 30_000, 500)]
+    back = 30_000 + 480_000  # eight minutes as the leader: not observed as a follower
+    rows += [obs(back, None, 90_000, False, (3, 1))]
+    statuses = [s for _, s in walk([("c", o) for o in rows], cfg, Thresholds(), 10_000)]
+    last = statuses[-1]
+    assert last.lag_state.value == "out_of_sync"  # outside the ISR
+    starts = {a.name: a.starts_ms for a in replica_alerts(last) if a.name is not AlertName.STALLED}
+    assert starts and all(v >= back for v in starts.values()), starts
