@@ -24,6 +24,16 @@ from kafka.protocol.list_offsets import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from isrwatch.exceptions import UnreachableError
+from isrwatch.kafkawire import (
+    LATEST,
+    LIST_OFFSETS_MAX_VERSION,
+    METADATA_MAX_VERSION,
+    list_offsets_answers,
+    list_offsets_request,
+    metadata_brokers,
+    metadata_partitions,
+    metadata_request,
+)
 from isrwatch.logs import kv
 from isrwatch.telemetry import BrokerCounters
 
@@ -33,7 +43,6 @@ log = logging.getLogger(__name__)
 
 DEBUG_REPLICA_ID = -2  # answered by followers too, with the log end offset
 CLIENT_REPLICA_ID = -1  # an ordinary consumer: the leader answers with the high watermark
-_LATEST = -1
 
 
 @dataclass(frozen=True)
@@ -151,19 +160,17 @@ class ClusterProbe:
                 node = self.client.least_loaded_node()
         if node is None or not self.client.ready(node, metadata_priority=False):
             return None
-        version = self._version("Metadata", MetadataRequest, 5)
-        cls = MetadataRequest[version]
-        request = (
-            cls(topics=cls.ALL_TOPICS) if version < 4 else cls(topics=cls.ALL_TOPICS, allow_auto_topic_creation=False)
-        )
-        future = self.client.send(node, request)
+        version = self._version("Metadata", MetadataRequest, METADATA_MAX_VERSION)
+        future = self.client.send(node, metadata_request(version))
         self._wait([future], deadline)
         if not future.is_done or future.failed():
             return None
         response = future.value
         self.client.cluster.update_metadata(response)
-        self._brokers = {b[0]: f"{b[1]}:{b[2]}" for b in response.brokers}
-        self._partitions = _partitions(response)
+        self._brokers = {b: f"{host}:{port}" for b, (host, port) in metadata_brokers(response).items()}
+        self._partitions = [
+            PartitionState(m.topic, m.partition, m.leader, m.replicas, m.isr) for m in metadata_partitions(response)[1]
+        ]
         return self._partitions
 
     def answer_times(self, timeout_s: float) -> dict[int, float]:
@@ -187,19 +194,8 @@ class ClusterProbe:
 
     def _list_offsets(self, node: int, replica_id: int, parts: list[tuple[str, int]]) -> Any:
         assert self.client is not None
-        version = self._version("ListOffsets", ListOffsetsRequest, 5)
-        by_topic: dict[str, list[int]] = defaultdict(list)
-        for topic, p in parts:
-            by_topic[topic].append(p)
-        if version == 0:
-            topics: list[Any] = [(t, [(p, _LATEST, 1) for p in ps]) for t, ps in by_topic.items()]
-        elif version < 4:
-            topics = [(t, [(p, _LATEST) for p in ps]) for t, ps in by_topic.items()]
-        else:
-            topics = [(t, [(p, -1, _LATEST) for p in ps]) for t, ps in by_topic.items()]
-        cls = ListOffsetsRequest[version]
-        request = cls(replica_id=replica_id, topics=topics) if version < 2 else cls(replica_id, 0, topics)
-        return self.client.send(node, request)
+        version = self._version("ListOffsets", ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION)
+        return self.client.send(node, list_offsets_request(version, replica_id, parts, LATEST))
 
     def snapshot(self) -> Snapshot:
         """One polling round."""
@@ -237,7 +233,9 @@ class ClusterProbe:
             if not f.is_done or f.failed():
                 unreachable.add(broker)
                 continue
-            for topic, p, offset in _offsets(f.value):
+            for topic, p, error, offset in list_offsets_answers(f.value):
+                if error or offset is None:
+                    continue
                 if kind == "leo":
                     snap.leo[(broker, topic, p)] = offset
                 else:
@@ -245,39 +243,3 @@ class ClusterProbe:
         snap.unreachable = unreachable
         snap.round_s = time.monotonic() - started
         return snap
-
-
-def _partitions(response: Any) -> list[PartitionState]:
-    out = []
-    version = response.API_VERSION
-    for topic_data in response.topics:
-        if version == 0:
-            error, topic, parts = topic_data
-        else:
-            error, topic, _internal, parts = topic_data[:4]
-        if error != 0:
-            continue
-        for pd in parts:
-            if version >= 7:
-                _err, p, leader, _epoch, replicas, isr = pd[:6]
-            else:
-                _err, p, leader, replicas, isr = pd[:5]
-            out.append(PartitionState(topic, p, leader, tuple(replicas), tuple(isr)))
-    out.sort(key=lambda s: (s.topic, s.partition))
-    return out
-
-
-def _offsets(response: Any) -> list[tuple[str, int, int]]:
-    """(topic, partition, offset) of every partition answered without error."""
-    out = []
-    for topic, parts in response.topics:
-        for pd in parts:
-            if pd[1] != 0:
-                continue
-            if response.API_VERSION == 0:
-                offsets = pd[2]
-                if offsets:
-                    out.append((topic, pd[0], int(offsets[0])))
-            else:
-                out.append((topic, pd[0], int(pd[3])))
-    return out

@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from isrwatch.clientconfig import kafka_python_config
+from isrwatch.kafkawire import METADATA_MAX_VERSION, metadata_brokers, metadata_partitions, metadata_request
 
 __all__ = ["first_metadata", "bootstrap_list"]
 
@@ -150,11 +151,8 @@ def direct_metadata(config: Mapping[str, Any], server: str, timeout_s: float, to
         if not conn.connect_blocking(timeout_s):
             raise ConnectionError(f"{server}: no connection within {timeout_s:g} s")
         versions = conn.get_api_versions() or {}
-        version = min(versions.get(MetadataRequest[0].API_KEY, (0, 0))[1], 5)
-        cls = MetadataRequest[version]
-        topics = [topic] if topic else cls.ALL_TOPICS
-        request = cls(topics=topics) if version < 4 else cls(topics=topics, allow_auto_topic_creation=False)
-        future = conn.send(request)
+        version = min(versions.get(MetadataRequest[0].API_KEY, (0, 0))[1], METADATA_MAX_VERSION)
+        future = conn.send(metadata_request(version, [topic] if topic else None))
         while not future.is_done:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{server}: no metadata answer within {timeout_s:g} s")
@@ -177,19 +175,20 @@ def _cluster_metadata(response: Any) -> Any:
     md = ClusterMetadata()
     md.cluster_id = getattr(response, "cluster_id", None) if version >= 2 else None
     md.controller_id = getattr(response, "controller_id", -1) if version >= 1 else -1
-    for b in response.brokers:
+    for broker_id, (host, port) in metadata_brokers(response).items():
         broker = BrokerMetadata()
-        broker.id, broker.host, broker.port = b[0], b[1], b[2]
+        broker.id, broker.port = broker_id, port
+        broker.host = host  # type: ignore[assignment]  # (confluent-kafka declares it None)
         md.brokers[broker.id] = broker
-    for t in response.topics:
-        error, name, parts = (t[0], t[1], t[2]) if version == 0 else (t[0], t[1], t[3])
+    topic_errors, partitions = metadata_partitions(response)
+    for name, error in topic_errors.items():
         tmd = TopicMetadata()
         tmd.topic = name
         tmd.error = KafkaError(error) if error else None
-        for pd in parts:
-            p = PartitionMetadata()
-            p.id, p.leader, p.replicas, p.isrs = pd[1], pd[2], list(pd[3]), list(pd[4])
-            p.error = KafkaError(pd[0]) if pd[0] else None
-            tmd.partitions[p.id] = p
         md.topics[name] = tmd
+    for pm in partitions:
+        p = PartitionMetadata()
+        p.id, p.leader, p.replicas, p.isrs = pm.partition, pm.leader, list(pm.replicas), list(pm.isr)
+        p.error = KafkaError(pm.error) if pm.error else None
+        md.topics[pm.topic].partitions[p.id] = p
     return md

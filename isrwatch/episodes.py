@@ -43,8 +43,9 @@ def fold(
     # Against the replica's previous observation as folded so far (the newest), for
     # an observation newer than it (streaming.replicas._history_exprs).
     before = agg if agg is not None and agg.last_t_ms < t else None
-    unseen = before is not None and prev_t is None
-    if unseen:  # the collector did not see it last round: the state did
+    unseen = False
+    if before is not None and prev_t is None:  # the collector did not see it last round: the state did
+        unseen = True
         prev_t, prev_leader_leo = before.last_t_ms, before.known_leader_leo
     cu = observed_caught_up_time(rule, t, leo, leader_leo, prev_t, prev_leader_leo, max_gap_ms)
     if unseen:

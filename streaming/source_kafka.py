@@ -140,21 +140,16 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._first: Offsets = {}
         self._started = False
 
-    # The driver's watermark questions (threads, a consumer) are not shipped to the tasks.
+    # The driver's watermark questions (threads, connections) are not shipped to the tasks.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_marks"] = None
         return state
 
-    def _meta_consumer(self) -> Any:
-        from confluent_kafka import Consumer
-
-        return Consumer({**self.config, "logger": rdlog})
-
     def _watermarks(self, wait_s: float | None = None) -> tuple[Offsets, Offsets]:
         """(low, high) watermarks of the partitions whose leaders answer (streaming.watermarks)."""
         if self._marks is None:
-            self._marks = Watermarks(self._meta_consumer, self.topics, self.answer_s)
+            self._marks = Watermarks(self.config, self.topics, self.answer_s)
         return self._marks.poll(wait_s)
 
     def initialOffset(self) -> Offsets:
@@ -259,7 +254,7 @@ def describe_topic(options: dict[str, str], topic: str, timeout_s: float) -> tup
     UnreachableError when no broker answers within ``timeout_s``; partitions
     whose leader does not answer in time are left out.
     """
-    from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka import KafkaException
 
     from exporter.kafka_metadata import first_metadata
     from isrwatch.exceptions import UnreachableError
@@ -286,7 +281,7 @@ def describe_topic(options: dict[str, str], topic: str, timeout_s: float) -> tup
                 hint="when its leader stalls the job sees no telemetry; give it one partition per broker or more",
             )
         )
-    marks = Watermarks(lambda: Consumer({**config, "logger": rdlog}), [topic], answer_s=min(timeout_s, 5.0))
+    marks = Watermarks(config, [topic], answer_s=min(timeout_s, 5.0))
     try:
         low, high = marks.poll()
     finally:

@@ -1,33 +1,47 @@
 """The telemetry topic's end offsets, asked for without ever waiting on one broker.
 
 A micro-batch is planned from each partition's watermarks (its leader answers a
-ListOffsets request). Asked one after another with librdkafka's timeouts, one
-hung leader (SIGSTOP, a long GC) held every batch for tens of seconds, even
-when it led only empty partitions. ``Watermarks.poll`` asks every partition at
-once, each in its own thread, and waits at most ``answer_s``: a partition whose
-leader has not answered by then keeps its last known offsets (so nothing new is
-planned from it) and is asked again once its previous question returns. The
-topic's partition list is refreshed the same way, falling back to the last one.
+ListOffsets request). ``Watermarks.poll`` asks every leader at once and waits at
+most ``answer_s``: a partition whose leader has not answered by then keeps its
+last known offsets (so nothing new is planned from it) and is *late*; its leader
+is asked again once its previous question returns. The topic's partitions and
+their leaders are asked for every ``_METADATA_EVERY_S`` the same way, from every
+broker at once, the first answer winning, falling back to the last one.
 
-Each question has a consumer to itself: questions on one librdkafka handle
-wait behind each other, so with one shared consumer a single hung leader made
-every partition late (measured: 8-10 s for the healthy ones). The consumers are
-lent and given back, so a question asked while a leader hangs takes one that has
-asked before and knows the partitions' leaders; a new consumer's first request
-for metadata goes to whichever broker librdkafka picks, the hung one too, and
-made a healthy partition late for up to 10 s (test_watermarks, once in ten runs
-when each thread of the pool had a consumer of its own).
+Each broker is asked over one connection of its own (kafka-python's
+``BrokerConnection``), worked by a thread of its own, so whatever blocks on one
+broker (a connection, an authentication, an answer) blocks that broker's
+partitions only. A librdkafka client cannot promise that: it sends a request to
+the broker it picks, and when it retires a connection it resends that
+connection's requests to another (docs/reliability.md). With a librdkafka
+consumer per question, a healthy partition was late at every poll while another
+partition's leader was paused (tests/streaming/test_watermarks.py, about one run
+in ten).
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import socket
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
+from isrwatch.clientconfig import kafka_python_config
+from isrwatch.kafkawire import (
+    EARLIEST,
+    LATEST,
+    LIST_OFFSETS_MAX_VERSION,
+    METADATA_MAX_VERSION,
+    list_offsets_answers,
+    list_offsets_request,
+    metadata_brokers,
+    metadata_partitions,
+    metadata_request,
+)
 from isrwatch.logs import kv
 
 __all__ = ["Watermarks", "Offsets"]
@@ -36,154 +50,211 @@ log = logging.getLogger(__name__)
 
 Offsets = dict[str, dict[str, int]]
 
-# How long one question may take before librdkafka gives up on it (it then runs
-# in the background: the planner never waits this long).
+# How long one question may take before it is given up (the connection is then
+# closed and made again for the next one; the planner never waits this long).
 _QUESTION_TIMEOUT_S = 10.0
 _METADATA_EVERY_S = 10.0
-# Questions asked at once (the pool's threads), so also the consumers lent at once.
-_POOL_SIZE = 16
+_CLIENT = -1  # ListOffsets as a client: a leader answers with its high watermark
+# Kafka's answers that say the metadata is out of date (the partition moved or is new)
+_STALE_METADATA = {3, 5, 6}  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_FOR_PARTITION
+
+Versions = dict[int, tuple[int, int]]  # API key -> (min, max) the broker speaks
+
+
+class _BrokerLine:
+    """One connection to one broker and the thread that works it: questions are
+    asked one after another, each within ``_QUESTION_TIMEOUT_S``."""
+
+    def __init__(self, address: str, settings: Mapping[str, Any]) -> None:
+        self.address = address
+        self._settings = dict(settings)
+        self._questions: queue.Queue[tuple[Callable[[Versions], list[Any]], Future[list[Any]]] | None] = queue.Queue()
+        self._open: Future[list[Any]] | None = None  # the question asked and not answered yet
+        self._conn: Any = None
+        self._thread = threading.Thread(target=self._work, name=f"isrwatch-watermarks-{address}", daemon=True)
+        self._thread.start()
+
+    @property
+    def busy(self) -> bool:
+        return self._open is not None and not self._open.done()
+
+    def ask(self, requests: Callable[[Versions], list[Any]]) -> Future[list[Any]]:
+        """The broker's answers to ``requests(its API versions)``, in order."""
+        future: Future[list[Any]] = Future()
+        self._open = future
+        self._questions.put((requests, future))
+        return future
+
+    def close(self) -> None:
+        self._questions.put(None)
+
+    def _work(self) -> None:
+        while True:
+            item = self._questions.get()
+            if item is None:
+                break
+            requests, future = item
+            try:
+                future.set_result(self._answer(requests))
+            except Exception as e:  # noqa: BLE001 - a failed question: the planner reads it as late
+                self._drop()
+                future.set_exception(e)
+        self._drop()
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _answer(self, requests: Callable[[Versions], list[Any]]) -> list[Any]:
+        from kafka.conn import BrokerConnection
+
+        deadline = time.monotonic() + _QUESTION_TIMEOUT_S
+        if self._conn is None or not self._conn.connected():
+            self._drop()
+            host, _, port = self.address.rpartition(":")
+            self._conn = BrokerConnection(host.strip("[]"), int(port), socket.AF_UNSPEC, **self._settings)
+            if not self._conn.connect_blocking(_QUESTION_TIMEOUT_S):
+                raise ConnectionError(f"{self.address}: no connection within {_QUESTION_TIMEOUT_S:g} s")
+        conn = self._conn
+        futures = [conn.send(r) for r in requests(conn.get_api_versions() or {})]
+        while not all(f.is_done for f in futures):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.address}: no answer within {_QUESTION_TIMEOUT_S:g} s")
+            for response, answered in conn.recv():  # the connection leaves the futures to its caller
+                answered.success(response)
+            time.sleep(0.002)
+        failed = [f.exception for f in futures if f.failed()]
+        if failed:
+            raise ConnectionError(f"{self.address}: {failed[0]}")
+        return [f.value for f in futures]
+
+
+def _version(versions: Versions, api_key: int, highest: int) -> int:
+    """The newest version of a request both sides speak (0 when the broker did not say)."""
+    low, high = versions.get(api_key, (0, 0))
+    return max(low, min(high, highest))
+
+
+def _metadata_question(versions: Versions) -> list[Any]:
+    """Every topic's metadata: naming a topic would create it on a broker of a version
+    before 1.0 (Metadata v4) with ``auto.create.topics.enable``, Kafka's default."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    return [metadata_request(_version(versions, MetadataRequest[0].API_KEY, METADATA_MAX_VERSION))]
+
+
+def _offsets_question(parts: list[tuple[str, int]]) -> Callable[[Versions], list[Any]]:
+    from kafka.protocol.list_offsets import ListOffsetsRequest
+
+    def requests(versions: Versions) -> list[Any]:
+        version = _version(versions, ListOffsetsRequest[0].API_KEY, LIST_OFFSETS_MAX_VERSION)
+        return [list_offsets_request(version, _CLIENT, parts, at) for at in (EARLIEST, LATEST)]
+
+    return requests
 
 
 class Watermarks:
-    """(low, high) watermarks of the subscribed topics' partitions, from whoever answers within ``answer_s``."""
+    """(low, high) watermarks of the subscribed topics' partitions, from whoever answers within ``answer_s``.
 
-    def __init__(self, consumer_factory: Callable[[], Any], topics: list[str], answer_s: float = 1.0) -> None:
-        self._factory = consumer_factory
-        self._consumers: list[Any] = []  # every consumer made, to close
-        self._idle: list[Any] = []  # those no question holds, newest given back last
-        self._warming = 0  # consumers being made in the background (_warm_up)
-        # consumers whose question failed, kept for that question (partition, or None: metadata)
-        self._pinned: dict[tuple[str, int] | None, Any] = {}
-        self._consumers_lock = threading.Lock()
+    ``config``: librdkafka settings (``bootstrap.servers``, security), translated for kafka-python
+    by ``isrwatch.clientconfig``."""
+
+    def __init__(self, config: Mapping[str, Any], topics: list[str], answer_s: float = 1.0) -> None:
+        servers = str(config.get("bootstrap.servers", ""))
+        settings = kafka_python_config(servers, config)
+        settings.pop("bootstrap_servers", None)
+        if "client.id" not in config:
+            settings["client_id"] = "isrwatch-watermarks"
+        settings["request_timeout_ms"] = int(_QUESTION_TIMEOUT_S * 1000) + 1000  # the line's deadline ends it first
+        settings["api_version_auto_timeout_ms"] = int(_QUESTION_TIMEOUT_S * 1000)
+        self._settings = settings
+        self._bootstrap = [s.strip() for s in servers.split(",") if s.strip()]
         self.topics = topics
         self.answer_s = answer_s
-        self._pool: ThreadPoolExecutor | None = None
-        self._asking: dict[tuple[str, int], Future[tuple[int, int]]] = {}
-        self._known: dict[tuple[str, int], tuple[int, int]] = {}
-        self._partitions: dict[str, list[int]] = {}
-        self._metadata: Future[Any] | None = None
+        self._lines: dict[str, _BrokerLine] = {}
+        self._addresses: dict[int, str] = {}  # broker id -> host:port, from the newest metadata
+        self._leaders: dict[tuple[str, int], int] = {}
+        self._metadata: list[Future[list[Any]]] = []  # questions asked for the newest metadata
         self._metadata_at = 0.0
+        self._stale = False  # a leader said it no longer leads a partition: ask for the metadata now
+        self._asking: dict[int, tuple[list[tuple[str, int]], Future[list[Any]]]] = {}  # leader -> question
+        self._known: dict[tuple[str, int], tuple[int, int]] = {}
         self._late: frozenset[tuple[str, int]] = frozenset()
 
-    def _borrow(self) -> Any:
-        """A consumer no other question holds: one that has asked before, else a new one."""
-        with self._consumers_lock:
-            if self._idle:
-                return self._idle.pop()
-        consumer = self._factory()
-        with self._consumers_lock:
-            self._consumers.append(consumer)
-        return consumer
+    def _line(self, address: str) -> _BrokerLine:
+        if address not in self._lines:
+            self._lines[address] = _BrokerLine(address, self._settings)
+        return self._lines[address]
 
-    def _warm_up(self, wanted: int) -> None:
-        """Make consumers until there are ``wanted``, each asking for the topics' metadata
-        once (its leaders known before a fault needs it), in the background."""
-        with self._consumers_lock:
-            missing = wanted - len(self._consumers) - self._warming
-            self._warming += max(0, missing)
-        for _ in range(missing):
-            self._executor().submit(self._warm_one)
-
-    def _warm_one(self) -> None:
-        consumer = self._factory()
-        try:
-            consumer.list_topics(self.topics[0], timeout=_QUESTION_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - still a consumer; it learns the leaders on its first question
-            log.debug(kv(event="watermark_consumer_warm_up_failed"))
-        with self._consumers_lock:
-            self._warming -= 1
-            self._consumers.append(consumer)
-            self._idle.insert(0, consumer)  # taken after those that have asked already
-
-    def _with_consumer(self, key: tuple[str, int] | None, question: Callable[[Any], Any]) -> Any:
-        """``question(consumer)`` about partition ``key`` (None: the metadata) on a lent consumer.
-        One whose question failed (librdkafka gave up on a hung leader) is kept for that
-        question alone: its handle may still wait on that broker, and a question about another
-        partition behind it would wait too; it is lent again, last, once its question is answered."""
-        consumer = self._pinned.pop(key, None)
-        pinned = consumer is not None
-        if consumer is None:
-            consumer = self._borrow()
-        try:
-            answer = question(consumer)
-        except Exception:
-            with self._consumers_lock:
-                self._pinned[key] = consumer
-            raise
-        with self._consumers_lock:
-            if pinned:
-                self._idle.insert(0, consumer)
-            else:
-                self._idle.append(consumer)
-        return answer
-
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=_POOL_SIZE, thread_name_prefix="isrwatch-watermarks")
-        return self._pool
-
-    def _refresh_partitions(self, deadline: float) -> None:
+    def _refresh_metadata(self, deadline: float) -> None:
+        """Ask every broker not busy for the topics' partitions and leaders when due; take the
+        first answer. Waits for it only while no leader is known yet."""
         now = time.monotonic()
-        if self._metadata is None and (not self._partitions or now - self._metadata_at >= _METADATA_EVERY_S):
-            self._metadata = self._executor().submit(
-                self._with_consumer, None, lambda c: c.list_topics(timeout=_QUESTION_TIMEOUT_S)
-            )
-            self._metadata_at = now
-        if self._metadata is None:
-            return
-        wait([self._metadata], timeout=max(0.0, deadline - time.monotonic()))
-        if not self._metadata.done():
-            return  # ask again once it returns; plan with the partitions known
-        future, self._metadata = self._metadata, None
-        try:
-            md = future.result()
-        except Exception as e:  # noqa: BLE001 - KafkaException: keep the last list
-            log.warning(kv(event="telemetry_metadata_failed", error=str(e).splitlines()[0] if str(e) else type(e)))
-            return
+        due = self._stale or not self._leaders or now - self._metadata_at >= _METADATA_EVERY_S
+        if due and not self._metadata:
+            addresses = sorted(set(self._addresses.values()) | set(self._bootstrap))
+            self._metadata = [self._line(a).ask(_metadata_question) for a in addresses if not self._line(a).busy]
+            if self._metadata:  # (every broker still busy with a question: ask at the next poll)
+                self._metadata_at = now
+                self._stale = False
+        while self._metadata:
+            answered = [f for f in self._metadata if f.done() and f.exception() is None]
+            if answered:
+                self._metadata = []
+                self._read_metadata(answered[0].result()[0])
+                return
+            if all(f.done() for f in self._metadata):  # every broker asked failed: keep the last answer
+                errors = [str(f.exception()) for f in self._metadata]
+                log.warning(kv(event="telemetry_metadata_failed", error=errors[0] if errors else "no broker to ask"))
+                self._metadata = []
+                return
+            if self._leaders or time.monotonic() >= deadline:
+                return  # plan with the leaders known; the answer is read at a later poll
+            open_ = [f for f in self._metadata if not f.done()]
+            wait(open_, timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_COMPLETED)
+
+    def _read_metadata(self, response: Any) -> None:
+        self._addresses = {b: f"{host}:{port}" for b, (host, port) in metadata_brokers(response).items()}
+        errors, partitions = metadata_partitions(response)
+        leaders = {(p.topic, p.partition): p.leader for p in partitions if p.topic in self.topics}
         for topic in self.topics:
-            tmd = md.topics.get(topic)
-            if tmd is not None and tmd.error is None and tmd.partitions:
-                self._partitions[topic] = sorted(tmd.partitions)
-
-    def _ask(self, topic: str, partition: int) -> tuple[int, int]:
-        from confluent_kafka import TopicPartition
-
-        lo, hi = self._with_consumer(
-            (topic, partition),
-            lambda c: c.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=_QUESTION_TIMEOUT_S, cached=False
-            ),
-        )
-        return int(lo), int(hi)
+            if errors.get(topic, 0) != 0 or not any(t == topic for t, _ in leaders):
+                # not there (yet): keep what was known of it
+                leaders.update({k: v for k, v in self._leaders.items() if k[0] == topic})
+        self._leaders = leaders
 
     def poll(self, wait_s: float | None = None) -> tuple[Offsets, Offsets]:
         """(low, high) of every partition that has ever answered; the newest answers within
         ``wait_s`` (default ``answer_s``)."""
         deadline = time.monotonic() + (self.answer_s if wait_s is None else wait_s)
-        self._refresh_partitions(deadline)
-        pool = self._executor()
+        self._refresh_metadata(deadline)
+        led: dict[int, list[tuple[str, int]]] = {}
+        for key, leader in sorted(self._leaders.items()):
+            led.setdefault(leader, []).append(key)
         fresh = []
-        for topic, parts in self._partitions.items():
-            for p in parts:
-                if (topic, p) not in self._asking:
-                    self._asking[(topic, p)] = pool.submit(self._ask, topic, p)
-                    fresh.append(self._asking[(topic, p)])
+        for leader, parts in led.items():
+            address = self._addresses.get(leader)
+            if leader < 0 or address is None or leader in self._asking:
+                continue
+            future = self._line(address).ask(_offsets_question(parts))
+            self._asking[leader] = (parts, future)
+            fresh.append(future)
         # Wait only for this poll's questions: one still open from an earlier poll is
         # already known to be late, and waiting for it would slow every batch.
         wait(fresh, timeout=max(0.0, deadline - time.monotonic()))
-        failed = set()
-        for key, future in list(self._asking.items()):
+        answered: set[tuple[str, int]] = set()
+        for leader, (_parts, future) in list(self._asking.items()):
             if not future.done():
                 continue
-            del self._asking[key]
+            del self._asking[leader]
             try:
-                self._known[key] = future.result()
+                answers = future.result()
             except Exception as e:  # noqa: BLE001 - no answer this time: keep the last one
-                log.debug(kv(event="watermark_failed", topic=key[0], partition=key[1], error=str(e)))
-                failed.add(key)  # (librdkafka gave up on a leader that hangs: still late)
-        late = frozenset(self._asking) | frozenset(failed)
-        if not late:  # every leader answers: have a consumer ready for each question (and the metadata's)
-            self._warm_up(min(_POOL_SIZE, sum(len(parts) for parts in self._partitions.values()) + 1))
+                log.debug(kv(event="watermark_failed", broker=leader, error=str(e)))
+                continue
+            answered |= self._read_offsets(answers)
+        late = frozenset(self._leaders) - answered
         if late != self._late:
             log.warning(
                 kv(
@@ -200,18 +271,29 @@ class Watermarks:
             high.setdefault(topic, {})[str(p)] = hi
         return low, high
 
+    def _read_offsets(self, answers: list[Any]) -> set[tuple[str, int]]:
+        """Record a leader's (earliest, latest) answers; the partitions it answered for."""
+        earliest, latest = ({(t, p): (err, off) for t, p, err, off in list_offsets_answers(a)} for a in answers)
+        answered = set()
+        for key, (err, hi) in latest.items():
+            lo_err, lo = earliest.get(key, (err, None))
+            if err in _STALE_METADATA or lo_err in _STALE_METADATA:
+                self._stale = True
+            if err or lo_err or hi is None or lo is None:
+                log.debug(kv(event="watermark_failed", topic=key[0], partition=key[1], error=err or lo_err))
+                continue
+            self._known[key] = (lo, hi)
+            answered.add(key)
+        return answered
+
     @property
     def late(self) -> frozenset[tuple[str, int]]:
         """Partitions whose leader did not answer the last poll in time."""
         return self._late
 
     def close(self) -> None:
-        # Questions still running hold the consumer: let them end (at most
-        # _QUESTION_TIMEOUT_S, only when a leader hangs) before closing it.
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-        with self._consumers_lock:
-            consumers, self._consumers, self._idle, self._pinned = self._consumers, [], [], {}
-        for consumer in consumers:
-            consumer.close()
+        """Stop every broker's thread; a question still waiting on a hung broker ends within
+        ``_QUESTION_TIMEOUT_S`` on its own thread (nothing waits for it)."""
+        lines, self._lines = self._lines, {}
+        for line in lines.values():
+            line.close()

@@ -1,0 +1,114 @@
+"""The Kafka protocol requests isrwatch sends itself, and how their answers read.
+
+Built from kafka-python's message classes (no client here): the collector's probe,
+the job's watermarks and the exporter's metadata send them over their own
+connections, and read the answers with these functions, whatever version the
+broker spoke (v0 on Kafka 0.9; Kafka 4 removed v0 of ListOffsets).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.list_offsets import ListOffsetsRequest
+from kafka.protocol.metadata import MetadataRequest
+
+__all__ = [
+    "LATEST",
+    "EARLIEST",
+    "METADATA_MAX_VERSION",
+    "LIST_OFFSETS_MAX_VERSION",
+    "PartitionMetadata",
+    "metadata_request",
+    "metadata_brokers",
+    "metadata_partitions",
+    "list_offsets_request",
+    "list_offsets_answers",
+]
+
+LATEST = -1  # ListOffsets timestamp: the end of the log (a leader asked by a client: the high watermark)
+EARLIEST = -2  # ListOffsets timestamp: the log's start
+METADATA_MAX_VERSION = 5
+LIST_OFFSETS_MAX_VERSION = 5
+
+
+@dataclass(frozen=True)
+class PartitionMetadata:
+    """One partition of a metadata answer; ``error`` is Kafka's error code (0: none)."""
+
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error: int = 0
+
+
+def metadata_request(version: int, topics: list[str] | None = None) -> Any:
+    """A Metadata request of ``version``: every topic, or ``topics``; never creates one."""
+    cls = MetadataRequest[version]
+    wanted = cls.ALL_TOPICS if topics is None else topics
+    return cls(topics=wanted) if version < 4 else cls(topics=wanted, allow_auto_topic_creation=False)
+
+
+def metadata_brokers(response: Any) -> dict[int, tuple[str, int]]:
+    """broker id -> (host, port) of a Metadata answer."""
+    return {b[0]: (b[1], b[2]) for b in response.brokers}
+
+
+def metadata_partitions(response: Any) -> tuple[dict[str, int], list[PartitionMetadata]]:
+    """(topic -> its error code, every partition of the topics without one) of a Metadata
+    answer, sorted by topic and partition."""
+    version = response.API_VERSION
+    errors: dict[str, int] = {}
+    out = []
+    for topic_data in response.topics:
+        error, topic = topic_data[0], topic_data[1]
+        parts = topic_data[2] if version == 0 else topic_data[3]
+        errors[topic] = error
+        if error != 0:
+            continue
+        for pd in parts:
+            if version >= 7:
+                p_error, p, leader, _epoch, replicas, isr = pd[:6]
+            else:
+                p_error, p, leader, replicas, isr = pd[:5]
+            out.append(PartitionMetadata(topic, p, leader, tuple(replicas), tuple(isr), p_error))
+    out.sort(key=lambda s: (s.topic, s.partition))
+    return errors, out
+
+
+def list_offsets_request(version: int, replica_id: int, parts: Iterable[tuple[str, int]], timestamp: int) -> Any:
+    """A ListOffsets request of ``version`` for ``parts`` ((topic, partition)) at ``timestamp``
+    (``LATEST`` or ``EARLIEST``), as ``replica_id`` (-1: a client; -2: the debugging id,
+    which followers answer too)."""
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for topic, p in parts:
+        by_topic[topic].append(p)
+    if version == 0:
+        topics: list[Any] = [(t, [(p, timestamp, 1) for p in ps]) for t, ps in by_topic.items()]
+    elif version < 4:
+        topics = [(t, [(p, timestamp) for p in ps]) for t, ps in by_topic.items()]
+    else:
+        topics = [(t, [(p, -1, timestamp) for p in ps]) for t, ps in by_topic.items()]
+    cls = ListOffsetsRequest[version]
+    return cls(replica_id=replica_id, topics=topics) if version < 2 else cls(replica_id, 0, topics)
+
+
+def list_offsets_answers(response: Any) -> list[tuple[str, int, int, int | None]]:
+    """(topic, partition, error code, offset) of every partition of a ListOffsets answer;
+    the offset is None with an error, or when a v0 answer lists none."""
+    out: list[tuple[str, int, int, int | None]] = []
+    for topic, parts in response.topics:
+        for pd in parts:
+            p, error = pd[0], pd[1]
+            if error != 0:
+                out.append((topic, p, error, None))
+            elif response.API_VERSION == 0:
+                out.append((topic, p, 0, int(pd[2][0]) if pd[2] else None))
+            else:
+                out.append((topic, p, 0, int(pd[3])))
+    return out
