@@ -186,14 +186,15 @@ class Lookahead:
     def silent_due(
         self,
         wall_ms: int,
-        cluster_now: dict[str, int],
+        still_for: dict[str, int],
         statuses: dict[ReplicaKey, ReplicaStatus],
         silent: dict[int, float],
         assignment: dict[tuple[str, int], tuple[int, ...]],
     ) -> list[ReplicaStatus]:
         """The followers on a broker that the job itself sees silent (``silent``: broker ->
         wall time of its last answer to the job, ``streaming.brokerwatch``) while their
-        cluster's telemetry has stood still for ``stall_after_ms``, carried to Nearing once
+        cluster's telemetry has stood still (``still_for``: per cluster, for how long, on the
+        job's clock: ``Monitor._still_for``) nearly as long as a crossing, carried to Nearing once
         their crossing has come. Their last catch-up is taken to be the broker's last answer
         to the job: a broker that answers nobody fetches nothing. They are said stalled too.
 
@@ -210,7 +211,7 @@ class Lookahead:
             last_answer = silent.get(broker)
             if last_answer is None or key in self.carried:
                 continue
-            if wall_ms - cluster_now.get(cluster, wall_ms) < self._still_ms(s):
+            if still_for.get(cluster, 0) < self._still_ms(s):
                 continue  # the telemetry goes on: it shows the broker's silence itself
             if broker not in assignment.get((topic, partition), ()):
                 continue

@@ -318,7 +318,7 @@ class Monitor:
             if self.broker_watch is not None:
                 silent = self.broker_watch.silent(wall / 1000, self.thresholds.stall_after_ms / 1000)
                 carried += self.lookahead.silent_due(
-                    wall, self.cluster_now, self.statuses, silent, self.broker_watch.assignment()
+                    wall, self._still_for(wall), self.statuses, silent, self.broker_watch.assignment()
                 )
             if not carried:
                 return []
@@ -337,6 +337,18 @@ class Monitor:
                 s.eval_ms - self.cluster_now.get(s.cluster, s.eval_ms),
             )  # fmt: skip
         return carried
+
+    def _still_for(self, wall_ms: int) -> dict[str, int]:
+        """Per cluster, how long its telemetry has stood still, on the job's clock: the time
+        since its newest telemetry time last moved, plus how far that time was behind the job's
+        clock then (the pipeline's delay), at most the stall time. Not the job's clock minus the
+        telemetry's: a collector whose clock is behind the job's would make telemetry that flows
+        look still (tests/e2e/test_clock_skew.py, collector 30 s behind)."""
+        cap = self.thresholds.stall_after_ms
+        return {
+            c: wall_ms - advanced + min(cap, max(0, advanced - self.cluster_now.get(c, advanced)))
+            for c, advanced in self._advanced_wall_ms.items()
+        }
 
     def check_stale(self) -> Transition:
         """The wall-clock timer's job: raise or resolve ``IsrwatchTelemetryStale``."""

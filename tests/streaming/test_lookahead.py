@@ -369,3 +369,28 @@ def test_a_restarted_job_does_not_end_what_its_first_run_fired_with_older_teleme
     assert not _resolved(sink2) and not _started(sink2)
     _batch(m2, 2, start + 1_000, start + 900, leo=20)  # caught up after the alert began: it ends
     assert _resolved(sink2) == [AlertName.NEARING.value] and not _started(sink2)
+
+
+def test_telemetry_that_flows_from_a_collector_clock_behind_the_jobs_is_not_still(tmp_path) -> None:
+    """The collector's clock 30 s behind the job's (tests/e2e/test_clock_skew.py): its telemetry
+    times trail the job's clock by 30 s while it flows, every second. A broker silent to the job
+    alone (the telemetry shows its follower caught up) is not carried: the telemetry does not
+    stand still. (It did when standing still was the job's clock minus the telemetry's time.)
+    Once the telemetry stops, the broker's silence speaks as on one clock."""
+    skew_ms = 30_000
+    m, clock, sink = _setup_watched(tmp_path, {2: (T0 + skew_ms + 1_000) / 1000})
+    for i in range(12):
+        clock.t = (T0 + skew_ms + i * 1_000) / 1000
+        _batch(m, i, T0 + i * 1_000, T0 + i * 1_000, leo=20)
+        assert m.carry_forward() == [], i
+    assert not _started(sink)
+    # The telemetry stops: its newest time (T0 + 11 s) reached the job at T0 + 41 s on the job's
+    # clock, 30 s behind, of which the stall time (3 s) counts as the pipeline's delay. Still
+    # for 4 s (lag/2 - 1 s) one second later, and the follower's crossing (the broker's last
+    # answer + lag/2) has come: carried, from that crossing.
+    clock.t = (T0 + skew_ms + 11_000 + 999) / 1000
+    assert m.carry_forward() == []
+    clock.t = (T0 + skew_ms + 11_000 + 1_000) / 1000
+    [carried] = m.carry_forward()
+    assert carried.state is State.STALLED and last_caught_up_ms(carried) == T0 + skew_ms + 1_000
+    assert carried.eval_ms == T0 + skew_ms + 1_000 + LAG_MS // 2
