@@ -16,7 +16,7 @@ from typing import Any
 from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
 
-__all__ = ["kafka_python_config", "librdkafka_config", "broker_version"]
+__all__ = ["kafka_python_config", "librdkafka_config", "broker_version", "protocol_client_problem"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,45 @@ _HANDLED_ELSEWHERE = {
     "ssl.endpoint.identification.algorithm",
     "bootstrap.servers",
 }
+
+# Credentials and trust that kafka-python has no way to take: given only these, the
+# protocol-level client could not connect where the librdkafka clients do.
+_UNUSABLE = {
+    "ssl.keystore.location": "a PKCS#12 keystore",
+    "ssl.keystore.password": "a PKCS#12 keystore",
+    "ssl.certificate.pem": "an inline PEM certificate",
+    "ssl.key.pem": "an inline PEM key",
+    "ssl.ca.pem": "an inline PEM CA",
+    "ssl.ca.certificate.stores": "a Windows certificate store",
+    "ssl.engine.location": "an OpenSSL engine",
+    "ssl.engine.id": "an OpenSSL engine",
+    "ssl.providers": "OpenSSL providers",
+}
+_USABLE_MECHANISMS = {"PLAIN", "GSSAPI", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+
+
+def protocol_client_problem(props: Mapping[str, Any], option: str = "--kafka-config") -> str | None:
+    """Why librdkafka properties cannot reach a cluster through kafka-python, or None.
+
+    isrwatch's protocol-level requests (the collector's probe, the job's planner) go
+    through kafka-python, so settings only librdkafka can use are refused at start-up
+    rather than leaving those requests to fail on every round. Names keys, never values."""
+    unusable = sorted(k for k in props if k in _UNUSABLE or k.startswith("sasl.oauthbearer."))
+    if unusable:
+        what = sorted({_UNUSABLE.get(k, "OAUTHBEARER token settings") for k in unusable})
+        return (
+            f"{option} {', '.join(unusable)}: isrwatch's protocol-level client (kafka-python: the collector's "
+            f"probe, the job's planner) cannot use {' or '.join(what)}; give the certificate, key and CA as PEM "
+            "files (ssl.certificate.location, ssl.key.location, ssl.key.password, ssl.ca.location): docs/deploy.md"
+        )
+    mechanisms = {str(props[k]).upper() for k in ("sasl.mechanism", "sasl.mechanisms") if k in props}
+    if mechanisms - _USABLE_MECHANISMS:
+        return (
+            f"{option} sasl.mechanism={', '.join(sorted(mechanisms - _USABLE_MECHANISMS))}: isrwatch's "
+            f"protocol-level client (kafka-python) supports {', '.join(sorted(_USABLE_MECHANISMS))} "
+            "from settings: docs/deploy.md"
+        )
+    return None
 
 
 def broker_version(text: str) -> tuple[int, ...]:

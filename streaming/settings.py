@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from isrwatch.clientconfig import protocol_client_problem
+from isrwatch.exceptions import ConfigError
 from isrwatch.rule import Rule
-from isrwatch.settings import Secret, option, positive
+from isrwatch.settings import Secret, kafka_config_pairs, option, positive
 
 __all__ = ["JobSettings", "AlertingSettings"]
 
@@ -158,6 +160,11 @@ class JobSettings:
             return "--spool-dir and --bootstrap-servers exclude each other: pick one telemetry source"
         if self.nearing_ratio > self.critical_ratio:
             return f"--nearing-ratio ({self.nearing_ratio}) must not exceed --critical-ratio ({self.critical_ratio})"
+        if self.bootstrap_servers:  # the source's planner asks the brokers through kafka-python
+            try:
+                return protocol_client_problem(kafka_config_pairs(self.kafka_config))
+            except ConfigError as e:
+                return str(e)
         return None
 
 

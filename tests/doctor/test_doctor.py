@@ -165,3 +165,17 @@ def test_the_table_says_what_failed_and_what_to_do(fmt, tmp_path) -> None:
     assert "CHECK" in done.stdout and "WHAT TO DO" in done.stdout
     assert nobody in done.stdout and "failed: telemetry cluster" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_settings_the_protocol_client_cannot_use_are_refused_at_start(tmp_path) -> None:
+    """A PKCS#12 keystore: refused at start-up (the job's settings), naming the key, not its value."""
+    nobody = f"127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "isrwatch", "doctor", "--bootstrap-servers", nobody, "--timeout-seconds", "2",
+         "--kafka-config", "ssl.keystore.password=hunter2", "--checkpoint-dir", str(tmp_path / "ck")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("isrwatch doctor: error: --kafka-config ssl.keystore.password"), err
+    assert "PKCS#12" in err[0] and "hunter2" not in done.stdout + done.stderr

@@ -50,6 +50,17 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
         (["--speed", "0"], {}, "--speed: 0.0 must be greater than 0"),  # the simulator's group
         (["--checkpoint-dir", "s3a://bucket/ck"], {}, "--checkpoint-dir: s3a://bucket/ck is a URI"),
         (["--spark-conf", "executor.memory=2g"], {}, "--spark-conf: 'executor.memory=2g' is not spark.KEY=VALUE"),
+        (["--bootstrap-servers", "127.0.0.1:9092", "--kafka-config", "acks"], {}, "'acks' is not KEY=VALUE"),
+        (
+            ["--bootstrap-servers", "127.0.0.1:9092", "--kafka-config", "ssl.keystore.location=/k.p12"],
+            {},
+            "--kafka-config ssl.keystore.location: isrwatch's protocol-level client .* cannot use a PKCS#12 keystore",
+        ),
+        (
+            ["--bootstrap-servers", "127.0.0.1:9092", "--kafka-config", "sasl.mechanism=OAUTHBEARER"],
+            {},
+            "--kafka-config sasl.mechanism=OAUTHBEARER: .* supports GSSAPI, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+        ),
     ],
 )
 def test_bad_values_give_one_clear_message(argv: list[str], env: dict[str, str], message: str) -> None:
@@ -61,6 +72,26 @@ def test_cli_prints_one_line_and_exits_2(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["run", "--lag-time-max-ms", "-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["isrwatch run: error: --lag-time-max-ms: -1 must be greater than 0"]
+
+
+def test_settings_kafka_python_cannot_use_are_refused_at_start_naming_keys_not_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The collector's probe and the job's planner speak Kafka's protocol through kafka-python:
+    # refused at start-up, not left to fail every round. Values may be secrets: never shown.
+    argv = ["--bootstrap-servers", "127.0.0.1:9", "--kafka-config", "ssl.keystore.password=hunter2"]
+    for command in ("collect", "run"):
+        assert main([command, *argv, "--kafka-config", "sasl.oauthbearer.client.secret=s3cret"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"isrwatch {command}: error: --kafka-config ")
+        assert "sasl.oauthbearer.client.secret, ssl.keystore.password" in err[0]
+        assert "hunter2" not in err[0] and "s3cret" not in err[0]
+    # What kafka-python takes passes, as do librdkafka-only settings without a credential.
+    usable = ["security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512", "ssl.ca.location=/ca.pem", "linger.ms=5"]
+    s = load(RunSettings, parse("--bootstrap-servers", "127.0.0.1:9", *[f"--kafka-config={u}" for u in usable]), {})
+    assert s.job.validate() is None
+    # The embedded default has no Kafka client to refuse it for.
+    assert load(RunSettings, parse("--kafka-config", "ssl.keystore.location=/k.p12"), {}).job.validate() is None
 
 
 def test_secrets_never_show() -> None:
