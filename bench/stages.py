@@ -1,20 +1,31 @@
 """Where one micro-batch's time goes, stage by stage, with the job's own code.
 
-For a fleet of N replicas and a batch of B observations (whole rounds of
-``bench.load.Fleet``), each stage is timed alone on the same data:
+A fleet of N replicas; two batches of R whole rounds each (``bench.load.Fleet``),
+so the second batch carries the first one's state in, as every steady batch of
+the job does. The raw records are held in Spark memory (Parquet on /dev/shm,
+cached) and every Spark stage is timed as a *prefix* of the job's plan written
+to a no-op sink (Spark is lazy, so each prefix includes those before it):
 
-* ``parse``: ``streaming.parse`` (from_json, validate, explode) of the raw
-  records already in Spark memory, to a no-op sink; beside it
-  ``plain_from_json``: one ``from_json`` and ``explode``, nothing else;
-* ``aggregate``: ``streaming.state.replica_aggregates`` of the parsed rows
-  (batch, no state store);
-* before: the updated aggregates to the driver as dicts (``toArrow().to_pylist()``)
-  evaluated there in Python (``isrwatch.status.evaluate``, the job until
-  issue 5's fix), beside
-* now: ``streaming.evaluate.status_columns`` (Spark evaluates) ``.toArrow()``,
-  ``statuses_from_arrow`` and ``Monitor.apply_statuses`` (as ``streaming.job``
-  does), profiled with cProfile; ``state_topic``: ``streaming.outputs.KafkaStates``
-  writing the batch's statuses to a real Kafka topic.
+* ``parse_s``: ``parse.parse_records`` (from_json, validation) of the records;
+* ``observations_s``: + ``parse.observations`` and ``good_observations`` (the explode);
+* ``window_s``: + ``replicas.observation_rows``, the carried state read
+  (``StateTable.read``) and ``replicas.evaluate_batch`` (the window over every
+  replica's seed and observations) filtered to the changes and newest rows;
+* ``spark_s``: ``batch.evaluate_records`` whole, as the job calls it: the above,
+  the rows for the driver and the rare rows (dead letters, ISR changes) to Arrow;
+* ``driver_s``: ``batch.split_driver_rows`` and ``Monitor.apply_statuses`` (the
+  exporter store, the alert book), profiled with cProfile;
+* ``state_write_s``: ``BatchOutput.finish`` (the state table's new version);
+* ``aggregate_s``: for comparison, ``streaming.state.replica_aggregates`` over the
+  same observation rows already parsed and cached: the core of the benchmarks'
+  in-memory ceiling (``bench.throughput``), in batch mode.
+
+With a Kafka cluster, also ``source_obs_per_s``: the job's own source
+(``streaming.source.kafka_stream``, the isrwatch-kafka Python data source) reading
+the same records from a real topic, each batch's values summed and nothing else,
+beside ``input_obs_per_s``, a plain confluent-kafka consumer.
+
+Spark stages are the median of ``--repeat`` runs, after one warm-up batch.
 
 ``python -m bench.stages --replicas 100000 --rounds 2``
 """
@@ -27,6 +38,9 @@ import io
 import os
 import pstats
 import shutil
+import statistics
+import tempfile
+import threading
 import time
 from typing import Any
 
@@ -46,189 +60,141 @@ def _timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
-def _evaluated_in_python(rows: list[dict[str, Any]], cfg: Any, th: Any) -> list[tuple[Any, int, int]]:
-    """The aggregates' rows evaluated on the driver with ``isrwatch.status.evaluate`` (the
-    job until issue 5's fix), as ``Monitor.apply_statuses`` takes them."""
-    from isrwatch.status import evaluate
-    from streaming.state import row_to_aggregate
-
-    items = []
-    for row in rows:
-        agg = row_to_aggregate(row)
-        items.append((evaluate(agg, agg.last_t_ms, cfg, th), agg.last_t_ms, int(row.get("observations") or 0)))
-    return items
+def _noop_s(df: Any, repeat: int) -> float:
+    """Median seconds of writing ``df`` to Spark's no-op sink."""
+    return statistics.median(_timed(lambda: df.write.format("noop").mode("overwrite").save())[0] for _ in range(repeat))
 
 
-def _start_aggregates(raw: Any, checkpoint_dir: str, handle: Any) -> Any:
-    """The aggregation query of the two-query job (before the one-pass job of issue 19):
-    parse, ``streaming.state.replica_aggregates`` with Spark's state store, every
-    micro-batch as fast as it comes to ``handle``."""
-    from isrwatch.rule import Rule
-    from streaming import parse, state
-
-    obs = parse.good_observations(parse.observations(parse.parse_records(raw), None))
-    return (
-        state.replica_aggregates(obs, Rule.KIP16_REFINED)
-        .writeStream.queryName("bench_aggregates")
-        .outputMode("update")
-        .foreachBatch(handle)
-        .option("checkpointLocation", os.path.join(checkpoint_dir, "aggregates"))
-        .trigger(processingTime="0.001 seconds")
-        .start()
-    )
+def _raw(spark: Any, records: list[bytes], base: str, name: str) -> Any:
+    raw = baselines.raw_frame(spark, baselines.raw_parquet(records, os.path.join(base, name))).repartition(2).cache()
+    raw.count()
+    return raw
 
 
-def measure(spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int = 12) -> dict[str, float]:
+def measure(
+    spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int = 12, repeat: int = 3
+) -> dict[str, Any]:
     import pyspark.sql.functions as F
 
     from exporter.store import StatusStore
     from isrwatch.rule import Rule, RuleConfig
     from isrwatch.status import Thresholds
-    from isrwatch.telemetry import SPARK_SCHEMA_DDL
-    from streaming import evaluate, parse, state
+    from streaming import parse, state
+    from streaming import replicas as rep
+    from streaming.batch import evaluate_records, split_driver_rows
     from streaming.monitor import Monitor
 
     fleet = Fleet(replicas)
-    records: list[bytes] = []
-    for r in range(rounds):
-        records += fleet.round(r, START_MS + r * 1000)
+    batches: list[list[bytes]] = [[], []]
+    for r in range(2 * rounds):
+        batches[r // rounds] += fleet.round(r, START_MS + r * fleet.interval_ms)
     obs_n = replicas * rounds
-    import tempfile
-
-    raw_dir = tempfile.mkdtemp(prefix="bench-stages-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    raw = baselines.raw_frame(spark, baselines.raw_parquet(records, raw_dir)).repartition(2).cache()
-    raw.count()
-    out: dict[str, float] = {"observations": obs_n}
-    good = parse.good_observations(parse.observations(parse.parse_records(raw), None))
-    good.write.format("noop").mode("overwrite").save()  # warm-up (JIT): the job runs hot
-    out["parse_s"], _ = _timed(lambda: good.write.format("noop").mode("overwrite").save())
-    plain = raw.select(F.from_json(F.col("value").cast("string"), SPARK_SCHEMA_DDL).alias("rec")).select(
-        "rec.cluster", F.explode("rec.observations").alias("o")
-    )
-    plain.select("cluster", "o.*").write.format("noop").mode("overwrite").save()
-    out["plain_from_json_s"], _ = _timed(
-        lambda: plain.select("cluster", "o.*").write.format("noop").mode("overwrite").save()
-    )
-    out["from_json_in_plan"] = good._jdf.queryExecution().optimizedPlan().toString().count("from_json")
-    # Proposal, measured: no Filter on the record reason before the explode
-    # (predicate pushdown copies from_json into it): explode only good records' arrays.
-    recs = parse.parse_records(raw)
-    one = recs.select(
-        F.col("rec.cluster").alias("cluster"),
-        F.explode(F.when(F.col("reason").isNull(), F.col("rec.observations"))).alias("o"),
-    ).select("cluster", "o.*")
-    one.write.format("noop").mode("overwrite").save()
-    out["parse_explode_when_s"], _ = _timed(lambda: one.write.format("noop").mode("overwrite").save())
-    out["from_json_in_plan_explode_when"] = one._jdf.queryExecution().optimizedPlan().toString().count("from_json")
-    rows_df = good.cache()
-    rows_df.count()
-    aggs = state.replica_aggregates(rows_df, Rule.KIP16_REFINED)
-    aggs.write.format("noop").mode("overwrite").save()
-    out["aggregate_s"], _ = _timed(lambda: aggs.write.format("noop").mode("overwrite").save())
-    cached = aggs.cache()
-    cached.count()
-    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000, 4000)
+    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000, 4000)  # what the fleet's telemetry says
     th = Thresholds(0.5, 0.8, 3000)
-    # Before: the aggregates to the driver as dicts, evaluated there in Python.
-    out["to_arrow_s"], table = _timed(cached.toArrow)
-    out["to_pylist_s"], rows = _timed(table.to_pylist)
-    before = Monitor(cfg, th, default_min_isr=1, stale_after_s=15, store=StatusStore(), sinks=[])
-    out["monitor_python_evaluation_s"], _ = _timed(
-        lambda: before.apply_statuses(0, _evaluated_in_python(rows, cfg, th))
-    )
-    # Now (streaming.job): Spark evaluates, the driver takes statuses in.
-    statuses_df = evaluate.status_columns(cached, cfg, th)
-    out["evaluate_in_spark_to_arrow_s"], table = _timed(statuses_df.toArrow)
-    out["statuses_from_arrow_s"], evaluated = _timed(lambda: list(evaluate.statuses_from_arrow(table)))
-    cached.unpersist()
-    rows_df.unpersist()
-    raw.unpersist()
-    shutil.rmtree(raw_dir, ignore_errors=True)
+    max_gap = cfg.lag_time_max_ms // 2
+    base = tempfile.mkdtemp(prefix="bench-stages-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    out: dict[str, Any] = {"replicas": replicas, "observations": obs_n, "records": len(batches[1])}
+    try:
+        raw0, raw1 = _raw(spark, batches[0], base, "b0"), _raw(spark, batches[1], base, "b1")
+        table = rep.StateTable(spark, os.path.join(base, "checkpoint"))
+        monitor = Monitor(cfg, th, default_min_isr=1, stale_after_s=15, store=StatusStore(), sinks=[])
+        # Batch 0: the warm-up (code generation, JIT) and the state batch 1 carries in.
+        first = evaluate_records(raw0, 0, table, cfg, th, future_tolerance_ms=None, max_gap_ms=max_gap)
+        changes, finals = split_driver_rows(first.table)
+        monitor.apply_statuses(0, finals, changes)
+        first.finish()
 
-    monitor = Monitor(cfg, th, default_min_isr=1, stale_after_s=15, store=StatusStore(), sinks=[])
-    prof = cProfile.Profile()
-    prof.enable()
-    out["monitor_s"], _ = _timed(lambda: monitor.apply_statuses(0, evaluated))
-    prof.disable()
-    stats = pstats.Stats(prof, stream=(buf := io.StringIO()))
-    stats.sort_stats("cumulative").print_stats(top)
-    out["monitor_second_batch_s"], _ = _timed(lambda: monitor.apply_statuses(1, evaluated))
-    if kafka is not None:
-        out.update(_without_side(spark, kafka, records, obs_n))
-        from streaming.outputs import KafkaStates
+        parsed = parse.parse_records(raw1)
+        out["parse_s"] = _noop_s(parsed, repeat)
+        good = parse.good_observations(parse.observations(parsed, None))
+        out["observations_s"] = _noop_s(good, repeat)
+        rows = rep.observation_rows(good, cfg, max_gap)
+        carried, _ = table.read(1, rows)
+        window = rep.evaluate_batch(rows, carried, cfg, th, max_gap).where(F.col(rep.CHANGE) | F.col(rep.LAST))
+        out["window_s"] = _noop_s(window, repeat)
 
-        topic = bkafka.new_topic(kafka, "bench-states", partitions=1)
-        states = KafkaStates(bkafka.producer(kafka), topic)
-        statuses = list(monitor.statuses.values())
+        spark_runs: list[float] = []
+        for _ in range(repeat):  # batch 1 again each time: a replay reads version 0, rewrites version 1
+            done = evaluate_records(raw1, 1, table, cfg, th, future_tolerance_ms=None, max_gap_ms=max_gap)
+            spark_runs.append(done.spark_s)
+            if len(spark_runs) < repeat:
+                done.finish()
+        out["spark_s"] = statistics.median(spark_runs)
+        assert done.table is not None
+        out["driver_rows"] = done.table.num_rows
+        prof = cProfile.Profile()
+        prof.enable()
         t0 = time.perf_counter()
-        states.write(statuses)
-        states.producer.flush(60)
-        out["state_topic_s"] = time.perf_counter() - t0
+        changes, finals = split_driver_rows(done.table)
+        monitor.apply_statuses(1, finals, changes)
+        out["driver_s"] = time.perf_counter() - t0
+        prof.disable()
+        out["state_write_s"], _ = _timed(done.finish)
+
+        held = good.cache()
+        held.count()
+        out["aggregate_s"] = _noop_s(state.replica_aggregates(held, Rule.KIP16_REFINED), repeat)
+        held.unpersist()
+        raw0.unpersist()
+        raw1.unpersist()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(top)
     print(buf.getvalue()[:6000])
+    if kafka is not None:
+        out.update(_source_alone(spark, kafka, batches[0] + batches[1], fleet.per_record))
     return out
 
 
-def _without_side(spark: Any, kafka: Any, records: list[bytes], obs_n: int) -> dict[str, float]:
-    """What-if, measured before the one-pass job: the two-query job's aggregation query and
-    driver (``_start_aggregates``, ``Monitor.apply_statuses`` with the state topic) without
-    its side query, beside the whole job, on the same topic."""
-    import tempfile
-    import threading
+def _source_alone(spark: Any, kafka: Any, records: list[bytes], per_record: int) -> dict[str, float]:
+    """The job's source over a real topic of ``records``, and a plain consumer, in obs/s."""
+    import pyspark.sql.functions as F
 
-    from exporter.store import StatusStore
-    from isrwatch.rule import Rule, RuleConfig
-    from isrwatch.status import Thresholds
-    from streaming import evaluate
-    from streaming.monitor import Monitor
-    from streaming.outputs import KafkaStates, make_producer
     from streaming.source import kafka_stream
 
-    topic = bkafka.new_topic(kafka, "bench-whatif")
-    bkafka.produce(kafka, topic, records)
-    cap = max(1, len(records) // 4)
-    out = {}
-    whole, _b, _m, _s = tp.run_e2e(spark, kafka, topic, obs_n, cap)
-    out["e2e_rate"] = whole
-    ckpt = tempfile.mkdtemp(prefix="bench-whatif-")
-    settings = tp.job_settings(kafka, topic, ckpt, cap, 0.001)
-    producer = make_producer(settings.bootstrap_servers, settings.kafka_config)
-    monitor = Monitor(
-        RuleConfig(Rule.KIP16_REFINED, 10_000, 4000),
-        Thresholds(0.5, 0.8, 3000),
-        default_min_isr=1,
-        stale_after_s=15,
-        store=StatusStore(),
-        sinks=[],
-        state_topic=KafkaStates(producer, settings.state_topic),
-    )
+    topic = bkafka.new_topic(kafka, "bench-source")
+    n, _ = bkafka.produce(kafka, topic, records)
+    got, _, secs = bkafka.consume_all(kafka, topic, n)
+    out = {"input_obs_per_s": got * per_record / secs if secs else 0.0}
+    ckpt = tempfile.mkdtemp(prefix="bench-source-")
+    settings = tp.job_settings(kafka, topic, ckpt, max(1, n // 4), 0.001)
     ends: list[tuple[float, int]] = []
     cond = threading.Condition()
 
     def handle(batch: Any, batch_id: int) -> None:
-        table = evaluate.status_columns(batch, monitor.cfg, monitor.thresholds).toArrow()
-        report = monitor.apply_statuses(batch_id, evaluate.statuses_from_arrow(table))
+        got_n = batch.select(F.count("*"), F.sum(F.length("value"))).collect()[0][0]
         with cond:
-            ends.append((time.perf_counter(), report.observations))
+            ends.append((time.perf_counter(), got_n))
             cond.notify_all()
 
-    q = _start_aggregates(kafka_stream(spark, settings, ckpt)("aggregates"), ckpt, handle)
+    raw = kafka_stream(spark, settings, ckpt)("source")
+    q = (
+        raw.writeStream.queryName("bench_source")
+        .foreachBatch(handle)
+        .option("checkpointLocation", os.path.join(ckpt, "query"))
+        .trigger(processingTime="0.001 seconds")
+        .start()
+    )
     try:
         with cond:
-            while sum(n for _, n in ends) < obs_n and q.isActive:
+            deadline = time.monotonic() + 600
+            while sum(k for _, k in ends) < n and q.isActive and time.monotonic() < deadline:
                 cond.wait(1.0)
     finally:
         q.stop()
-        producer.flush(30)
-    if len(ends) >= 2:
-        out["e2e_without_side_rate"] = sum(n for _, n in ends[1:]) / (ends[-1][0] - ends[0][0])
+        shutil.rmtree(ckpt, ignore_errors=True)
+    if len(ends) >= 2:  # from the end of the first batch (start-up) to the end of the last
+        out["source_obs_per_s"] = sum(k for _, k in ends[1:]) * per_record / (ends[-1][0] - ends[0][0])
     return out
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(prog="python -m bench.stages", description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=100_000)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--no-kafka", action="store_true", help="skip the state topic stage")
+    ap.add_argument("--rounds", type=int, default=2, help="polling rounds per batch")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each Spark stage (the median is printed)")
+    ap.add_argument("--no-kafka", action="store_true", help="skip the source's read of a real topic")
     args = ap.parse_args(argv)
     print_header("isrwatch per-stage cost of one micro-batch")
     from streaming.session import build_session
@@ -236,17 +202,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     spark = build_session("local[2]", 2, app_name="isrwatch-bench-stages")
     kafka = None if args.no_kafka else bkafka.start_cluster()
     try:
-        out = measure(spark, kafka, args.replicas, args.rounds)
+        out = measure(spark, kafka, args.replicas, args.rounds, repeat=args.repeat)
     finally:
         if kafka is not None:
             kafka.close()
         spark.stop()
     n = out["observations"]
     for k, v in out.items():
-        if not k.endswith("_s"):
+        if k.endswith("_s"):
+            print(f"{k}={v:.3f} ({n / v:,.0f} obs/s)" if v else f"{k}=0")
+        else:
             print(f"{k}={v:,.0f}")
-        if k.endswith("_s") and v:
-            print(f"{k}={v:.3f} ({n / v:,.0f} obs/s alone)")
     return out
 
 
