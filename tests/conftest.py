@@ -35,7 +35,7 @@ SHARED_BROKER_SETTINGS: dict[str, Any] = {
 # test_fuzz_campaign.py: 10,000 fuzzed telemetry records on real Kafka (`make reliability`, minutes).
 # test_outages.py: the telemetry cluster unreachable for two minutes (~5 min), Alertmanager down five
 # minutes (~11 min) (`make reliability`).
-# test_kill_campaign.py: the job kill -9'd twenty times (`make reliability`; no complete run measured yet).
+# test_kill_campaign.py: the job kill -9'd twenty times (`make reliability`, ~9 min; docs/reliability.md).
 # test_disk_full.py: the checkpoint disk filled under a running job, then a restart (`make reliability`, ~4 min).
 # test_late_job.py: the job stopped, then killed, through a follower pause, three job starts
 # (~7 min); issue 19's evaluation at every observation stays in make test through
