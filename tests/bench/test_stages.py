@@ -1,19 +1,25 @@
-"""Smoke test: the per-stage benchmark runs the job's own stages on a tiny fleet in
-the shared Spark session and reports each (no timing asserted: only that every stage
-ran and the driver took each replica's newest row)."""
+"""Smoke test: the per-stage benchmark runs the job's own stages on a tiny fleet and
+reports each (no timing asserted: only that every stage ran and the driver took each
+replica's newest row)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from pyspark.sql import SparkSession
 
 from bench import stages
 
 
 @pytest.mark.integration
-def test_stages_runs_every_stage_on_a_tiny_fleet(spark: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    out = stages.measure(spark, None, 300, 2, top=3, repeat=1)
+def test_stages_runs_every_stage_on_a_tiny_fleet(capsys: pytest.CaptureFixture[str]) -> None:
+    # Not the shared `spark` fixture: created this early in the run, it would be the session
+    # that later in-process jobs get from getOrCreate, and stop. The benchmark's own session
+    # (built and stopped by its main) is used, or one another test left active, not stopped.
+    shared = SparkSession.getActiveSession()
+    if shared is not None:
+        out = stages.measure(shared, None, 300, 2, top=3, repeat=1)
+    else:
+        out = stages.main(["--replicas", "300", "--rounds", "2", "--repeat", "1", "--no-kafka"])
     for stage in ("parse_s", "observations_s", "window_s", "spark_s", "driver_s", "state_write_s", "aggregate_s"):
         assert out[stage] > 0, stage
     assert out["observations"] == 600
