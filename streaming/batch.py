@@ -95,10 +95,8 @@ def evaluate_records(
         carried, version = table.read(batch_id, rows)
         # Held for the driver's rows and the state write: the changes and each replica's
         # newest row only (the filter runs before the full status: replicas.evaluate_batch).
-        evaluated = (
-            replicas.evaluate_batch(rows, carried, cfg, th, max_gap_ms)
-            .where(F.col(replicas.CHANGE) | F.col(replicas.LAST))
-            .persist(StorageLevel.MEMORY_AND_DISK)
+        evaluated = replicas.evaluate_batch(rows, carried, cfg, th, max_gap_ms, driver_rows_only=True).persist(
+            StorageLevel.MEMORY_AND_DISK
         )
         # One Spark job for everything the driver reads: the replicas' rows and the rare ones.
         driver = replicas.for_the_driver(evaluated, not_ok_keys, batch_id, refresh_batches)

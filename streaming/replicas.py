@@ -197,7 +197,15 @@ def _history_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
         F.when(newer & F.col(NO_PREV) & unseen_gap, t),
         F.when(newer & changed, F.when(after_gap, t).otherwise(prev_t)),
     )
-    return [lcu.alias(c) if c == "last_caught_up_ms" else F.col(c) for c in [*STATE_COLUMNS, SEED]]
+    return [lcu.alias(c) if c == "last_caught_up_ms" else F.col(c) for c in [*STATE_COLUMNS, SEED, *_ORDER]]
+
+
+# The order of a replica's rows, copied from the row's own values before the window
+# (the running pass replaces those columns by running values): every window pass
+# orders by the same untouched columns, so Spark sorts the rows once, not again after
+# the running pass, and every pass sees the rows in the same order.
+_ORDER_BY = {"_o_t": "latest_t", "_o_leo_t": "known_leo_t", "_o_leo": "known_leo", "_o_leader_leo": "known_leader_leo"}
+_ORDER = tuple(_ORDER_BY)
 
 
 @functools.cache
@@ -205,8 +213,7 @@ def _ordered() -> Any:
     """A replica's rows in order: the seed first, then the observations in
     telemetry time order (ties broken by content, so a replayed batch orders
     its rows the same way)."""
-    order = [F.col(SEED).desc(), F.col("latest_t"), F.col("known_leo_t"), F.col("known_leo"), F.col("known_leader_leo")]
-    return Window.partitionBy(*KEY_COLUMNS).orderBy(*order)
+    return Window.partitionBy(*KEY_COLUMNS).orderBy(F.col(SEED).desc(), *[F.col(c) for c in _ORDER])
 
 
 @functools.cache
@@ -215,11 +222,13 @@ def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], list[Colum
     seeds = [*[F.col(c) for c in STATE_COLUMNS], F.lit(1).alias(SEED), F.lit(False).alias(NO_PREV)]
     ordered = _ordered()
     upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    whole = Window.partitionBy(*KEY_COLUMNS)
+    # The whole replica, in the same window specification as the running values (one pass).
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     running = [
         *[F.col(c) for c in KEY_COLUMNS],
         *[_running(c, upto).alias(c) for c in _STATE_VALUES],
         F.col(SEED),
+        *[F.col(c) for c in _ORDER],
         F.row_number().over(ordered).alias("_i"),
         F.count(F.lit(1)).over(whole).alias("_n"),
         F.sum(F.lit(1) - F.col(SEED)).over(whole).alias("_m"),
@@ -240,11 +249,12 @@ def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], list[Colum
         )
         .cast("long")
         .alias(_ENTERED),
-    ]
-    # Over the same window (no second sort): the largest ratio of the batch's
-    # observations so far (the seed's own when it has none), and the episodes.
-    episodes = [
+        # The largest ratio of the batch's observations so far (the seed's own when it has none).
         F.coalesce(F.max(F.when(observation, F.col("lag_ratio"))).over(upto), F.col("lag_ratio")).alias(_PEAK),
+    ]
+    # The episodes so far: a window over the flags, so a pass of its own. Every entry into
+    # out-of-sync is also a change, so it counts the same over the changes alone.
+    episodes = [
         (F.coalesce(F.col("out_of_sync_episodes"), F.lit(0)).cast("long") + F.sum(F.col(_ENTERED)).over(upto)).alias(
             "out_of_sync_episodes"
         ),
@@ -253,7 +263,12 @@ def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], list[Colum
 
 
 def evaluate_batch(
-    rows: DataFrame, carried: DataFrame, cfg: RuleConfig, th: Thresholds, max_gap_ms: int | None
+    rows: DataFrame,
+    carried: DataFrame,
+    cfg: RuleConfig,
+    th: Thresholds,
+    max_gap_ms: int | None,
+    driver_rows_only: bool = False,
 ) -> DataFrame:
     """The state as of every row of ``rows`` (``observation_rows``), each evaluated.
 
@@ -269,6 +284,10 @@ def evaluate_batch(
     ``max_gap_ms``: as for ``observation_rows``; here also for what an observation
     shows against the replica's previous one (``_history_exprs``).
 
+    ``driver_rows_only``: only the rows with ``_change`` or ``_last`` (what the job
+    takes: the driver's rows and the state), filtered before the episode count and
+    the full status, so both run on those rows alone.
+
     Every row is evaluated only as far as its flags need (``state``,
     ``lag_state``, ``lag_ratio``); the full status is the last projection, so a
     filter on the flags (``for_the_driver``, the state's ``_last`` rows) runs
@@ -276,11 +295,16 @@ def evaluate_batch(
     """
     seeds, running, flags, episodes = _batch_exprs()
     both = carried.select(*seeds).unionByName(rows.select(*STATE_COLUMNS, SEED, NO_PREV))
+    both = both.select("*", *[F.col(v).alias(k) for k, v in _ORDER_BY.items()])
     both = both.select(*_history_exprs(cfg.rule, max_gap_ms))
-    values = [*KEY_COLUMNS, *_STATE_VALUES, SEED]
+    values = [*KEY_COLUMNS, *_STATE_VALUES, SEED, *_ORDER]
     judged = evaluate.status_columns(both.select(*running), cfg, th, keep=[*values, *_HELPERS], only=_PER_ROW)
     flagged = judged.select(*values, "lag_ratio", *flags)
-    counted = flagged.select(*[c for c in values if c != "out_of_sync_episodes"], CHANGE, LAST, OBSERVED, *episodes)
+    if driver_rows_only:
+        flagged = flagged.where(F.col(CHANGE) | F.col(LAST))
+    counted = flagged.select(
+        *[c for c in values if c != "out_of_sync_episodes"], CHANGE, LAST, OBSERVED, _PEAK, *episodes
+    )
     full = evaluate.status_columns(counted, cfg, th, keep=[*_STATE_VALUES, SEED, CHANGE, LAST, OBSERVED, _PEAK])
     # The batch's peak replaces the single row's, in place (statuses_from_arrow reads by name).
     return full.select(

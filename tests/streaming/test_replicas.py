@@ -3,6 +3,7 @@ against the Python reference (isrwatch.episodes.state_changes)."""
 
 from __future__ import annotations
 
+import pyspark.sql.functions as F
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -168,3 +169,27 @@ def test_a_follower_under_a_new_leader_is_caught_up_no_later_than_its_previous_o
     _, finals = _spark_changes(spark, left_out, cfg, 5_000, [])
     final = finals[("c", "t", 0, 2)][0]
     assert final.shrink_window_start_ms - final.lag_time_max_ms == t0
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=fetch_histories(gaps=True, unanswered=True, leaders=True), cuts=st.lists(st.integers(0, 40), max_size=3))
+def test_the_jobs_rows_only_equal_every_row_filtered_to_the_jobs_rows(spark, history, cuts) -> None:
+    """``driver_rows_only`` (the job's path: the episodes counted and the full status
+    computed after the filter) gives exactly the rows, every column, of the whole
+    evaluation (replay's path) filtered to the changes and newest rows."""
+    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000)
+    carried = None
+    for batch_rows in _batches(_rows(history), cuts):
+        batch = replicas.observation_rows(spark.createDataFrame(batch_rows, OBS_SCHEMA), cfg, 5_000)
+        if carried is None:
+            carried = batch.select(*replicas.STATE_COLUMNS).limit(0)
+        every = replicas.evaluate_batch(batch, carried, cfg, TH, 5_000)
+        only = replicas.evaluate_batch(batch, carried, cfg, TH, 5_000, driver_rows_only=True)
+        assert only.columns == every.columns
+        wanted = every.where(F.col(replicas.CHANGE) | F.col(replicas.LAST)).collect()
+        got = only.collect()
+        assert got, "every replica has a newest row"
+        assert sorted(got, key=repr) == sorted(wanted, key=repr)
+        assert any(r[replicas.CHANGE] for r in got) or not any(r[replicas.CHANGE] for r in every.collect())
+        state = only.where(replicas.LAST).select(*replicas.STATE_COLUMNS)
+        carried = spark.createDataFrame(state.collect(), state.schema)
