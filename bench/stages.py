@@ -51,7 +51,7 @@ from bench.load import Fleet
 from bench.machine import print_header
 from bench.throughput import START_MS
 
-__all__ = ["measure", "main"]
+__all__ = ["measure", "source_alone", "main"]
 
 
 def _timed(fn: Any) -> tuple[float, Any]:
@@ -142,11 +142,11 @@ def measure(
     pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(top)
     print(buf.getvalue()[:6000])
     if kafka is not None:
-        out.update(_source_alone(spark, kafka, batches[0] + batches[1], fleet.per_record))
+        out.update(source_alone(spark, kafka, batches[0] + batches[1], fleet.per_record))
     return out
 
 
-def _source_alone(spark: Any, kafka: Any, records: list[bytes], per_record: int) -> dict[str, float]:
+def source_alone(spark: Any, kafka: Any, records: list[bytes], per_record: int) -> dict[str, float]:
     """The job's source over a real topic of ``records``, and a plain consumer, in obs/s."""
     import pyspark.sql.functions as F
 
