@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isrwatch.clientconfig import protocol_client_problem
-from isrwatch.exceptions import ConfigError
-from isrwatch.settings import Secret, kafka_config_pairs, option, positive
+from isrwatch.clientconfig import kafka_config_problem
+from isrwatch.settings import Secret, option, positive
 
 __all__ = ["CollectSettings", "SOURCES"]
 
@@ -88,11 +87,8 @@ class CollectSettings:
             return "--bootstrap-servers is required (for example --bootstrap-servers kafka1:9092,kafka2:9092)"
         if self.telemetry_kafka_config and not self.telemetry_bootstrap_servers:
             return "--telemetry-kafka-config needs --telemetry-bootstrap-servers (the telemetry cluster it configures)"
-        try:  # the probe asks the watched cluster through kafka-python
-            problem = protocol_client_problem(kafka_config_pairs(self.kafka_config))
-        except ConfigError as e:
-            return str(e)
-        return problem or self._jmx_problem()
+        # the probe asks the watched cluster through kafka-python
+        return kafka_config_problem(self.kafka_config) or self._jmx_problem()
 
     def _jmx_problem(self) -> str | None:
         jmx_options = {

@@ -16,7 +16,13 @@ from typing import Any
 from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
 
-__all__ = ["kafka_python_config", "librdkafka_config", "broker_version", "protocol_client_problem"]
+__all__ = [
+    "kafka_python_config",
+    "librdkafka_config",
+    "broker_version",
+    "protocol_client_problem",
+    "kafka_config_problem",
+]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +74,7 @@ _UNUSABLE = {
 _USABLE_MECHANISMS = {"PLAIN", "GSSAPI", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 
 
-def protocol_client_problem(props: Mapping[str, Any], option: str = "--kafka-config") -> str | None:
+def protocol_client_problem(props: Mapping[str, Any]) -> str | None:
     """Why librdkafka properties cannot reach a cluster through kafka-python, or None.
 
     isrwatch's protocol-level requests (the collector's probe, the job's planner) go
@@ -78,18 +84,30 @@ def protocol_client_problem(props: Mapping[str, Any], option: str = "--kafka-con
     if unusable:
         what = sorted({_UNUSABLE.get(k, "OAUTHBEARER token settings") for k in unusable})
         return (
-            f"{option} {', '.join(unusable)}: isrwatch's protocol-level client (kafka-python: the collector's "
+            f"--kafka-config {', '.join(unusable)}: isrwatch's protocol-level client (kafka-python: the collector's "
             f"probe, the job's planner) cannot use {' or '.join(what)}; give the certificate, key and CA as PEM "
-            "files (ssl.certificate.location, ssl.key.location, ssl.key.password, ssl.ca.location): docs/deploy.md"
+            "files (ssl.certificate.location, ssl.key.location, ssl.key.password, ssl.ca.location): "
+            'docs/kafka.md, "Pointing at a production cluster"'
         )
     mechanisms = {str(props[k]).upper() for k in ("sasl.mechanism", "sasl.mechanisms") if k in props}
     if mechanisms - _USABLE_MECHANISMS:
         return (
-            f"{option} sasl.mechanism={', '.join(sorted(mechanisms - _USABLE_MECHANISMS))}: isrwatch's "
+            f"--kafka-config sasl.mechanism={', '.join(sorted(mechanisms - _USABLE_MECHANISMS))}: isrwatch's "
             f"protocol-level client (kafka-python) supports {', '.join(sorted(_USABLE_MECHANISMS))} "
-            "from settings: docs/deploy.md"
+            'from settings: docs/kafka.md, "Pointing at a production cluster"'
         )
     return None
+
+
+def kafka_config_problem(items: list[str]) -> str | None:
+    """``protocol_client_problem`` of ``--kafka-config KEY=VALUE`` items, or the items' own
+    error (not KEY=VALUE): the settings' start-up check for the job and the collector."""
+    from isrwatch.settings import kafka_config_pairs
+
+    try:
+        return protocol_client_problem(kafka_config_pairs(items))
+    except ConfigError as e:
+        return str(e)
 
 
 def broker_version(text: str) -> tuple[int, ...]:

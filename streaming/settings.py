@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isrwatch.clientconfig import protocol_client_problem
-from isrwatch.exceptions import ConfigError
+from isrwatch.clientconfig import kafka_config_problem
 from isrwatch.rule import Rule
-from isrwatch.settings import Secret, kafka_config_pairs, option, positive
+from isrwatch.settings import Secret, option, positive
 
 __all__ = ["JobSettings", "AlertingSettings"]
 
@@ -161,10 +160,7 @@ class JobSettings:
         if self.nearing_ratio > self.critical_ratio:
             return f"--nearing-ratio ({self.nearing_ratio}) must not exceed --critical-ratio ({self.critical_ratio})"
         if self.bootstrap_servers:  # the source's planner asks the brokers through kafka-python
-            try:
-                return protocol_client_problem(kafka_config_pairs(self.kafka_config))
-            except ConfigError as e:
-                return str(e)
+            return kafka_config_problem(self.kafka_config)
         return None
 
 

@@ -86,6 +86,11 @@ def test_settings_kafka_python_cannot_use_are_refused_at_start_naming_keys_not_v
         assert len(err) == 1 and err[0].startswith(f"isrwatch {command}: error: --kafka-config ")
         assert "sasl.oauthbearer.client.secret, ssl.keystore.password" in err[0]
         assert "hunter2" not in err[0] and "s3cret" not in err[0]
+        assert 'docs/kafka.md, "Pointing at a production cluster"' in err[0]  # where the list is
+        # An item that is not KEY=VALUE: its own one-line error, for either command.
+        assert main([command, "--bootstrap-servers", "127.0.0.1:9", "--kafka-config", "linger.ms"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "'linger.ms' is not KEY=VALUE" in err[0]
     # What kafka-python takes passes, as do librdkafka-only settings without a credential.
     usable = ["security.protocol=SASL_SSL", "sasl.mechanism=SCRAM-SHA-512", "ssl.ca.location=/ca.pem", "linger.ms=5"]
     s = load(RunSettings, parse("--bootstrap-servers", "127.0.0.1:9", *[f"--kafka-config={u}" for u in usable]), {})
