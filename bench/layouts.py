@@ -29,14 +29,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import tempfile
-import time
 from typing import Any
 
 from bench import baselines
 from bench.load import Fleet
 from bench.machine import print_header
+from bench.stages import noop_s, source_alone
 from bench.throughput import START_MS
 
 __all__ = ["LAYOUTS", "nested", "columnar", "measure", "main"]
@@ -144,15 +143,6 @@ def flat(layout: str, raw: Any) -> Any:
     return rows.select(*[value(c).alias(c) for c in COLUMNS])
 
 
-def _noop_s(df: Any, repeat: int) -> float:
-    times = []
-    for _ in range(repeat + 1):  # the first: a warm-up
-        t0 = time.perf_counter()
-        df.write.format("noop").mode("overwrite").save()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
-
-
 def measure(
     spark: Any, replicas: int, rounds: int, repeat: int = 5, kafka: Any | None = None
 ) -> dict[str, dict[str, float]]:
@@ -179,12 +169,12 @@ def measure(
                 raise AssertionError(f"the {layout} layout does not give the same observations as v1")
         out = {}
         for layout in LAYOUTS:
-            secs = _noop_s(flat(layout, frames[layout]), repeat)
+            df = flat(layout, frames[layout])
+            df.write.format("noop").mode("overwrite").save()  # a warm-up, not timed
+            secs = noop_s(df, repeat)
             size = sum(len(x) for x in records[layout])
             out[layout] = {"bytes_per_obs": size / n, "parse_s": secs, "obs_per_s": n / secs}
         if kafka is not None:
-            from bench.stages import source_alone
-
             for layout in LAYOUTS:
                 read = source_alone(spark, kafka, records[layout], fleet.per_record)
                 out[layout]["source_obs_per_s"] = read.get("source_obs_per_s", 0.0)

@@ -51,7 +51,7 @@ from bench.load import Fleet
 from bench.machine import print_header
 from bench.throughput import START_MS
 
-__all__ = ["measure", "source_alone", "main"]
+__all__ = ["measure", "noop_s", "source_alone", "main"]
 
 
 def _timed(fn: Any) -> tuple[float, Any]:
@@ -60,7 +60,7 @@ def _timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
-def _noop_s(df: Any, repeat: int) -> float:
+def noop_s(df: Any, repeat: int) -> float:
     """Median seconds of writing ``df`` to Spark's no-op sink."""
     return statistics.median(_timed(lambda: df.write.format("noop").mode("overwrite").save())[0] for _ in range(repeat))
 
@@ -104,13 +104,13 @@ def measure(
         first.finish()
 
         parsed = parse.parse_records(raw1)
-        out["parse_s"] = _noop_s(parsed, repeat)
+        out["parse_s"] = noop_s(parsed, repeat)
         good = parse.good_observations(parse.observations(parsed, None))
-        out["observations_s"] = _noop_s(good, repeat)
+        out["observations_s"] = noop_s(good, repeat)
         rows = rep.observation_rows(good, cfg, max_gap)
         carried, _ = table.read(1, rows)
         window = rep.evaluate_batch(rows, carried, cfg, th, max_gap, driver_rows_only=True)
-        out["window_s"] = _noop_s(window, repeat)
+        out["window_s"] = noop_s(window, repeat)
 
         spark_runs: list[float] = []
         for _ in range(repeat):  # batch 1 again each time: a replay reads version 0, rewrites version 1
@@ -132,7 +132,7 @@ def measure(
 
         held = good.cache()
         held.count()
-        out["aggregate_s"] = _noop_s(state.replica_aggregates(held, Rule.KIP16_REFINED), repeat)
+        out["aggregate_s"] = noop_s(state.replica_aggregates(held, Rule.KIP16_REFINED), repeat)
         held.unpersist()
         raw0.unpersist()
         raw1.unpersist()

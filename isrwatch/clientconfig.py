@@ -15,6 +15,7 @@ from typing import Any
 
 from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
+from isrwatch.settings import kafka_config_pairs
 
 __all__ = [
     "kafka_python_config",
@@ -102,8 +103,6 @@ def protocol_client_problem(props: Mapping[str, Any]) -> str | None:
 def kafka_config_problem(items: list[str]) -> str | None:
     """``protocol_client_problem`` of ``--kafka-config KEY=VALUE`` items, or the items' own
     error (not KEY=VALUE): the settings' start-up check for the job and the collector."""
-    from isrwatch.settings import kafka_config_pairs
-
     try:
         return protocol_client_problem(kafka_config_pairs(items))
     except ConfigError as e:
