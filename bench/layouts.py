@@ -1,16 +1,17 @@
 """What a denser telemetry layout would save: bytes per observation and Spark's parse.
 
 Issue 11, item 3 asks for fewer, denser telemetry records, and for the choice to be
-measured. This compares, on the same observations (``bench.load.Fleet``, version 1 as the
-collector writes it today), the version-1 layout against two candidate layouts a new
-version could take. The job does not read either candidate yet.
+measured. This compares, on the same observations (``bench.load.Fleet``, version 1), the
+version-1 layout against two candidate layouts a new version could take, each parsed by a
+plain ``from_json`` and explode. The second, ``columnar``, became version 3, which the job
+and the collector now use: ``bench.stages --versions 1,3`` times the job's own parse of it.
 
 * ``v1``: today's record, one JSON object per observation, every field named in each;
 * ``nested``: one object per partition (topic, partition, leader, high watermark, ISR,
   replicas, settings once) holding one object per follower (its broker, times, offsets);
 * ``columnar``: one array per field: the partitions' fields as arrays (the topic as an
   index into a list of names), the followers' fields as arrays with the index of their
-  partition.
+  partition: telemetry version 3 (``isrwatch.telemetry.observation_fields``).
 
 For each layout: the bytes per observation, and Spark's ``from_json`` + explode to the
 same flat observation columns (checked equal across layouts), from records held in
@@ -33,18 +34,17 @@ import tempfile
 from typing import Any
 
 from bench import baselines
-from bench.load import Fleet
+from bench.load import Fleet, as_version
 from bench.machine import print_header
 from bench.stages import noop_s, source_alone
 from bench.throughput import START_MS
+from isrwatch.telemetry import FOLLOWER_FIELDS, PARTITION_FIELDS
 
 __all__ = ["LAYOUTS", "nested", "columnar", "measure", "main"]
 
 LAYOUTS = ("v1", "nested", "columnar")
 # An observation's fields: those of its partition (once per partition in the dense layouts)
 # and those of the follower at one time.
-PARTITION_FIELDS = ("topic", "partition", "leader_id", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
-FOLLOWER_FIELDS = ("broker_id", "t_ms", "leo", "leader_leo", "prev_t_ms", "prev_leo", "prev_leader_leo")
 COLUMNS = (
     "topic",
     "partition",
@@ -101,22 +101,8 @@ def nested(record: bytes) -> bytes:
 
 
 def columnar(record: bytes) -> bytes:
-    """A version-1 record in the ``columnar`` layout (same observations)."""
-    doc = json.loads(record)
-    topics: dict[str, int] = {}
-    at: dict[tuple[str, int], int] = {}
-    parts: dict[str, list[Any]] = {f: [] for f in PARTITION_FIELDS}
-    followers: dict[str, list[Any]] = {"p": [], **{f: [] for f in FOLLOWER_FIELDS}}
-    for o in doc.pop("observations"):
-        key = (o["topic"], o["partition"])
-        if key not in at:
-            at[key] = len(parts["partition"])
-            for f in PARTITION_FIELDS:
-                parts[f].append(topics.setdefault(o["topic"], len(topics)) if f == "topic" else o[f])
-        followers["p"].append(at[key])
-        for f in FOLLOWER_FIELDS:
-            followers[f].append(o[f])
-    return _dump({**doc, "topics": list(topics), "partitions": parts, "followers": followers})
+    """A version-1 record in the ``columnar`` layout, telemetry version 3 (same observations)."""
+    return as_version(record, 3)
 
 
 def flat(layout: str, raw: Any) -> Any:

@@ -17,9 +17,12 @@ as a slow follower's does; taken out of ``slow``, it is caught up again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
-__all__ = ["Fleet", "PER_RECORD", "BROKERS"]
+from isrwatch.telemetry import observation_fields
+
+__all__ = ["Fleet", "PER_RECORD", "BROKERS", "as_version"]
 
 PER_RECORD = 500
 BROKERS = 3
@@ -108,6 +111,14 @@ class Fleet:
 
     def records_per_round(self) -> int:
         return -(-self.replicas // self.per_record)
+
+
+def as_version(record: bytes, version: int) -> bytes:
+    """A version-1 record of ``Fleet`` in telemetry ``version`` (the same observations)."""
+    body = json.loads(record)
+    observations = body.pop("observations")
+    body["version"] = version
+    return json.dumps({**body, **observation_fields(version, observations)}, separators=(",", ":")).encode()
 
 
 def _js(v: int | None) -> str:

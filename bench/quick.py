@@ -1,7 +1,8 @@
 """``make bench-quick``: a reduced throughput comparison in under 5 minutes.
 
 One fleet (20,000 replicas, 20 rounds: 400,000 observations) on a real local
-Kafka; end to end (the job), the in-memory aggregation ceiling and the naive
+Kafka, in the telemetry version the collector writes (``--telemetry-version N`` for
+another); end to end (the job), the in-memory aggregation ceiling and the naive
 design, in the same run (``bench.throughput.measure``). The last line is::
 
     observations_per_second=N ceiling_ratio=R naive_ratio=Q
@@ -11,11 +12,13 @@ design, in the same run (``bench.throughput.measure``). The last line is::
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from bench import kafka as bkafka
 from bench.machine import print_header
 from bench.throughput import measure
+from isrwatch.telemetry import SUPPORTED_VERSIONS, VERSION
 
 __all__ = ["main"]
 
@@ -25,7 +28,10 @@ BATCH_OBSERVATIONS = 100_000
 NAIVE_BUDGET_S = 75.0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.quick", description=__doc__.splitlines()[0])
+    ap.add_argument("--telemetry-version", type=int, default=VERSION, choices=sorted(SUPPORTED_VERSIONS))
+    args = ap.parse_args(argv)
     print_header("isrwatch quick throughput comparison")
     from streaming.session import build_session
 
@@ -40,6 +46,7 @@ def main() -> int:
             batch_obs=BATCH_OBSERVATIONS,
             naive_batch_obs=BATCH_OBSERVATIONS,
             naive_budget_s=NAIVE_BUDGET_S,
+            version=args.telemetry_version,
         )
     finally:
         kafka.close()

@@ -27,6 +27,10 @@ beside ``input_obs_per_s``, a plain confluent-kafka consumer.
 
 Spark stages are the median of ``--repeat`` runs, after one warm-up batch.
 
+``--versions 1,3`` measures the same fleet's records in each telemetry version, one after
+the other in the same Spark session (version 3: the observations as columns,
+``bench.load.as_version``), and prints each version's stages and their ratio to the first.
+
 ``python -m bench.stages --replicas 100000 --rounds 2``
 """
 
@@ -47,7 +51,7 @@ from typing import Any
 from bench import baselines
 from bench import kafka as bkafka
 from bench import throughput as tp
-from bench.load import Fleet
+from bench.load import Fleet, as_version
 from bench.machine import print_header
 from bench.throughput import START_MS
 
@@ -72,7 +76,7 @@ def _raw(spark: Any, records: list[bytes], base: str, name: str) -> Any:
 
 
 def measure(
-    spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int = 12, repeat: int = 3
+    spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int = 12, repeat: int = 3, version: int = 1
 ) -> dict[str, Any]:
 
     from exporter.store import StatusStore
@@ -87,12 +91,20 @@ def measure(
     batches: list[list[bytes]] = [[], []]
     for r in range(2 * rounds):
         batches[r // rounds] += fleet.round(r, START_MS + r * fleet.interval_ms)
+    if version != 1:
+        batches = [[as_version(x, version) for x in b] for b in batches]
     obs_n = replicas * rounds
     cfg = RuleConfig(Rule.KIP16_REFINED, 10_000, 4000)  # what the fleet's telemetry says
     th = Thresholds(0.5, 0.8, 3000)
     max_gap = cfg.lag_time_max_ms // 2
     base = tempfile.mkdtemp(prefix="bench-stages-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-    out: dict[str, Any] = {"replicas": replicas, "observations": obs_n, "records": len(batches[1])}
+    out: dict[str, Any] = {
+        "version": version,
+        "replicas": replicas,
+        "observations": obs_n,
+        "records": len(batches[1]),
+        "bytes_per_obs": sum(len(x) for x in batches[1]) / obs_n,
+    }
     try:
         raw0, raw1 = _raw(spark, batches[0], base, "b0"), _raw(spark, batches[1], base, "b1")
         table = rep.StateTable(spark, os.path.join(base, "checkpoint"))
@@ -194,25 +206,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rounds", type=int, default=2, help="polling rounds per batch")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each Spark stage (the median is printed)")
     ap.add_argument("--no-kafka", action="store_true", help="skip the source's read of a real topic")
+    ap.add_argument("--versions", default="1", help="telemetry versions to measure, one after the other (e.g. 1,3)")
     args = ap.parse_args(argv)
+    versions = [int(v) for v in args.versions.split(",")]
     print_header("isrwatch per-stage cost of one micro-batch")
     from streaming.session import build_session
 
     spark = build_session("local[2]", 2, app_name="isrwatch-bench-stages")
     kafka = None if args.no_kafka else bkafka.start_cluster()
+    runs = []
     try:
-        out = measure(spark, kafka, args.replicas, args.rounds, repeat=args.repeat)
+        for v in versions:
+            runs.append(measure(spark, kafka, args.replicas, args.rounds, repeat=args.repeat, version=v))
     finally:
         if kafka is not None:
             kafka.close()
         spark.stop()
-    n = out["observations"]
-    for k, v in out.items():
-        if k.endswith("_s"):
-            print(f"{k}={v:.3f} ({n / v:,.0f} obs/s)" if v else f"{k}=0")
-        else:
-            print(f"{k}={v:,.0f}")
-    return out
+    for out in runs:
+        n = out["observations"]
+        print(f"-- telemetry version {out['version']}")
+        first = out is not runs[0] and runs[0]
+        for k, v in out.items():
+            if k.endswith("per_s") or k == "bytes_per_obs":  # a rate (higher is better), or a size
+                ratio = f" ({v / first[k]:.2f}x version {first['version']})" if first and first.get(k) else ""
+                print(f"{k}={v:,.1f}{ratio}")
+            elif k.endswith("_s"):  # a time: the ratio is how much faster than the first
+                ratio = f", {first[k] / v:.2f}x version {first['version']}" if first and v else ""
+                print(f"{k}={v:.3f} ({n / v:,.0f} obs/s{ratio})" if v else f"{k}=0")
+            else:
+                print(f"{k}={v:,.0f}")
+    return runs[-1]
 
 
 if __name__ == "__main__":

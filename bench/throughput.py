@@ -37,8 +37,9 @@ from typing import Any
 
 from bench import kafka as bkafka
 from bench.baselines import progress_of, run_ceiling, run_naive
-from bench.load import Fleet
+from bench.load import Fleet, as_version
 from bench.machine import dir_mb, load_average, print_header, rss_mb
+from isrwatch.telemetry import VERSION
 
 __all__ = [
     "BatchLog",
@@ -253,18 +254,23 @@ def measure(
     naive_batch_obs: int = 100_000,
     naive_budget_s: float = 60.0,
     naive: bool = True,
+    version: int = VERSION,
 ) -> Result:
+    """The job, the ceiling and the naive design on one fleet's records in telemetry
+    ``version`` (default: what the collector writes)."""
     fleet = Fleet(replicas)
     records: list[bytes] = []
     for r in range(rounds):
         records += fleet.round(r, START_MS + r * fleet.interval_ms)
+    if version != 1:
+        records = [as_version(x, version) for x in records]
     topic = bkafka.new_topic(kafka, f"bench-{replicas}")
     n, size = bkafka.produce(kafka, topic, records)
     res = Result(replicas, replicas * rounds, n, round(size / 1e6, 1))
     per = fleet.per_record
     cap = max(1, min(batch_obs, res.observations // 3) // per)  # at least 3 batches: the first is start-up
     print(
-        f"replicas={replicas} rounds={rounds} observations={res.observations} records={n} "
+        f"replicas={replicas} rounds={rounds} observations={res.observations} records={n} telemetry_version={version} "
         f"mbytes={res.mbytes} batch_observations={cap * per} load_average={load_average()}",
         flush=True,
     )

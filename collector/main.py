@@ -102,6 +102,7 @@ class Collector:
             self.settings.max_observations_per_record,
             source=self.settings.source,
             brokers=snap.counters,
+            version=self.settings.telemetry_version,
         )
         self.publisher.unreachable = set(snap.unreachable)
         self.publisher.publish(records)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from isrwatch.clientconfig import kafka_config_problem
 from isrwatch.settings import Secret, option, positive
+from isrwatch.telemetry import SUPPORTED_VERSIONS, VERSION
 
 __all__ = ["CollectSettings", "SOURCES"]
 
@@ -54,6 +55,15 @@ class CollectSettings:
     )
     max_observations_per_record: int = option(
         500, "observations batched into one telemetry record", check=positive, metavar="N"
+    )
+    telemetry_version: int = option(
+        VERSION,
+        f"telemetry format written: {VERSION} (observations as columns) or an older one for a job that does not "
+        f"read {VERSION} yet (docs/telemetry.md, Compatibility)",
+        check=lambda v: (
+            None if v in SUPPORTED_VERSIONS else f"must be one of {', '.join(map(str, sorted(SUPPORTED_VERSIONS)))}"
+        ),
+        metavar="N",
     )
     source: str = option(
         "fetch",

@@ -1,17 +1,21 @@
 """The telemetry format: what the collector and the simulator publish.
 
 One telemetry record (a Kafka record, or one line of the embedded spool) holds
-many observations of one cluster, JSON encoded::
+many observations of one cluster, JSON encoded. Version 3 (what isrwatch writes) holds
+them as columns: a partition's fields once per partition, a follower's once per
+observation, ``p`` the index of its partition entry, a partition's ``topic`` an index
+into ``topics``::
 
-    {"version": 2, "cluster": "prod-eu", "source": "jmx",
+    {"version": 3, "cluster": "prod-eu", "source": "jmx",
      "sent_ms": 1732190000123,
-     "observations": [
-        {"topic": "orders", "partition": 3, "broker_id": 2, "leader_id": 1,
-         "t_ms": 1732190000100, "leo": 5120, "leader_leo": 5130, "hw": 5118,
-         "prev_t_ms": 1732189999100, "prev_leo": 5000, "prev_leader_leo": 5110,
-         "isr": [1, 2, 3], "replicas": [1, 2, 3],
-         "lag_time_max_ms": 30000, "min_isr": 2}
-     ],
+     "topics": ["orders"],
+     "partitions": {"topic": [0], "partition": [3], "leader_id": [1], "hw": [5118],
+                    "isr": [[1, 2, 3]], "replicas": [[1, 2, 3]],
+                    "lag_time_max_ms": [30000], "min_isr": [2]},
+     "followers": {"p": [0, 0], "broker_id": [2, 3],
+                   "t_ms": [1732190000100, 1732190000100], "leo": [5120, 5130],
+                   "leader_leo": [5130, 5130], "prev_t_ms": [1732189999100, 1732189999100],
+                   "prev_leo": [5000, 5110], "prev_leader_leo": [5110, 5110]},
      "isr_changes": [
         {"t_ms": 1732190000100, "topic": "orders", "partition": 3,
          "isr_before": [1, 2, 3], "isr_after": [1, 3], "leader_id": 1}
@@ -19,6 +23,10 @@ many observations of one cluster, JSON encoded::
      "brokers": [
         {"broker_id": 1, "t_ms": 1732190000100, "isr_shrinks_total": 4, "isr_expands_total": 3}
      ]}
+
+Versions 1 and 2 hold one object per observation instead (``"observations": [{"topic":
+"orders", "partition": 3, "broker_id": 2, "leader_id": 1, "t_ms": ..., "leo": 5120, ...}]``,
+the fields of ``Observation``); the job reads all three.
 
 An observation is one follower replica seen at ``t_ms`` (milliseconds since the
 epoch, the source's clock). ``leo`` is the follower's log end offset (its next
@@ -32,14 +40,15 @@ observation, so the refined KIP-16 rule becomes a per-observation max (see
 it, so one format serves both collector modes. ``brokers`` (version 2) holds what each
 broker says of its own replication: its ``IsrShrinksPerSec``/``IsrExpandsPerSec`` counts (the
 JMX collector reads them), so the job counts the shrinks metadata never showed
-(``isrwatch.outcomes``). Version 1 is the same without ``brokers`` and an ISR change's
-``leader_id``; the job reads both. The machine-readable schemas are
-``isrwatch/schema/telemetry-v{1,2}.schema.json``; docs/telemetry.md explains them.
+(``isrwatch.outcomes``). Version 1 is version 2 without ``brokers`` and an ISR change's ``leader_id``; version 3
+is version 2 with the observations as columns. The machine-readable schemas are
+``isrwatch/schema/telemetry-v{1,2,3}.schema.json``; docs/telemetry.md explains them.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
@@ -51,14 +60,24 @@ __all__ = [
     "IsrChange",
     "BrokerCounters",
     "TelemetryRecord",
+    "PARTITION_FIELDS",
+    "FOLLOWER_FIELDS",
+    "observation_fields",
     "encode_record",
     "decode_record",
     "json_schema",
+    "OBSERVATION_DDL",
     "SPARK_SCHEMA_DDL",
 ]
 
-VERSION = 2  # what isrwatch writes
-SUPPORTED_VERSIONS = frozenset({1, 2})  # what the job reads
+VERSION = 3  # what isrwatch writes
+SUPPORTED_VERSIONS = frozenset({1, 2, 3})  # what the job reads
+
+# Version 3 carries the observations as columns: a partition's fields once per partition
+# (the topic as an index into ``topics``), a follower's fields once per observation, with
+# ``p``, the index of its partition entry.
+PARTITION_FIELDS = ("topic", "partition", "leader_id", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
+FOLLOWER_FIELDS = ("broker_id", "t_ms", "leo", "leader_leo", "prev_t_ms", "prev_leo", "prev_leader_leo")
 
 
 @dataclass(frozen=True)
@@ -120,14 +139,65 @@ def _obs_dict(o: Observation) -> dict[str, Any]:
     return d
 
 
+def observation_fields(version: int, observations: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The body's observation fields in ``version``, from observations as dicts with the
+    fields of ``Observation``: ``{"observations": [...]}`` before version 3, else
+    ``topics``, ``partitions`` and ``followers`` (the columns). A partition entry is shared
+    by the observations that agree on every one of its fields, so nothing is lost."""
+    if version < 3:
+        return {"observations": list(observations)}
+    topics: dict[Any, int] = {}
+    entries: dict[tuple[Any, ...], int] = {}
+    partitions: dict[str, list[Any]] = {f: [] for f in PARTITION_FIELDS}
+    followers: dict[str, list[Any]] = {"p": [], **{f: [] for f in FOLLOWER_FIELDS}}
+    for o in observations:
+        values = [o.get(f) for f in PARTITION_FIELDS]
+        values[4], values[5] = list(values[4] or ()), list(values[5] or ())  # isr, replicas
+        key = tuple(tuple(v) if isinstance(v, list) else v for v in values)
+        at = entries.get(key)
+        if at is None:
+            at = entries[key] = len(partitions["partition"])
+            values[0] = topics.setdefault(values[0], len(topics))
+            for f, v in zip(PARTITION_FIELDS, values, strict=True):
+                partitions[f].append(v)
+        followers["p"].append(at)
+        for f in FOLLOWER_FIELDS:
+            followers[f].append(o.get(f))
+    return {"topics": list(topics), "partitions": partitions, "followers": followers}
+
+
+def _rows(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A version-3 body's observations as dicts; ValueError when its columns do not fit."""
+    topics, parts, fol = body["topics"], body["partitions"], body["followers"]
+    n_parts, n = len(parts["partition"]), len(fol["p"])
+    for f in PARTITION_FIELDS:
+        if len(parts[f]) != n_parts:
+            raise ValueError(f"partitions.{f} has {len(parts[f])} entries, partitions.partition {n_parts}")
+    for f in FOLLOWER_FIELDS:
+        if len(fol[f]) != n:
+            raise ValueError(f"followers.{f} has {len(fol[f])} entries, followers.p {n}")
+    rows = []
+    for i, p in enumerate(fol["p"]):
+        if type(p) is not int or not 0 <= p < n_parts:  # (a bool is not an index)
+            raise ValueError(f"followers.p[{i}] is {p!r}, not an index of partitions")
+        t = parts["topic"][p]
+        if type(t) is not int or not 0 <= t < len(topics):
+            raise ValueError(f"partitions.topic[{p}] is {t!r}, not an index of topics")
+        row = {f: parts[f][p] for f in PARTITION_FIELDS}
+        row["topic"] = topics[t]
+        row.update((f, fol[f][i]) for f in FOLLOWER_FIELDS)
+        rows.append(row)
+    return rows
+
+
 def encode_record(record: TelemetryRecord) -> bytes:
-    """JSON bytes for one telemetry record (compact, UTF-8)."""
+    """JSON bytes for one telemetry record (compact, UTF-8), in ``record.version``'s layout."""
     body: dict[str, Any] = {
         "version": record.version,
         "cluster": record.cluster,
         "source": record.source,
         "sent_ms": record.sent_ms,
-        "observations": [_obs_dict(o) for o in record.observations],
+        **observation_fields(record.version, (_obs_dict(o) for o in record.observations)),
     }
     v1 = record.version == 1  # version 1 has no leader_id and no brokers
     if record.isr_changes:
@@ -158,6 +228,7 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
     if version not in SUPPORTED_VERSIONS:
         raise ValueError(f"unknown schema version {version!r}")
     try:
+        rows = _rows(body) if version >= 3 else body["observations"]
         obs = tuple(
             Observation(
                 **{
@@ -166,7 +237,7 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
                     "replicas": tuple(o.get("replicas") or ()),
                 }
             )
-            for o in body["observations"]
+            for o in rows
         )
         changes = tuple(
             IsrChange(**{**c, "isr_before": tuple(c["isr_before"]), "isr_after": tuple(c["isr_after"])})
@@ -192,14 +263,23 @@ def json_schema(version: int = VERSION) -> dict[str, Any]:
     return json.loads(text)
 
 
-# The same shape for Spark's from_json (parsed in the JVM, not in Python).
-SPARK_SCHEMA_DDL = (
-    "version INT, cluster STRING, source STRING, sent_ms BIGINT, "
-    "observations ARRAY<STRUCT<topic: STRING, partition: INT, broker_id: INT, leader_id: INT, "
+# The same shapes for Spark's from_json (parsed in the JVM, not in Python): one schema
+# reads every version, the fields a version does not have are null.
+OBSERVATION_DDL = (
+    "STRUCT<topic: STRING, partition: INT, broker_id: INT, leader_id: INT, "
     "t_ms: BIGINT, leo: BIGINT, leader_leo: BIGINT, hw: BIGINT, prev_t_ms: BIGINT, "
     "prev_leo: BIGINT, prev_leader_leo: BIGINT, isr: ARRAY<INT>, replicas: ARRAY<INT>, "
-    "lag_time_max_ms: BIGINT, min_isr: INT>>, "
+    "lag_time_max_ms: BIGINT, min_isr: INT>"
+)
+SPARK_SCHEMA_DDL = (
+    "version INT, cluster STRING, source STRING, sent_ms BIGINT, "
+    f"observations ARRAY<{OBSERVATION_DDL}>, "
     "isr_changes ARRAY<STRUCT<t_ms: BIGINT, topic: STRING, partition: INT, "
     "isr_before: ARRAY<INT>, isr_after: ARRAY<INT>, leader_id: INT>>, "
-    "brokers ARRAY<STRUCT<broker_id: INT, t_ms: BIGINT, isr_shrinks_total: BIGINT, isr_expands_total: BIGINT>>"
+    "brokers ARRAY<STRUCT<broker_id: INT, t_ms: BIGINT, isr_shrinks_total: BIGINT, isr_expands_total: BIGINT>>, "
+    "topics ARRAY<STRING>, "
+    "partitions STRUCT<topic: ARRAY<INT>, partition: ARRAY<INT>, leader_id: ARRAY<INT>, hw: ARRAY<BIGINT>, "
+    "isr: ARRAY<ARRAY<INT>>, replicas: ARRAY<ARRAY<INT>>, lag_time_max_ms: ARRAY<BIGINT>, min_isr: ARRAY<INT>>, "
+    "followers STRUCT<p: ARRAY<INT>, broker_id: ARRAY<INT>, t_ms: ARRAY<BIGINT>, leo: ARRAY<BIGINT>, "
+    "leader_leo: ARRAY<BIGINT>, prev_t_ms: ARRAY<BIGINT>, prev_leo: ARRAY<BIGINT>, prev_leader_leo: ARRAY<BIGINT>>"
 )

@@ -22,7 +22,7 @@ import json
 from typing import Any
 
 from isrwatch.rule import FollowerState
-from isrwatch.telemetry import VERSION
+from isrwatch.telemetry import VERSION, observation_fields
 from simulator.cluster import Partition
 from simulator.model import Engine
 from simulator.settings import MODES
@@ -153,7 +153,7 @@ def encode_round(
             "cluster": cluster,
             "source": source,
             "sent_ms": sent_ms,
-            "observations": chunk,
+            **observation_fields(VERSION, chunk),
         }
         if isr_changes:
             body["isr_changes"] = isr_changes

@@ -18,13 +18,20 @@ that are not UTF-8 never reach the JSON parser nor the driver as text.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import TYPE_CHECKING
 
 import pyspark.sql.functions as F
 from pyspark.sql import Column
 
-from isrwatch.telemetry import SPARK_SCHEMA_DDL, SUPPORTED_VERSIONS
+from isrwatch.telemetry import (
+    FOLLOWER_FIELDS,
+    PARTITION_FIELDS,
+    SPARK_SCHEMA_DDL,
+    SUPPORTED_VERSIONS,
+    Observation,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -51,6 +58,8 @@ REASONS = {
     "unknown_version": "version is missing or not one this job reads",
     "missing_cluster": "cluster is missing or empty",
     "bad_observations": "observations is missing or not an array",
+    "bad_columns": "a version-3 record's topics, partitions or followers are missing, their arrays differ in "
+    "length, or an index (followers.p, partitions.topic) is out of range",
     "bad_type": "a field has the wrong type or is out of range (text, a fraction, NaN or more than 64 bits "
     "where a whole number belongs; a list that is not a list)",
     "missing_ids": "an observation lacks topic, partition, broker_id, leader_id or t_ms",
@@ -73,6 +82,7 @@ RECORD_REASONS = frozenset(
         "missing_cluster",
         "bad_observations",
         "bad_type",
+        "bad_columns",
     )
 )
 
@@ -100,6 +110,8 @@ CHANGE_TYPE = (
 COUNTERS_TYPE = "array<struct<broker_id:int,t_ms:bigint,isr_shrinks_total:bigint,isr_expands_total:bigint>>"
 
 _OFFSETS = ("leo", "leader_leo", "hw", "prev_leo", "prev_leader_leo")
+# An observation's fields, in the order of its struct (isrwatch.telemetry.Observation).
+_OBSERVATION_FIELDS = tuple(f.name for f in dataclasses.fields(Observation))
 
 
 def parse_records(raw: DataFrame) -> DataFrame:
@@ -131,6 +143,9 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column]:
     rec = F.from_json(F.col("value"), f"{SPARK_SCHEMA_DDL}, {CORRUPT} STRING", {"columnNameOfCorruptRecord": CORRUPT})
     r = F.col("rec")
     size = F.col("value_bytes")
+    columnar = r["version"] == 3
+    no_observations = ~columnar & r["observations"].isNull()
+    bad_columns = columnar & _columns_bad(r)
     looks_like_object = F.ltrim(F.col("value")).startswith("{")
     # CASE evaluates lazily: the second JSON parse only runs for records
     # already found wanting.
@@ -143,8 +158,9 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column]:
             r.isNull() | ~F.coalesce(F.array_contains(versions, r["version"]), F.lit(False)), F.lit("unknown_version")
         )
         .when(F.coalesce(F.length(r["cluster"]), F.lit(0)) == 0, F.lit("missing_cluster"))
-        .when(r["observations"].isNull(), F.lit("bad_observations"))
+        .when(no_observations, F.lit("bad_observations"))
         .when(r[CORRUPT].isNotNull(), F.lit("bad_type"))
+        .when(bad_columns, F.lit("bad_columns"))
     )
     # Only records with a version problem get this far at all (text that is
     # not UTF-8 has no parse); the common case never evaluates the parses above.
@@ -154,8 +170,9 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column]:
         | ~F.array_contains(versions, r["version"])
         | r["cluster"].isNull()
         | (r["cluster"] == "")
-        | r["observations"].isNull()
-        | r[CORRUPT].isNotNull(),
+        | no_observations
+        | r[CORRUPT].isNotNull()
+        | bad_columns,
         reason,
     )
     detail = (
@@ -165,11 +182,48 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column]:
         )
         .when(reason == "not_json", F.lit("cannot parse as JSON"))
         .when(reason == "bad_type", F.lit("a field of the wrong type or out of range"))
+        .when(reason == "bad_columns", F.lit("version 3's columns do not fit together"))
         .when(reason == "not_utf8", F.concat(F.lit("bytes="), size.cast("string")))
         .when(reason == "empty_value", F.when(F.col("raw").isNull(), F.lit("null value")).otherwise(F.lit("0 bytes")))
         .otherwise(F.lit(None).cast("string"))
     )
     return first, rec, reason, detail
+
+
+def _columns_bad(r: Column) -> Column:
+    """A version-3 body whose columns do not fit: a missing array, arrays of one group
+    (``partitions``, ``followers``) of unequal length, an index that points outside its
+    array. True when any holds (a null anywhere reads as bad)."""
+    topics, parts, fol = r["topics"], r["partitions"], r["followers"]
+    n_parts, n = F.size(parts["partition"]), F.size(fol["p"])
+    bad = topics.isNull() | parts.isNull() | fol.isNull()
+    for f in PARTITION_FIELDS[:1] + PARTITION_FIELDS[2:]:  # each against partitions.partition
+        bad = bad | (F.size(parts[f]) != n_parts)
+    for f in FOLLOWER_FIELDS:
+        bad = bad | (F.size(fol[f]) != n)
+
+    def index_bad(index: Column, bound: Column) -> Column:
+        # A null index is left to the observation it belongs to: its fields read as null,
+        # a missing_ids dead letter. (Finding nulls here would take a lambda per element.)
+        return (F.coalesce(F.array_min(index), F.lit(0)) < 0) | (F.coalesce(F.array_max(index), F.lit(-1)) >= bound)
+
+    bad = bad | index_bad(fol["p"], n_parts) | index_bad(parts["topic"], F.size(topics))
+    return F.coalesce(bad, F.lit(True))
+
+
+def _column_observation(r: Column, i: Column, p: Column | None = None) -> Column:
+    """Observation ``i`` (0-based) of a version-3 body ``r`` whose columns fit
+    (``_columns_bad`` false), as the struct a version-1 record holds; ``p``: its
+    ``followers.p`` when known. A field whose index is null reads as null."""
+
+    def at(values: Column, index: Column) -> Column:
+        return F.try_element_at(values, index + 1)
+
+    p = at(r["followers"]["p"], i) if p is None else p
+    fields = {f: at(r["partitions"][f], p) for f in PARTITION_FIELDS}
+    fields["topic"] = at(r["topics"], fields["topic"])
+    fields.update((f, at(r["followers"][f], i)) for f in FOLLOWER_FIELDS)
+    return F.struct(*[fields[f].alias(f) for f in _OBSERVATION_FIELDS])
 
 
 def _record_payload() -> tuple[Column, Column]:
@@ -229,19 +283,35 @@ def observations(records: DataFrame, future_tolerance_ms: int | None, now_ms: in
     None turns the future check off (a simulator running faster than real
     time has its own clock). ``now_ms``: the job's clock fixed by the caller
     (the same for every action of one batch; ``_now``)."""
-    explode, reason = _observation_columns(future_tolerance_ms, _minute(now_ms))
-    # No record-level filter before the explode: Spark would push it below the
+    listed, columnar, o, reason = _observation_columns(future_tolerance_ms, _minute(now_ms))
+    # No record-level filter before the explodes: Spark would push it below the
     # projection holding from_json and copy the parse into it (11 parses per
     # record in the plan; bench.stages). Exploding nothing for a bad record
     # keeps one from_json.
-    exploded = records.select("source_topic", "source_offset", F.col("rec.cluster").alias("cluster"), explode)
-    return exploded.select("source_topic", "source_offset", "cluster", "o", reason)
+    head: list[Column | str] = ["source_topic", "source_offset", F.col("rec.cluster").alias("cluster")]
+    # One branch per layout, each exploding only its own records. (One explode for both, with
+    # each field chosen by version, let the optimizer copy every field's choice into each
+    # check that reads it: three times slower, and past what Java compiles in one method.)
+    # The job passes held records (streaming.batch), so each branch reads them, not the JSON.
+    by_object = records.select(*head, listed)
+    by_column = records.select(*head, "rec", columnar).select("source_topic", "source_offset", "cluster", o)
+    return by_object.unionByName(by_column).select("source_topic", "source_offset", "cluster", "o", reason)
 
 
 @functools.lru_cache(maxsize=8)
-def _observation_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[Column, Column]:
-    explode = F.explode(F.when(F.col("reason").isNull(), F.col("rec.observations"))).alias("o")
-    return explode, _observation_reason(F.col("o"), _now(now_ms), future_tolerance_ms).alias("reason")
+def _observation_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[Column, Column, Column, Column]:
+    r = F.col("rec")
+    good = F.col("reason").isNull()
+    columnar = r["version"] == 3
+    # Versions 1 and 2: the observations as they are. Version 3: one row per follower, its
+    # position and its partition entry's, the observation read from the columns by position
+    # (not a higher-order function: Spark runs those interpreted, and one reading the record
+    # in its lambda let the optimizer copy from_json into it; docs/benchmarks.md).
+    listed = F.explode(F.when(good & ~columnar, r["observations"])).alias("o")
+    by_position = F.posexplode(F.when(good & columnar, r["followers"]["p"])).alias("_i", "_p")
+    o = _column_observation(r, F.col("_i"), F.col("_p")).alias("o")
+    reason = _observation_reason(F.col("o"), _now(now_ms), future_tolerance_ms).alias("reason")
+    return listed, by_position, o, reason
 
 
 def good_observations(obs: DataFrame) -> DataFrame:
@@ -333,7 +403,18 @@ def side_items(records: DataFrame, future_tolerance_ms: int | None, now_ms: int 
 def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[Column, Column, list[str]]:
     now = _now(now_ms)
     r = F.col("rec")
-    bad_obs = F.filter(r["observations"], lambda o: _observation_reason(o, now, future_tolerance_ms).isNotNull())
+    listed_bad = F.filter(r["observations"], lambda o: _observation_reason(o, now, future_tolerance_ms).isNotNull())
+    # A version-3 record: the positions of its bad observations, each checked field by field
+    # from the columns (no observation is built for a good one), then the bad ones built. The
+    # lambdas read the record: cheap on the held records the job passes (streaming.batch); on
+    # a frame straight from from_json the optimizer may copy the parse into them.
+    n = F.size(r["followers"]["p"])
+    positions = F.when(n > 0, F.sequence(F.lit(0), n - 1)).otherwise(F.array().cast("array<int>"))
+    bad_positions = F.filter(
+        positions, lambda i: _observation_reason(_column_observation(r, i), now, future_tolerance_ms).isNotNull()
+    )
+    columnar_bad = F.transform(bad_positions, lambda i: _column_observation(r, i))
+    bad_obs = F.when(r["version"] == 3, columnar_bad).otherwise(listed_bad)
     obs_items = F.transform(
         bad_obs,
         lambda o: _item("deadletter", _observation_reason(o, now, future_tolerance_ms), F.to_json(o)),

@@ -17,12 +17,16 @@ def test_stages_runs_every_stage_on_a_tiny_fleet(capsys: pytest.CaptureFixture[s
     # (built and stopped by its main) is used, or one another test left active, not stopped.
     shared = SparkSession.getActiveSession()
     if shared is not None:
-        out = stages.measure(shared, None, 300, 2, top=3, repeat=1)
+        runs = [stages.measure(shared, None, 300, 2, top=3, repeat=1, version=v) for v in (1, 3)]
     else:
-        out = stages.main(["--replicas", "300", "--rounds", "2", "--repeat", "1", "--no-kafka"])
-    for stage in ("parse_s", "observations_s", "window_s", "spark_s", "driver_s", "state_write_s", "aggregate_s"):
-        assert out[stage] > 0, stage
-    assert out["observations"] == 600
-    # a healthy fleet changes no state: the driver's rows are each replica's newest, once
-    assert out["driver_rows"] == 300
-    assert "apply_statuses" in capsys.readouterr().out  # the driver's profile is printed
+        last = stages.main(["--replicas", "300", "--rounds", "2", "--repeat", "1", "--no-kafka", "--versions", "1,3"])
+        runs = [last]
+    printed = capsys.readouterr().out
+    for out in runs:
+        for stage in ("parse_s", "observations_s", "window_s", "spark_s", "driver_s", "state_write_s", "aggregate_s"):
+            assert out[stage] > 0, stage
+        assert out["observations"] == 600
+        # a healthy fleet changes no state: the driver's rows are each replica's newest, once
+        assert out["driver_rows"] == 300
+    assert runs[-1]["version"] == 3 and runs[-1]["bytes_per_obs"] < 150  # version 3: the columns
+    assert "apply_statuses" in printed  # the driver's profile is printed

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 
 import jsonschema
 import pytest
@@ -14,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from collector.main import Collector
 from collector.settings import CollectSettings
 from isrwatch.exceptions import UnreachableError
-from isrwatch.telemetry import json_schema
+from isrwatch.telemetry import decode_record, json_schema
 from localkafka import COMPAT_CONFIG, free_port
 
 pytestmark = pytest.mark.kafka
@@ -66,7 +67,7 @@ def test_collect_command_publishes_valid_telemetry_whose_leos_match_the_brokers(
         assert key is None  # no key: records spread over the telemetry partitions (collector.publisher)
         body = json.loads(value)
         jsonschema.validate(body, schema)
-        for o in body["observations"]:
+        for o in map(asdict, decode_record(value).observations):  # version 3: columns
             if o["topic"] == topic:
                 latest[(o["partition"], o["broker_id"])] = o
     # two followers per partition, each seen with the brokers' own offsets

@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -230,7 +231,7 @@ def test_collect_source_jmx_publishes_telemetry_the_job_accepts(kafka_cluster, t
         assert record.source == "jmx" and record.cluster == "local"
         body = json.loads(value)
         jsonschema.validate(body, schema)
-        for o in body["observations"]:
+        for o in map(asdict, record.observations):  # version 3: columns
             if o["topic"] == topic:
                 latest[(o["partition"], o["broker_id"])] = o
     assert sorted(latest) == [(0, 2), (0, 3), (1, 1), (1, 3), (2, 1), (2, 2)]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from isrwatch.telemetry import decode_record
 from tests.e2e.kafka_io import read_topic
 from tests.e2e.pipeline import Pipeline, until
 
@@ -21,8 +22,8 @@ def telemetry_counts(cluster, topic: str) -> tuple[int, Counter]:
     values = read_topic(cluster, topic)
     counts: Counter = Counter()
     for v in values:
-        for o in json.loads(v or b"{}")["observations"]:
-            counts[(o["topic"], o["partition"], o["broker_id"])] += 1
+        for o in decode_record(v or b"{}").observations:  # any version, the columns of 3 too
+            counts[(o.topic, o.partition, o.broker_id)] += 1
     return len(values), counts
 
 

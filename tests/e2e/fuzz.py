@@ -50,7 +50,8 @@ class Fuzz:
         return Observation(**{**fields, **changes})
 
     def record(self, *obs: Observation) -> bytes:
-        return encode_record(TelemetryRecord(FUZZ_CLUSTER, "fuzz", self.now, obs))
+        version = self.rng.choice([2, 3])
+        return encode_record(TelemetryRecord(FUZZ_CLUSTER, "fuzz", self.now, obs, version=version))
 
     # -- the kinds ---------------------------------------------------------
 
@@ -87,10 +88,16 @@ class Fuzz:
     def wrong_types(self) -> bytes:
         body = self.body()
         wrong: list[Any] = [None, "1", 1.5, True, [], {}, [1, "a"], "x" * 50, -1]
-        field = self.rng.choice(["version", "cluster", "sent_ms", "observations", "isr_changes", "obs"])
+        columns = ["topics", "partitions", "followers"] if "followers" in body else ["observations"]
+        field = self.rng.choice(["version", "cluster", "sent_ms", "isr_changes", "obs", *columns])
         if field == "obs" and body.get("observations"):
             o = self.rng.choice(body["observations"])
             o[self.rng.choice(sorted(o))] = self.rng.choice(wrong)
+        elif field == "obs" and "followers" in body:  # version 3: one entry of one column
+            group = body[self.rng.choice(["partitions", "followers"])]
+            column = group[self.rng.choice(sorted(group))]
+            if column:
+                column[self.rng.randrange(len(column))] = self.rng.choice(wrong)
         else:
             body[field] = self.rng.choice(wrong)
         return json.dumps(body).encode()
@@ -107,8 +114,14 @@ class Fuzz:
     def bad_numbers(self) -> bytes:
         value = self.rng.choice([math.nan, math.inf, -math.inf, 2**64, 2**70, -(2**63) - 1, 1e300, -5, -1])
         body = self.body()
-        target = body["observations"][0] if body.get("observations") else body
-        target[self.rng.choice(["t_ms", "leo", "leader_leo", "partition", "broker_id", "hw", "prev_t_ms"])] = value
+        field = self.rng.choice(["t_ms", "leo", "leader_leo", "partition", "broker_id", "hw", "prev_t_ms"])
+        if "followers" in body:  # version 3: the first entry of the field's column
+            column = body["partitions" if field in ("partition", "hw") else "followers"][field]
+            if column:
+                column[0] = value
+        else:
+            target = body["observations"][0] if body.get("observations") else body
+            target[field] = value
         return json.dumps(body).encode()  # NaN and Infinity as JavaScript writes them: not JSON
 
     def future_t(self) -> bytes:
@@ -197,5 +210,8 @@ def telemetry_bases(rng: random.Random, topic: str, now_ms: int, count: int = 40
                 obs.append(Observation(topic, p, broker, 1 if broker != 1 else 2, t, leo, leo + rng.randint(0, 50),
                                        leo, t - 500, leo - rng.randint(0, 50), leo, (1, 2, 3), (1, 2, 3), 10_000, 1))  # fmt: skip
         changes = (IsrChange(now_ms, topic, 0, (1, 2, 3), (1, 2)),) if rng.random() < 0.2 else ()
-        out.append(encode_record(TelemetryRecord(FUZZ_CLUSTER, "collector", now_ms, tuple(obs), changes)))
+        version = rng.choice([2, 3])  # what collectors write: older ones 2, current ones 3
+        out.append(
+            encode_record(TelemetryRecord(FUZZ_CLUSTER, "collector", now_ms, tuple(obs), changes, version=version))
+        )
     return out

@@ -11,6 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from isrwatch.telemetry import (
+    FOLLOWER_FIELDS,
+    PARTITION_FIELDS,
     BrokerCounters,
     IsrChange,
     Observation,
@@ -79,6 +81,26 @@ def test_round_trip_and_schema(record: TelemetryRecord) -> None:
 
 
 @given(records)
+def test_version_2_round_trip_and_schema(record: TelemetryRecord) -> None:
+    """What collectors before version 3 write, and ``isrwatch collect --telemetry-version 2``."""
+    data = encode_record(replace(record, version=2))
+    assert "observations" in json.loads(data)
+    assert decode_record(data) == replace(record, version=2)
+    jsonschema.validate(json.loads(data), json_schema(2))
+
+
+@given(records)
+def test_version_3_is_version_2_as_columns(record: TelemetryRecord) -> None:
+    """The same observations, in order; a partition's fields once per distinct partition entry."""
+    body = json.loads(encode_record(record))
+    v2 = json.loads(encode_record(replace(record, version=2)))
+    assert body["version"] == 3 and len(body["followers"]["p"]) == len(v2["observations"])
+    parts = {tuple((f, str(o[f])) for f in PARTITION_FIELDS) for o in v2["observations"]}
+    assert len(body["partitions"]["partition"]) == len(parts)
+    assert len(body["topics"]) == len({o["topic"] for o in v2["observations"]})
+
+
+@given(records)
 def test_version_1_is_version_2_without_leaders_and_brokers(record: TelemetryRecord) -> None:
     """What an older collector writes: the same record less the version-2 fields."""
     old = replace(record, version=1)
@@ -86,6 +108,16 @@ def test_version_1_is_version_2_without_leaders_and_brokers(record: TelemetryRec
     jsonschema.validate(json.loads(data), json_schema(1))
     changes = tuple(replace(c, leader_id=None) for c in record.isr_changes)
     assert decode_record(data) == replace(old, isr_changes=changes, brokers=())
+
+
+def _v3(**over: object) -> bytes:
+    """A good version-3 record of two observations of one partition, fields replaced."""
+    o = Observation("t", 0, 2, 1, 5, 3, 3)
+    body = json.loads(encode_record(TelemetryRecord("c", "test", 1, (o, replace(o, broker_id=3)))))
+    for path, value in over.items():
+        group, field = path.split(".")
+        body[group][field] = value
+    return json.dumps(body).encode()
 
 
 @pytest.mark.parametrize(
@@ -97,6 +129,11 @@ def test_version_1_is_version_2_without_leaders_and_brokers(record: TelemetryRec
         (b'{"version": 7, "cluster": "c", "sent_ms": 1, "observations": []}', "unknown schema version 7"),
         (b'{"version": 1, "sent_ms": 1, "observations": []}', "missing or unexpected field"),
         (b'{"version": 1, "cluster": "c", "sent_ms": 1, "observations": [{"topic": "t"}]}', "missing or unexpected"),
+        (b'{"version": 3, "cluster": "c", "sent_ms": 1, "observations": []}', "missing or unexpected"),
+        (_v3(**{"followers.leo": [1]}), "followers.leo has 1 entries, followers.p 2"),
+        (_v3(**{"partitions.hw": []}), "partitions.hw has 0 entries"),
+        (_v3(**{"followers.p": [0, 1]}), r"followers.p\[1\] is 1, not an index of partitions"),
+        (_v3(**{"partitions.topic": [3]}), r"partitions.topic\[0\] is 3, not an index of topics"),
     ],
 )
 def test_bad_records_say_why(data: bytes, reason: str) -> None:
@@ -135,14 +172,14 @@ def _ddl_fields(ddl: str) -> list[str]:
     return names
 
 
-def _ddl_struct(ddl: str, field: str) -> str:
-    """The inside of ``field``'s ARRAY<STRUCT<...>>."""
-    start = ddl.index(f"{field} ARRAY<STRUCT<") + len(f"{field} ARRAY<STRUCT<")
-    depth, i = 2, start
+def _ddl_struct(ddl: str, field: str, kind: str = "ARRAY<STRUCT<") -> str:
+    """The inside of ``field``'s ARRAY<STRUCT<...>> (or STRUCT<...>)."""
+    start = ddl.index(f"{field} {kind}") + len(f"{field} {kind}")
+    depth, i = kind.count("<"), start
     while depth:
         depth += {"<": 1, ">": -1}.get(ddl[i], 0)
         i += 1
-    return ddl[start : i - 2]
+    return ddl[start : i - kind.count("<")]
 
 
 def test_the_spark_schema_and_the_json_schema_name_the_dataclasses_fields() -> None:
@@ -152,15 +189,24 @@ def test_the_spark_schema_and_the_json_schema_name_the_dataclasses_fields() -> N
 
     from isrwatch.telemetry import SPARK_SCHEMA_DDL
 
-    schema = json_schema()
     record = [f.name for f in fields(TelemetryRecord)]
     obs = [f.name for f in fields(Observation)]
     change = [f.name for f in fields(IsrChange)]
-    assert sorted(_ddl_fields(SPARK_SCHEMA_DDL)) == sorted(record) == sorted(schema["properties"])
+    columns = ["topics", "partitions", "followers"]  # version 3's observations
+    assert sorted(_ddl_fields(SPARK_SCHEMA_DDL)) == sorted(record + columns)
+    assert sorted(json_schema(2)["properties"]) == sorted(record)
+    assert sorted(json_schema(3)["properties"]) == sorted([f for f in record + columns if f != "observations"])
     assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "observations")) == obs
-    assert list(schema["$defs"]["observation"]["properties"]) == obs
-    assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "isr_changes")) == change
-    assert list(schema["$defs"]["isr_change"]["properties"]) == change
-    counters = [f.name for f in fields(BrokerCounters)]
-    assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "brokers")) == counters
-    assert list(schema["$defs"]["broker_counters"]["properties"]) == counters
+    assert list(json_schema(2)["$defs"]["observation"]["properties"]) == obs
+    assert sorted(PARTITION_FIELDS + FOLLOWER_FIELDS) == sorted(obs)
+    v3 = json_schema(3)["properties"]
+    assert list(v3["partitions"]["properties"]) == list(PARTITION_FIELDS)
+    assert list(v3["followers"]["properties"]) == ["p", *FOLLOWER_FIELDS]
+    assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "partitions", "STRUCT<")) == list(PARTITION_FIELDS)
+    assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "followers", "STRUCT<")) == ["p", *FOLLOWER_FIELDS]
+    for schema in (json_schema(2), json_schema(3)):
+        assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "isr_changes")) == change
+        assert list(schema["$defs"]["isr_change"]["properties"]) == change
+        counters = [f.name for f in fields(BrokerCounters)]
+        assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "brokers")) == counters
+        assert list(schema["$defs"]["broker_counters"]["properties"]) == counters

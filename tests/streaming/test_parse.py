@@ -19,7 +19,7 @@ RAW = "key binary, value binary, topic string, partition int, offset long, times
 def _obs(**over) -> dict:
     now = int(time.time() * 1000)
     o = Observation("t", 0, 2, 1, now, 100, 110, 100, now - 1000, 90, 105, (1, 2), (1, 2), 10_000, 1)
-    d = json.loads(encode_record(TelemetryRecord("c", "test", now, (o,))))["observations"][0]
+    d = json.loads(encode_record(TelemetryRecord("c", "test", now, (o,), version=1)))["observations"][0]
     d.update(over)
     return d
 

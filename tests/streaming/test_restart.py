@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import asdict
 
 import pytest
 
 from isrwatch.spool import SpoolWriter
+from isrwatch.telemetry import decode_record
 from simulator.run import Simulation, now_ms
 
 # In make campaign (~160 s): make test covers a killed job's restart on the user's deployment,
@@ -30,7 +32,7 @@ def write_spool(spool) -> Counter:
     for _, records in sim.rounds(SIM_SECONDS):
         writer.append(records)
         for r in records:
-            for o in json.loads(r)["observations"]:
+            for o in map(asdict, decode_record(r).observations):
                 expected[(o["topic"], o["partition"], o["broker_id"])] += 1
     return expected
 

@@ -1,0 +1,157 @@
+"""Telemetry version 3 (observations as columns) reads as the same observations as version 1,
+and a version-3 record whose columns do not fit is one dead letter, not a crash."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from isrwatch.telemetry import IsrChange, Observation, TelemetryRecord, decode_record, encode_record
+from streaming import parse
+from tests.streaming.rare import rare_rows
+
+pytestmark = pytest.mark.spark
+
+RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+NOW = int(time.time() * 1000)
+
+offsets = st.one_of(st.none(), st.integers(0, 2**40))
+observation = st.builds(
+    Observation,
+    topic=st.sampled_from(["orders", "pay-ments", "ü"]),
+    partition=st.integers(0, 3),
+    broker_id=st.integers(0, 4),
+    leader_id=st.integers(0, 4),
+    t_ms=st.integers(NOW - 100_000, NOW),
+    leo=offsets,
+    leader_leo=offsets,
+    hw=offsets,
+    prev_t_ms=st.one_of(st.none(), st.integers(0, NOW - 100_000)),
+    prev_leo=offsets,
+    prev_leader_leo=st.one_of(st.none(), st.integers(0, 10)),
+    isr=st.lists(st.integers(0, 4), max_size=3).map(tuple),
+    replicas=st.lists(st.integers(0, 4), max_size=3).map(tuple),
+    lag_time_max_ms=st.one_of(st.none(), st.integers(1, 60_000)),
+    min_isr=st.one_of(st.none(), st.integers(1, 3)),
+)
+
+
+def _record(groups: list[list[Observation]]) -> list[TelemetryRecord]:
+    """One record of the groups' observations, each non-empty group's first also seen on
+    broker 9: observations that share a partition's fields, as a collector's round has them."""
+    obs: list[Observation] = []
+    for g in groups:
+        obs += g
+        if g:
+            obs.append(dataclasses.replace(g[0], broker_id=9))
+    return [TelemetryRecord("c", "test", NOW, tuple(obs))]
+
+
+records = st.lists(st.lists(observation, min_size=1, max_size=6), min_size=1, max_size=4).map(_record)
+
+
+def _batch(spark, values):
+    return spark.createDataFrame([(None, v, "spool", 0, i, None) for i, v in enumerate(values)], RAW)
+
+
+def _observed(spark, values) -> list[tuple]:
+    obs = parse.good_observations(parse.observations(parse.parse_records(_batch(spark, values)), 60_000))
+    return sorted(tuple(r) for r in obs.collect())
+
+
+def test_version_3_is_what_isrwatch_writes_and_decodes_back() -> None:
+    o = Observation("t", 1, 2, 1, NOW, 5, 6, 5, NOW - 1000, 4, 5, (1, 2), (1, 2), 10_000, 2)
+    record = TelemetryRecord(
+        "c", "test", NOW, (o, dataclasses.replace(o, broker_id=3), dataclasses.replace(o, topic="u"))
+    )
+    body = json.loads(encode_record(record))
+    assert body["version"] == 3 and "observations" not in body
+    assert body["topics"] == ["t", "u"] and body["followers"]["p"] == [0, 0, 1]
+    assert decode_record(encode_record(record)) == record
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records)
+def test_version_3_reads_as_the_same_observations_as_version_1(spark, recs) -> None:
+    v3 = [encode_record(r) for r in recs]
+    v1 = [encode_record(dataclasses.replace(r, version=1)) for r in recs]
+    assert all(json.loads(v)["version"] == 3 for v in v3)
+    assert _observed(spark, v3) == _observed(spark, v1)
+    # the same dead letters for the same bad observations (the payload: the observation itself)
+    got = [
+        sorted((d["reason"], d["payload"]) for d in rare_rows(_batch(spark, v), 60_000)["deadletters"])
+        for v in (v1, v3)
+    ]
+    assert got[0] == got[1]
+
+
+def _columns(**over) -> dict:
+    o = Observation("t", 1, 2, 1, NOW, 5, 6, 5, NOW - 1000, 4, 5, (1, 2), (1, 2), 10_000, 2)
+    body = json.loads(encode_record(TelemetryRecord("c", "test", NOW, (o, dataclasses.replace(o, broker_id=3)))))
+    for path, value in over.items():
+        group, _, field = path.partition(".")
+        if field:
+            body[group][field] = value
+        elif value is None:
+            del body[group]
+        else:
+            body[group] = value
+    return body
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"followers.leo": [5]},  # one entry short
+        {"partitions.hw": [5, 6]},  # one too many
+        {"followers.p": [0, 1]},  # no partition 1
+        {"followers.p": [0, -1]},
+        {"followers.p": [0, 2**31 - 1]},  # its position + 1 overflows an int
+        {"partitions.topic": [1]},  # no topic 1
+        {"followers.prev_leo": None},  # an array missing
+        {"followers": None},
+        {"topics": None},
+    ],
+)
+def test_columns_that_do_not_fit_are_one_dead_letter(spark, over) -> None:
+    good = encode_record(TelemetryRecord("c", "test", NOW, (Observation("t", 0, 2, 1, NOW, 5, 5),)))
+    bad = json.dumps(_columns(**over)).encode()
+    with pytest.raises(ValueError):
+        decode_record(bad)
+    out = rare_rows(_batch(spark, [bad, good]), 60_000)
+    assert [(d["source_offset"], d["reason"], d["payload"]) for d in out["deadletters"]] == [
+        (0, "bad_columns", bad.decode())
+    ]
+    assert parse.REASONS["bad_columns"]
+    assert [r[2] for r in _observed(spark, [bad, good])] == [0]  # only the good record's observation
+
+
+def test_a_bad_observation_among_columns_is_its_own_dead_letter(spark) -> None:
+    body = _columns(**{"followers.leo": [5, -1], "followers.t_ms": [NOW, NOW]})
+    out = rare_rows(_batch(spark, [json.dumps(body).encode()]), 60_000)
+    assert [d["reason"] for d in out["deadletters"]] == ["negative_value"]
+    payload = json.loads(out["deadletters"][0]["payload"])
+    assert payload["broker_id"] == 3 and payload["leo"] == -1 and payload["topic"] == "t"
+    assert [r[3] for r in _observed(spark, [json.dumps(body).encode()])] == [2]  # broker 2's stays
+
+
+@pytest.mark.parametrize("over", [{"followers.p": [0, None]}, {"partitions.topic": [None]}])
+def test_a_null_index_leaves_its_observations_without_ids(spark, over) -> None:
+    body = json.dumps(_columns(**over)).encode()
+    out = rare_rows(_batch(spark, [body]), 60_000)
+    lost = 1 if "followers.p" in over else 2
+    assert [d["reason"] for d in out["deadletters"]] == ["missing_ids"] * lost
+    assert len(_observed(spark, [body])) == 2 - lost
+
+
+def test_a_version_3_record_keeps_its_isr_changes(spark) -> None:
+    change = IsrChange(NOW, "t", 1, (1, 2, 3), (1, 3), leader_id=1)
+    record = TelemetryRecord("c", "test", NOW, (), (change,))
+    out = rare_rows(_batch(spark, [encode_record(record)]), 60_000)
+    assert out["deadletters"] == []
+    assert [(c["topic"], c["left"], c["leader_id"]) for c in out["isr_changes"]] == [("t", [2], 1)]
