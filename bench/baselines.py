@@ -92,9 +92,10 @@ def run_ceiling(spark: Any, records: list[bytes], cap_records: int) -> float:
 
 
 def run_naive(
-    spark: Any, kafka: Any, topic: str, cap_records: int, per_record: int, budget_s: float
+    spark: Any, kafka: Any, topic: str, cap_records: int, per_record: int, budget_s: float, version: int
 ) -> tuple[float, int]:
-    """``bench.naive`` over the same topic for about ``budget_s``; (obs/s, observations).
+    """``bench.naive`` over the same topic (telemetry ``version``) for about ``budget_s``;
+    (obs/s, observations).
 
     When no batch finishes within the budget, (an upper bound of the rate, 0)."""
     from bench.naive import start_naive
@@ -112,7 +113,7 @@ def run_naive(
     )
     for k, v in COMPAT_CONFIG.items():
         reader = reader.option(f"kafka.{k}", v)
-    q = start_naive(reader.load(), checkpoint)
+    q = start_naive(reader.load(), checkpoint, version)
     try:
         t0 = time.monotonic()
         while time.monotonic() - t0 < budget_s and q.isActive:

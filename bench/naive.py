@@ -105,8 +105,10 @@ class NaiveReplicaState(StatefulProcessor):
         pass
 
 
-def naive_aggregates(raw: DataFrame) -> DataFrame:
-    obs = parse.good_observations(parse.observations(parse.parse_records(raw), None))
+def naive_aggregates(raw: DataFrame, version: int) -> DataFrame:
+    """The naive design over ``raw``, a stream of telemetry records in ``version`` (the
+    job's own parse, one layout's branch: the stream is read once)."""
+    obs = parse.good_observations(parse.observations(parse.parse_records(raw), None, versions=(version,)))
     return (
         obs.select(*KEY_COLUMNS, "t_ms", "leo", "leader_leo")
         .groupBy(*KEY_COLUMNS)
@@ -119,9 +121,9 @@ def naive_aggregates(raw: DataFrame) -> DataFrame:
     )
 
 
-def start_naive(raw: DataFrame, checkpoint_dir: str) -> Any:
+def start_naive(raw: DataFrame, checkpoint_dir: str, version: int) -> Any:
     return (
-        naive_aggregates(raw)
+        naive_aggregates(raw, version)
         .writeStream.queryName("bench_naive")
         .outputMode("update")
         .format("noop")

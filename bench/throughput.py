@@ -285,7 +285,7 @@ def measure(
     print(f"  in-memory aggregation ceiling:  {res.ceiling:,.0f} obs/s", flush=True)
     if naive:
         res.naive, res.naive_observations = run_naive(
-            spark, kafka, topic, max(1, min(cap * per, naive_batch_obs) // per), per, naive_budget_s
+            spark, kafka, topic, max(1, min(cap * per, naive_batch_obs) // per), per, naive_budget_s, version
         )
         bound = "< " if not res.naive_observations else ""
         print(

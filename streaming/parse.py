@@ -23,7 +23,7 @@ import functools
 from typing import TYPE_CHECKING
 
 import pyspark.sql.functions as F
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 
 from isrwatch.telemetry import (
     FOLLOWER_FIELDS,
@@ -34,7 +34,7 @@ from isrwatch.telemetry import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from collections.abc import Collection
 
 __all__ = [
     "REASONS",
@@ -276,13 +276,22 @@ def _now(now_ms: int | None) -> Column:
     return F.unix_millis(F.current_timestamp()) if now_ms is None else F.lit(now_ms).cast("long")
 
 
-def observations(records: DataFrame, future_tolerance_ms: int | None, now_ms: int | None = None) -> DataFrame:
+def observations(
+    records: DataFrame,
+    future_tolerance_ms: int | None,
+    now_ms: int | None = None,
+    versions: Collection[int] = SUPPORTED_VERSIONS,
+) -> DataFrame:
     """One row per observation of the good records: source position, cluster,
     the observation struct ``o`` and reason (null when good). The job's clock
     is Spark's batch time (``current_timestamp``); ``future_tolerance_ms``
     None turns the future check off (a simulator running faster than real
     time has its own clock). ``now_ms``: the job's clock fixed by the caller
-    (the same for every action of one batch; ``_now``)."""
+    (the same for every action of one batch; ``_now``). ``versions``: the
+    telemetry versions the records can hold; the default, all, suits the job,
+    whose records are held; a caller whose records are a stream read once (a
+    benchmark's baseline) names the one its records hold, so that only its
+    layout's branch reads them (each branch would read the source again)."""
     listed, columnar, o, reason = _observation_columns(future_tolerance_ms, _minute(now_ms))
     # No record-level filter before the explodes: Spark would push it below the
     # projection holding from_json and copy the parse into it (11 parses per
@@ -293,9 +302,13 @@ def observations(records: DataFrame, future_tolerance_ms: int | None, now_ms: in
     # each field chosen by version, let the optimizer copy every field's choice into each
     # check that reads it: three times slower, and past what Java compiles in one method.)
     # The job passes held records (streaming.batch), so each branch reads them, not the JSON.
-    by_object = records.select(*head, listed)
-    by_column = records.select(*head, "rec", columnar).select("source_topic", "source_offset", "cluster", o)
-    return by_object.unionByName(by_column).select("source_topic", "source_offset", "cluster", "o", reason)
+    branches = []
+    if set(versions) - {3}:
+        branches.append(records.select(*head, listed))
+    if 3 in versions:
+        branches.append(records.select(*head, "rec", columnar).select("source_topic", "source_offset", "cluster", o))
+    rows = functools.reduce(DataFrame.unionByName, branches)
+    return rows.select("source_topic", "source_offset", "cluster", "o", reason)
 
 
 @functools.lru_cache(maxsize=8)
