@@ -155,3 +155,19 @@ def test_a_version_3_record_keeps_its_isr_changes(spark) -> None:
     out = rare_rows(_batch(spark, [encode_record(record)]), 60_000)
     assert out["deadletters"] == []
     assert [(c["topic"], c["left"], c["leader_id"]) for c in out["isr_changes"]] == [("t", [2], 1)]
+
+
+def test_a_caller_naming_one_version_reads_only_that_layout(spark) -> None:
+    """``versions``: a stream read once (a benchmark's baseline) reads one layout's branch."""
+    o = Observation("t", 0, 2, 1, NOW, 5, 5)
+    v1 = encode_record(TelemetryRecord("c", "test", NOW, (o,), version=1))
+    v3 = encode_record(TelemetryRecord("c", "test", NOW, (dataclasses.replace(o, partition=1),)))
+    records = parse.parse_records(_batch(spark, [v1, v3]))
+
+    def partitions(versions) -> list[int]:
+        rows = parse.good_observations(parse.observations(records, 60_000, versions=versions)).collect()
+        return sorted(r["partition"] for r in rows)
+
+    assert partitions((1, 2, 3)) == [0, 1]
+    assert partitions((1,)) == [0]
+    assert partitions((3,)) == [1]
