@@ -126,7 +126,7 @@ def parse_records(raw: DataFrame) -> DataFrame:
     # One projection per step, each reading the one before by name: with the reason written
     # into each of detail's branches (and version 3's column checks into the reason's), the
     # generated method grew past the size the JVM's JIT compiles, and ran interpreted: 0.4 s
-    # more per 100,000 observations (bench.stages, 2026-11-27).
+    # more per 100,000 observations (docs/benchmarks.md, "Telemetry version 3").
     parsed = raw.select(*first).withColumn("rec", rec).withColumn(_COLUMNS_BAD, columns_bad)
     return parsed.withColumn("reason", reason).withColumn("detail", detail).drop(_COLUMNS_BAD)
 
