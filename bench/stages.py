@@ -117,7 +117,8 @@ def measure(
 
         parsed = parse.parse_records(raw1)
         out["parse_s"] = noop_s(parsed, repeat)
-        good = parse.good_observations(parse.observations(parsed, None))
+        # one layout: these prefixes read the records unheld, and each branch would parse them again
+        good = parse.good_observations(parse.observations(parsed, None, versions=(version,)))
         out["observations_s"] = noop_s(good, repeat)
         rows = rep.observation_rows(good, cfg, max_gap)
         carried, _ = table.read(1, rows)
