@@ -151,14 +151,14 @@ def observation_fields(version: int, observations: Iterable[Mapping[str, Any]]) 
     partitions: dict[str, list[Any]] = {f: [] for f in PARTITION_FIELDS}
     followers: dict[str, list[Any]] = {"p": [], **{f: [] for f in FOLLOWER_FIELDS}}
     for o in observations:
-        values = [o.get(f) for f in PARTITION_FIELDS]
-        values[4], values[5] = list(values[4] or ()), list(values[5] or ())  # isr, replicas
-        key = tuple(tuple(v) if isinstance(v, list) else v for v in values)
+        entry = {f: o.get(f) for f in PARTITION_FIELDS}
+        entry["isr"], entry["replicas"] = list(entry["isr"] or ()), list(entry["replicas"] or ())
+        key = tuple(tuple(v) if isinstance(v, list) else v for v in entry.values())
         at = entries.get(key)
         if at is None:
             at = entries[key] = len(partitions["partition"])
-            values[0] = topics.setdefault(values[0], len(topics))
-            for f, v in zip(PARTITION_FIELDS, values, strict=True):
+            entry["topic"] = topics.setdefault(entry["topic"], len(topics))
+            for f, v in entry.items():
                 partitions[f].append(v)
         followers["p"].append(at)
         for f in FOLLOWER_FIELDS:
