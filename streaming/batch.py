@@ -99,7 +99,7 @@ def evaluate_records(
             StorageLevel.MEMORY_AND_DISK
         )
         # One Spark job for everything the driver reads: the replicas' rows and the rare ones.
-        driver = replicas.for_the_driver(evaluated, not_ok_keys, batch_id, refresh_batches)
+        driver = replicas.for_the_driver(evaluated, not_ok_keys, refresh_batches)
         side = parse.side_items(records, future_tolerance_ms, now_ms)
         both = driver.withColumn(SIDE, F.lit(None).cast("string")).unionByName(
             side.select(F.to_json(F.struct(*side.columns)).alias(SIDE)), allowMissingColumns=True

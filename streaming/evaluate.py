@@ -38,6 +38,8 @@ STATUS_COLUMNS = STATUS_FIELDS
 # time (its cluster clock, and forgetting replicas whose telemetry stopped)
 # and how many observations it has had, ever (the batch's observation count).
 EXTRA_COLUMNS = ("last_t_ms", "observations")
+# A replica's observations in the batch (``observations``: all of them, the batch's included).
+IN_BATCH = "_in_batch"
 EPISODES = "out_of_sync_episodes"
 
 _STATES = {s.value: s for s in State}
@@ -159,25 +161,35 @@ def _status_exprs(
     return first_parts, second_parts, [*[columns[name].alias(name) for name in names], *kept]
 
 
-def for_the_driver(statuses: DataFrame, not_ok_keys: Collection[str], batch_id: int, refresh_batches: int) -> DataFrame:
+def for_the_driver(statuses: DataFrame, not_ok_keys: Collection[str], refresh_batches: int) -> DataFrame:
     """The rows of ``status_columns``' output the driver needs when replicas that
-    stay ok are refreshed only every ``refresh_batches`` batches (``--ok-refresh-batches``):
+    stay ok are refreshed only at every ``refresh_batches``-th observation
+    (``--ok-refresh-batches``):
 
     * every replica not ok now (its alerts, its gauges);
     * every replica the driver holds as not ok (``not_ok_keys``, status keys):
       its return to ok resolves alerts;
-    * the replicas due for a refresh: a hash of the replica picks one batch in
-      ``refresh_batches``, so each ok replica is refreshed about that often;
+    * the replicas due for a refresh: a replica at its first observation ever,
+      and then each time its count of observations (``observations``, of which
+      ``IN_BATCH`` in this batch) passes a multiple of ``refresh_batches``, offset
+      by a hash of the replica so that a fleet's refreshes spread over the batches.
+      Counted in the replica's own observations, not in batches: a replica observed
+      in only some batches (polled every 5 s at a 1 s trigger) is refreshed as
+      surely as one observed in every batch;
     * the newest row of each cluster, which carries the cluster's telemetry clock.
 
     ``refresh_batches`` 1 keeps every row.
     """
     if refresh_batches <= 1:
         return statuses
+    n = F.lit(refresh_batches)
     key = F.concat_ws(
         "/", F.col("cluster"), F.col("topic"), F.col("partition").cast("string"), F.col("broker_id").cast("string")
     )
-    due = F.pmod(F.xxhash64(key), F.lit(refresh_batches)) == F.lit(batch_id % refresh_batches)
+    offset = F.pmod(F.xxhash64(key), n)
+    total = F.coalesce(F.col("observations"), F.col(IN_BATCH))
+    before = total - F.col(IN_BATCH)
+    due = (before <= 0) | (F.floor((total + offset) / n) > F.floor((before + offset) / n))
     rank = F.row_number().over(Window.partitionBy("cluster").orderBy(F.col("last_t_ms").desc()))
     keep = (F.col("state") != State.OK.value) | due | (F.col("_rank") == 1)
     if not_ok_keys:

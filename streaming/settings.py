@@ -109,7 +109,8 @@ class JobSettings:
     trigger_seconds: float = option(1.0, "micro-batch trigger interval", check=positive)
     ok_refresh_batches: int = option(
         1,
-        "refresh a replica that is and was ok (its gauges, its state-topic record) only every N batches; "
+        "refresh a replica that is and was ok (its gauges, its state-topic record) only at its first and then every N-th "
+        "observation (with a 1 s poll at a 1 s trigger: every N batches); "
         "replicas not ok, and changes of state, still every batch (1: every replica every batch)",
         check=_refresh_batches,
         metavar="N",

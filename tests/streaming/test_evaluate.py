@@ -108,37 +108,77 @@ def test_spark_status_equals_python_evaluate_property(spark, seed, size, which) 
     _check(spark, [random_aggregate(rng, i) for i in range(size)], which)
 
 
-def _statuses(spark, rows: list[tuple[str, int, str, int]]):
-    """(cluster, partition, state, last_t_ms) -> a frame shaped like status_columns' output."""
+def _statuses(spark, rows: list[tuple]):
+    """(cluster, partition, state, last_t_ms[, observations, in the batch]) -> a frame shaped
+    like evaluate_batch's newest rows (status_columns' output; one observation by default)."""
     from isrwatch.status import ReplicaStatus
-    from streaming.evaluate import EXTRA_COLUMNS, STATUS_COLUMNS
+    from streaming.evaluate import EXTRA_COLUMNS, IN_BATCH, STATUS_COLUMNS
 
     out = []
-    for cluster, partition, state, last_t in rows:
+    for cluster, partition, state, last_t, *counts in rows:
+        total, in_batch = counts or (1, 1)
         s = ReplicaStatus(cluster, "t", partition, 2, 1, last_t, State(state), 0.0, 0.0, 10.0, 0, True, 3, 2,
                           10_000, last_t + 10_000, last_t + 15_000)  # fmt: skip
         d = asdict(s)
         d["state"], d["lag_state"] = s.state.value, s.lag_state.value
-        out.append({**d, "last_t_ms": last_t, "observations": 1})
+        out.append({**d, "last_t_ms": last_t, "observations": total, IN_BATCH: in_batch})
     schema = spark.createDataFrame(out[:1]).schema
-    return spark.createDataFrame(out, schema).select(*STATUS_COLUMNS, *EXTRA_COLUMNS)
+    return spark.createDataFrame(out, schema).select(*STATUS_COLUMNS, *EXTRA_COLUMNS, IN_BATCH)
 
 
 def test_only_rows_the_driver_needs_pass_when_ok_replicas_refresh_slowly(spark) -> None:
     from streaming.evaluate import for_the_driver
 
-    rows = [("a", p, "ok", 1000 + p) for p in range(200)]
-    rows += [("a", 500, "nearing", 900), ("b", 0, "ok", 50)]
-    df = _statuses(spark, rows)
-    assert for_the_driver(df, set(), 7, 1).count() == len(rows)  # 1: everything, every batch
+    always = {("a", 500), ("a", 3), ("a", 199), ("b", 0)}  # not ok, held not ok, each cluster's newest
     not_ok = {"a/t/3/2"}  # the driver holds this one as not ok: its return to ok must pass
+    first = [("a", p, "ok", 1000 + p) for p in range(200)] + [("a", 500, "nearing", 900), ("b", 0, "ok", 50)]
+    assert for_the_driver(_statuses(spark, first), set(), 1).count() == len(first)  # 1: everything, every batch
+    # Its first observation ever brings every replica to the driver.
+    assert {(r["cluster"], r["partition"]) for r in for_the_driver(_statuses(spark, first), set(), 10).collect()} == {
+        (c, p) for c, p, *_ in first
+    }
+    # Then, each observed once a batch (its 2nd to 11th observations): each ok one once in 10 batches.
     seen: dict[int, set[tuple[str, int]]] = {}
-    for batch_id in range(10):
-        kept = {(r["cluster"], r["partition"]) for r in for_the_driver(df, not_ok, batch_id, 10).collect()}
-        assert {("a", 500), ("a", 3), ("a", 199), ("b", 0)} <= kept  # not ok, held not ok, each cluster's newest
-        seen[batch_id] = kept
-    everyone = {(c, p) for c, p, _, _ in rows}
+    for batch in range(1, 11):
+        rows = [(c, p, state, t + batch * 1000, batch + 1, 1) for c, p, state, t in first]
+        kept = {(r["cluster"], r["partition"]) for r in for_the_driver(_statuses(spark, rows), not_ok, 10).collect()}
+        assert always <= kept
+        seen[batch] = kept
+    everyone = {(c, p) for c, p, *_ in first}
     assert set().union(*seen.values()) == everyone  # every ok replica refreshed once in 10 batches
-    ok_refreshes = [len(k - {("a", 500), ("a", 3), ("a", 199), ("b", 0)}) for k in seen.values()]
-    assert sum(ok_refreshes) == len(everyone) - 4  # ...and only once
+    ok_refreshes = [len(k - always) for k in seen.values()]
+    assert sum(ok_refreshes) == len(everyone) - len(always)  # ...and only once
     assert max(ok_refreshes) < 60  # spread over the batches, not all at once
+
+
+def test_a_replica_observed_in_some_batches_only_is_still_refreshed(spark) -> None:
+    """A fleet polled every 5 s at a 1 s trigger: each replica is in one batch of 5. Refreshed
+    every 5 batches by batch number, a replica whose turn falls in a batch it is not in would
+    never reach the driver; counted in its own observations, each one does, every 5th."""
+    from streaming.evaluate import for_the_driver
+
+    fleet, every, n = 100, 5, 5
+    refreshed: dict[int, list[int]] = {p: [] for p in range(fleet)}  # partition -> its observations refreshed
+    for batch in range(every * (1 + n)):  # each replica's observations 1 to 6
+        rows = []
+        for p in range(fleet):
+            if p % every == batch % every:
+                rows.append(("a", p, "ok", 1000 * batch + p, batch // every + 1, 1))
+        rows.append(("a", 10_000, "ok", 10**9, batch + 1, 1))  # the cluster's newest, always kept: not counted
+        for r in for_the_driver(_statuses(spark, rows), set(), n).collect():
+            if r["partition"] < fleet:
+                refreshed[r["partition"]].append(r["observations"])
+    for p, counts in refreshed.items():
+        assert counts[0] == 1, (p, counts)  # its first observation
+        assert len([c for c in counts if c > 1]) == 1, (p, counts)  # and once in each n after it
+
+
+def test_one_row_carries_a_clusters_clock_when_a_round_shares_its_time(spark) -> None:
+    """A collector stamps a round's observations with one time: of a cluster's ok rows not due
+    for a refresh, one row (not the whole round) goes to carry the cluster's clock."""
+    from streaming.evaluate import for_the_driver
+
+    rows = [("a", p, "ok", 5000, 5, 1) for p in range(50)] + [("b", p, "ok", 7000, 5, 1) for p in range(30)]
+    kept = for_the_driver(_statuses(spark, rows), set(), 10**6).collect()
+    assert sorted(r["cluster"] for r in kept) == ["a", "b"]
+    assert {r["last_t_ms"] for r in kept} == {5000, 7000}

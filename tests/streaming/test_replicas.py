@@ -39,7 +39,7 @@ def _spark_changes(spark, rows, cfg, max_gap_ms, cuts, per_batch=None):
         if carried is None:
             carried = batch.limit(0)
         out = replicas.evaluate_batch(batch, carried, cfg, TH, max_gap_ms).cache()
-        got = replicas.for_the_driver(out, frozenset(), 0, 1).toArrow()
+        got = replicas.for_the_driver(out, frozenset(), 1).toArrow()
         flags = got.select([replicas.CHANGE, replicas.LAST]).to_pylist()
         batch_finals = {}
         for (s, _, n), f in zip(evaluate.statuses_from_arrow(got), flags, strict=True):
