@@ -1,7 +1,7 @@
 """``make bench``: every benchmark, in one run (tens of minutes on 2 cores).
 
 Throughput at 10k, 100k and 1M replicas (``bench.throughput``), the 1M fleet
-observed every 5 s at the 1 s trigger (``bench.throughput.scale``), the
+observed every 5 s at the 1 s trigger (``bench.scale``), the
 per-stage profile (``bench.stages``), alert latency (``bench.latency``) and
 the exporter scrape (``bench.exposure``). Results go to
 ``bench/results/latest.json`` and the chart to ``docs/img/benchmarks.png``;
@@ -21,6 +21,7 @@ from typing import Any
 
 from bench import chart, exposure, latency, stages
 from bench import kafka as bkafka
+from bench import scale as bscale
 from bench import throughput as tp
 from bench.machine import print_header
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                     results["throughput"].append(_plain(r))
                     save()
             if "scale" not in skip:
-                results["scale"] = tp.scale(spark, kafka, 1_000_000, batch_obs=200_000, batches=4)
+                results["scale"] = bscale.scale(spark, kafka, 1_000_000, batch_obs=200_000, batches=4)
                 save()
             if "stages" not in skip:
                 results["stages"] = stages.measure(spark, kafka, 100_000, 2)

@@ -91,12 +91,12 @@ def print_header(title: str) -> dict[str, Any]:
     return h
 
 
-def rss_mb(pid: int | None = None) -> float:
-    """Resident memory of a process (this one by default), MiB."""
+def rss_mb(pid: int | None = None, field: str = "VmRSS") -> float:
+    """Resident memory of a process (this one by default), MiB; ``field="VmHWM"``: its peak so far."""
     path = Path(f"/proc/{pid or os.getpid()}/status")
     try:
         for line in path.read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         pass

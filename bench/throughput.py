@@ -44,7 +44,6 @@ from isrwatch.telemetry import VERSION
 __all__ = [
     "BatchLog",
     "Result",
-    "scale",
     "measure",
     "run_e2e",
     "main",
@@ -150,13 +149,19 @@ def run_e2e(
     cap_records: int,
     trigger_s: float = 0.001,
     timeout_s: float = 900,
+    batches: int | None = None,
+    **extra: Any,
 ) -> tuple[float, list[dict[str, Any]], dict[str, float], dict[str, float]]:
-    """The real job over the filled topic. Returns (obs/s, batches, memory, stages)."""
+    """The real job over the filled topic, with ``extra`` settings (``JobSettings``) beside
+    the benchmark's own, until the driver reports ``total_obs`` observations or, given,
+    ``batches`` batches have run (with ``ok_refresh_batches`` > 1 the driver counts a
+    replica's observations only when it is next refreshed). Returns (obs/s, batches,
+    memory, stages)."""
     from streaming import job
     from streaming.query import JOB_QUERY
 
     checkpoint = tempfile.mkdtemp(prefix="bench-e2e-")
-    settings = job_settings(kafka, topic, checkpoint, cap_records, trigger_s)
+    settings = job_settings(kafka, topic, checkpoint, cap_records, trigger_s, **extra)
     handler = BatchLog().__enter__()
     stop = threading.Event()
     handles = job.JobHandles()
@@ -174,12 +179,16 @@ def run_e2e(
     try:
         th.start()
         deadline = time.monotonic() + timeout_s
+
+        def done() -> bool:
+            return handler.observations() >= total_obs or (batches is not None and len(handler.batches) >= batches)
+
         with handler.done:
-            while handler.observations() < total_obs and not errors and time.monotonic() < deadline:
+            while not done() and not errors and time.monotonic() < deadline:
                 handler.done.wait(1.0)
         if errors:
             raise RuntimeError(f"job failed: {errors[0]}") from errors[0]
-        if handler.observations() < total_obs:
+        if not done():
             raise RuntimeError(f"job saw {handler.observations()} of {total_obs} observations in {timeout_s}s")
         last_id = max(int(f.get("batch_id", -1)) for _, f in handler.batches)
         wait_until = time.monotonic() + 20
@@ -202,20 +211,25 @@ def run_e2e(
         handler.__exit__()
         shutil.rmtree(checkpoint, ignore_errors=True)
     b = [(t, int(f.get("observations", 0)), int(f.get("batch_ms", 0))) for t, f in handler.batches]
+    parts = [{k: int(f.get(k, 0)) for k in ("replicas", "spark_ms", "state_ms")} for _, f in handler.batches]
     ids = [int(f.get("batch_id", -1)) for _, f in handler.batches]
     if len(b) < 2:
         raise RuntimeError("need at least two batches to time; lower the per-batch cap")
     rate = sum(x[1] for x in b[1:]) / (b[-1][0] - b[0][0])
     agg = {p.get("batchId"): p for p in progress.get(JOB_QUERY, [])}
     batches = []
-    for x, i in zip(b, ids, strict=True):
+    for x, i, part in zip(b, ids, parts, strict=True):
         p = agg.get(i, {})
         d = p.get("durationMs") or {}
         batches.append(
             {
                 "batch_id": i,
                 "observations": x[1],
-                "driver_ms": x[2],
+                "driver_ms": x[2],  # the whole foreachBatch: Spark part, state write, the driver's own
+                "spark_ms": part["spark_ms"],
+                "state_ms": part["state_ms"],
+                "python_ms": x[2] - part["spark_ms"] - part["state_ms"],
+                "replicas": part["replicas"],
                 "trigger_ms": d.get("triggerExecution"),
                 "add_batch_ms": d.get("addBatch"),
             }
@@ -337,36 +351,3 @@ def main(argv: list[str] | None = None) -> list[Result]:
 
 if __name__ == "__main__":
     main()
-
-
-def scale(
-    spark: Any, kafka: Any, replicas: int, batch_obs: int = 200_000, batches: int = 4, trigger_s: float = 1.0
-) -> dict[str, Any]:
-    """``replicas`` each observed every ``replicas / batch_obs`` seconds: the job
-    at its 1 s trigger with ``batch_obs`` observations a batch (the backlog is
-    cut to that by the source's cap). Batch durations, memory, state size."""
-    fleet = Fleet(replicas)
-    total = (batches + 1) * batch_obs
-    rounds = -(-total // replicas)
-    topic = bkafka.new_topic(kafka, f"bench-scale-{replicas}")
-    n = 0
-    for r in range(rounds):  # produced round by round: 1M observations are ~260 MB
-        n += bkafka.produce(kafka, topic, fleet.round(r, START_MS + r * fleet.interval_ms))[0]
-    cap = max(1, batch_obs // fleet.per_record)
-    print(
-        f"scale: replicas={replicas} observed every {replicas / batch_obs:g}s = {batch_obs} obs per {trigger_s:g}s "
-        f"batch; load_average={load_average()}",
-        flush=True,
-    )
-    _rate, batches_out, memory, stages = run_e2e(spark, kafka, topic, total, cap, trigger_s=trigger_s)
-    for i, b in enumerate(batches_out):
-        print(f"  batch {i}: {b}", flush=True)
-    print(f"  memory: {memory}", flush=True)
-    return {
-        "replicas": replicas,
-        "batch_obs": batch_obs,
-        "trigger_s": trigger_s,
-        "batches": batches_out,
-        "memory": memory,
-        "stages": stages,
-    }
