@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                     results["throughput"].append(_plain(r))
                     save()
             if "scale" not in skip:
-                results["scale"] = bscale.scale(spark, kafka, 1_000_000, batch_obs=200_000, batches=4)
+                results["scale"] = bscale.scale(spark, kafka, 1_000_000, batch_obs=200_000)
                 save()
             if "stages" not in skip:
                 results["stages"] = stages.measure(spark, kafka, 100_000, 2)

@@ -39,7 +39,7 @@ def scale(
     kafka: Any,
     replicas: int,
     batch_obs: int = 200_000,
-    batches: int = 4,
+    batches: int = 7,
     trigger_s: float = 1.0,
     version: int = VERSION,
     **settings: Any,
@@ -79,7 +79,8 @@ def scale(
     for b in batches_out:
         print(f"  batch {b}", flush=True)
     print(f"  memory: {memory}", flush=True)
-    steady = batches_out[2:] or batches_out[1:]
+    # Steady: from the batch in which the state holds the whole fleet (the first two: JVM warm-up).
+    steady = batches_out[max(2, -(-replicas // (cap * per_record))) :] or batches_out[1:]
     worst = max(b["driver_ms"] for b in steady) / 1000
     print(
         f"  replicas={replicas} steady_batch_s_max={worst:.2f} covers_s={trigger_s:g} "
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, default=1_000_000, help="fleet size (default 1,000,000)")
     ap.add_argument("--batch-observations", type=int, default=200_000, help="observations a batch (a second)")
-    ap.add_argument("--batches", type=int, default=5, help="batches after the first (default 5)")
+    ap.add_argument("--batches", type=int, default=7, help="batches after the first (default 7: at 1M, 3 steady)")
     ap.add_argument("--telemetry-version", type=int, default=VERSION, choices=sorted(SUPPORTED_VERSIONS))
     ap.add_argument("--shuffle-partitions", type=int, default=2, help="the job's --shuffle-partitions")
     ap.add_argument("--ok-refresh-batches", type=int, default=1, help="the job's --ok-refresh-batches")
