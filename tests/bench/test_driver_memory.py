@@ -1,0 +1,14 @@
+"""Smoke test: the driver-memory benchmark feeds the real monitor and store and reports what
+they hold per replica (no size asserted beyond "something per replica")."""
+
+from __future__ import annotations
+
+from bench import driver_memory
+
+
+def test_driver_memory_reports_bytes_per_replica_and_sites() -> None:
+    out = driver_memory.measure(2000, top=5)
+    assert out["replicas"] == 2000
+    assert out["bytes_per_replica"] > 100  # every replica's status is held
+    assert len(out["sites"]) == 5 and all(per > 0 for _, per in out["sites"])
+    assert any(site.startswith("streaming/monitor.py") for site, _ in out["sites"])
