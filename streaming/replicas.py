@@ -92,8 +92,8 @@ _COMBINE = {
 }
 
 # Driver-bound flag columns of evaluate_batch's output.
-CHANGE, LAST, SEED, OBSERVED = "_change", "_last", "_seed", "_observed"
-# The replica's observations in the batch (OBSERVED: more than none); ``observations`` is the total.
+CHANGE, LAST, SEED = "_change", "_last", "_seed"
+# The replica's observations in the batch (``observations`` is the total, the batch's included).
 IN_BATCH = evaluate.IN_BATCH
 # An observation row's flag: the collector sent no ``prev_*`` fields with it.
 NO_PREV = "_no_prev"
@@ -243,7 +243,6 @@ def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], list[Colum
     flags = [
         (observation & (sig != before)).alias(CHANGE),
         (F.col("_i") == F.col("_n")).alias(LAST),
-        (F.col("_m") > 0).alias(OBSERVED),
         F.col("_m").alias(IN_BATCH),
         (
             observation
@@ -280,9 +279,9 @@ def evaluate_batch(
     (``STATE_COLUMNS``), the status columns (``evaluate.STATUS_COLUMNS`` +
     ``EXTRA_COLUMNS``), ``_seed``, ``_change`` (an observation whose state or
     lag state differs from the row before: a transition, at its ``eval_ms``),
-    ``_last`` (the replica's newest row: its new state), ``_observed`` (the
-    replica has observations in the batch) and ``_in_batch`` (how many). A
-    replica without observations in the batch has its seed alone, unchanged.
+    ``_last`` (the replica's newest row: its new state) and ``_in_batch`` (the
+    replica's observations in the batch). A replica without observations in
+    the batch has its seed alone, unchanged.
 
     ``max_gap_ms``: as for ``observation_rows``; here also for what an observation
     shows against the replica's previous one (``_history_exprs``).
@@ -306,11 +305,9 @@ def evaluate_batch(
     if driver_rows_only:
         flagged = flagged.where(F.col(CHANGE) | F.col(LAST))
     counted = flagged.select(
-        *[c for c in values if c != "out_of_sync_episodes"], CHANGE, LAST, OBSERVED, IN_BATCH, _PEAK, *episodes
+        *[c for c in values if c != "out_of_sync_episodes"], CHANGE, LAST, IN_BATCH, _PEAK, *episodes
     )
-    full = evaluate.status_columns(
-        counted, cfg, th, keep=[*_STATE_VALUES, SEED, CHANGE, LAST, OBSERVED, IN_BATCH, _PEAK]
-    )
+    full = evaluate.status_columns(counted, cfg, th, keep=[*_STATE_VALUES, SEED, CHANGE, LAST, IN_BATCH, _PEAK])
     # The batch's peak replaces the single row's, in place (statuses_from_arrow reads by name).
     return full.select(
         *[F.col(_PEAK).alias(c) if c == "peak_lag_ratio" else F.col(c) for c in full.columns if c != _PEAK]
@@ -327,14 +324,14 @@ def for_the_driver(evaluated: DataFrame, not_ok_keys: Collection[str], refresh_b
         return evaluated.where(_driver_rows()).select(*columns)
     # A replica's newest row that is itself a change always goes (it may be a return to ok).
     changes = evaluated.where(F.col(CHANGE))
-    finals = evaluated.where(F.col(LAST) & F.col(OBSERVED) & ~F.col(CHANGE))
+    finals = evaluated.where(F.col(LAST) & (F.col(IN_BATCH) > 0) & ~F.col(CHANGE))
     finals = evaluate.for_the_driver(finals, not_ok_keys, refresh_batches)
     return changes.select(*columns).unionByName(finals.select(*columns))
 
 
 @functools.cache
 def _driver_rows() -> Column:
-    return (F.col(LAST) & F.col(OBSERVED)) | F.col(CHANGE)
+    return (F.col(LAST) & (F.col(IN_BATCH) > 0)) | F.col(CHANGE)
 
 
 _VERSION = re.compile(r"^v(\d+)$")
