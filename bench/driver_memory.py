@@ -23,28 +23,25 @@ from typing import Any
 import pyarrow as pa
 
 from bench.machine import print_header
+from bench.throughput import START_MS
 
 __all__ = ["measure", "main"]
-
-START_MS = 1_767_225_600_000
 
 
 def driver_rows(replicas: int, batch: int) -> pa.Table:
     """One batch of the driver's rows (``status_columns`` + ``EXTRA_COLUMNS``): every replica ok."""
-    from bench.load import BROKERS
+    from bench.load import BROKERS, Fleet
 
-    partitions = [i // 2 for i in range(replicas)]
-    leaders = [1 + p % BROKERS for p in partitions]
-    brokers = [[b for b in range(1, BROKERS + 1) if b != leader][i % 2] for i, leader in enumerate(leaders)]
+    keys = Fleet(replicas).keys  # (topic, partition, follower) of each replica, as the benchmarks lay them out
     t = START_MS + batch * 1000
     ok = ["ok"] * replicas
     return pa.table(
         {
             "cluster": ["bench"] * replicas,
-            "topic": [f"bench-{p // 1000:04d}" for p in partitions],
-            "partition": [p % 1000 for p in partitions],
-            "broker_id": brokers,
-            "leader_id": leaders,
+            "topic": [topic for topic, _, _ in keys],
+            "partition": [partition for _, partition, _ in keys],
+            "broker_id": [broker for _, _, broker in keys],
+            "leader_id": [1 + (i // 2) % BROKERS for i in range(replicas)],  # Fleet's leader of the replica's partition
             "eval_ms": [t] * replicas,
             "state": ok,
             "time_since_caught_up_s": [(i % 1000) / 1000 for i in range(replicas)],
