@@ -244,7 +244,7 @@ class MetricsView:
 def updated_at(snap: StoreSnapshot, s: ReplicaStatus) -> float | None:
     """When the store last received ``s``'s replica (Unix seconds), or None."""
     view = snap.partitions.get((s.cluster, s.topic, s.partition))
-    return view.updated.get(s.broker_id) if view is not None else None
+    return snap.received_at(view, s.broker_id) if view is not None else None
 
 
 def replica_label_values(s: ReplicaStatus) -> list[str]:

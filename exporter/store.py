@@ -13,9 +13,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Literal
 
 from exporter.health import Health
@@ -36,15 +35,18 @@ class PartitionView:
     """The followers of one partition as last reported, with the aggregates
     the partition gauges need (computed once per change, not per scrape)."""
 
-    replicas: MappingProxyType[int, ReplicaStatus]  # broker_id -> status
+    # broker_id -> status: the view's own dict, never changed after ``of`` (read-only by
+    # convention; a MappingProxyType around it and ``updated`` cost ~0.1 KB a replica)
+    replicas: Mapping[int, ReplicaStatus]
     newest: ReplicaStatus  # evaluated last: its ISR, leader and min ISR are current
     leaving: int  # in-ISR followers predicted to leave
     # At risk (exporter.families.MetricsView.at_risk) when the min ISR the
     # exporter assumes is at least this (0: whatever it assumes). Precomputed
     # so a scrape tests 500k partitions with one comparison each.
     risk_min_isr: int
-    # broker_id -> wall-clock time (Unix seconds) its status was last written here
-    updated: MappingProxyType[int, float] = field(default_factory=lambda: MappingProxyType({}))
+    # broker_id -> when its status was last written here, on the store's monotonic ``clock``
+    # (``StoreSnapshot.received_at`` turns it into Unix seconds); also what ``expire`` reads
+    updated: Mapping[int, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, replicas: dict[int, ReplicaStatus], updated: dict[int, float] | None = None) -> PartitionView:
@@ -72,7 +74,7 @@ class PartitionView:
             risk = 0 if predicted <= newest.min_isr else NEVER
         else:  # the assumed min ISR decides: at risk from min ISR = predicted
             risk = predicted
-        return cls(MappingProxyType(replicas), newest, leaving, risk, MappingProxyType(updated or {}))
+        return cls(replicas, newest, leaving, risk, updated if updated is not None else {})
 
     @property
     def isr_size(self) -> int:
@@ -98,6 +100,13 @@ class StoreSnapshot:
     recently_changed: frozenset[PartitionKey] = frozenset()  # an ISR change within the store's recent_change_s
     outputs: dict[str, tuple[int, int]] = field(default_factory=dict)  # output topic -> (pending, lost)
     outcomes: dict[str, OutcomeCounts] = field(default_factory=dict)  # cluster -> shrinks warned or missed
+    wall_offset_s: float = 0.0  # the wall clock minus the store's monotonic clock, at its newest update
+
+    def received_at(self, view: PartitionView, broker_id: int) -> float | None:
+        """When the store last received the replica's status, in Unix seconds (its age on the
+        monotonic clock, from the wall clock of the store's newest update), or None."""
+        at = view.updated.get(broker_id)
+        return at + self.wall_offset_s if at is not None else None
 
     def statuses(self) -> Iterable[ReplicaStatus]:
         for view in self.partitions.values():
@@ -133,9 +142,11 @@ class StatusStore:
 
     derive_isr_changes: bool = False
     recent_change_s: float = 600.0
-    clock: Callable[[], float] = time.monotonic  # for expiry: when a status was last received
-    wall_clock: Callable[[], float] = time.time  # isrwatch_replica_last_update_timestamp_seconds
-    _received: dict[tuple[PartitionKey, int], float] = field(default_factory=dict, repr=False)
+    # when a status was last received (expiry; isrwatch_replica_last_update_timestamp_seconds
+    # with ``wall_clock``): one time a replica, kept in its ``PartitionView.updated``
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    _wall_offset_s: float = field(default=0.0, repr=False)  # wall_clock - clock at the newest update
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _partitions: dict[PartitionKey, PartitionView] = field(default_factory=dict, repr=False)
     _telemetry_ms: dict[str, int] = field(default_factory=dict, repr=False)
@@ -156,8 +167,9 @@ class StatusStore:
         for s in statuses:
             grouped.setdefault(_partition_key(s), []).append(s)
         now = self.clock()
-        wall = self.wall_clock()
+        wall_offset_s = self.wall_clock() - now
         with self._lock:
+            self._wall_offset_s = wall_offset_s
             for pkey, group in grouped.items():
                 old = self._partitions.get(pkey)
                 replicas = dict(old.replicas) if old else {}
@@ -169,8 +181,7 @@ class StatusStore:
                     if self.derive_isr_changes and before is not None and before.in_isr != s.in_isr:
                         self._count_change(pkey, "expand" if s.in_isr else "shrink", 1)
                     replicas[s.broker_id] = s
-                    updated[s.broker_id] = wall
-                    self._received[(pkey, s.broker_id)] = now
+                    updated[s.broker_id] = now
                     cluster = s.cluster
                     if telemetry and s.eval_ms > self._telemetry_ms.get(cluster, -1):
                         self._telemetry_ms[cluster] = s.eval_ms
@@ -184,7 +195,6 @@ class StatusStore:
                 old = self._partitions.get(pkey)
                 if old is None or broker not in old.replicas:
                     continue
-                self._received.pop((pkey, broker), None)
                 replicas = {b: s for b, s in old.replicas.items() if b != broker}
                 if replicas:
                     updated = {b: t for b, t in old.updated.items() if b != broker}
@@ -210,7 +220,7 @@ class StatusStore:
                 for pkey, view in self._partitions.items()
                 for s in view.replicas.values()
                 if self._telemetry_ms.get(s.cluster, s.eval_ms) - s.eval_ms > older_than_ms
-                and now - self._received.get((pkey, s.broker_id), now) > quiet_s
+                and now - view.updated.get(s.broker_id, now) > quiet_s
             ]
         self.remove(gone)
         return gone
@@ -256,4 +266,5 @@ class StatusStore:
                 cluster_partitions=dict(self._cluster_partitions),
                 outputs=health.outputs,
                 outcomes=self.outcomes.snapshot(self._telemetry_ms),
+                wall_offset_s=self._wall_offset_s,
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -92,7 +93,7 @@ class ReplicaAggregate:
     known_leader_leo: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReplicaStatus:
     cluster: str
     topic: str
@@ -131,6 +132,9 @@ class ReplicaStatus:
 
 # ReplicaStatus's field names, in its constructor's order.
 STATUS_FIELDS: tuple[str, ...] = tuple(ReplicaStatus.__dataclass_fields__)
+# Its slots' setters, which a frozen dataclass's own __setattr__ refuses, in the same order.
+_SETTERS = tuple(getattr(ReplicaStatus, name).__set__ for name in STATUS_FIELDS)
+_VALUES = operator.attrgetter(*STATUS_FIELDS)
 
 
 def status_from_values(values: Sequence[Any]) -> ReplicaStatus:
@@ -138,7 +142,8 @@ def status_from_values(values: Sequence[Any]) -> ReplicaStatus:
     included), without the dataclass constructor: the streaming driver builds
     one per replica per batch, and the frozen constructor costs several times more."""
     status = object.__new__(ReplicaStatus)
-    status.__dict__.update(zip(STATUS_FIELDS, values, strict=True))
+    for set_field, value in zip(_SETTERS, values, strict=True):
+        set_field(status, value)
     return status
 
 
@@ -232,7 +237,7 @@ def status_key(s: ReplicaStatus) -> str:
 
 
 def status_to_json(s: ReplicaStatus) -> dict[str, object]:
-    d = dict(s.__dict__)
+    d = dict(zip(STATUS_FIELDS, _VALUES(s), strict=True))
     d["state"] = s.state.value
     d["lag_state"] = s.lag_state.value if s.lag_state is not None else s.state.value
     return d

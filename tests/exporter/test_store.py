@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from exporter.families import updated_at
 from exporter.store import StatusStore
 from isrwatch.status import State, status_key
 from tests.exporter.samples import replica
@@ -55,6 +56,33 @@ def test_expiry_needs_both_the_cluster_clock_and_silence() -> None:
     clock.now += 61
     store.update([replica(2, topic="live", eval_ms=T0 + 181_000)])
     assert store.expire(60_000) == ["prod/frozen/0/2"]  # now silent too
+
+
+def test_the_last_update_time_is_the_receipt_aged_on_the_monotonic_clock() -> None:
+    """``isrwatch_replica_last_update_timestamp_seconds``: the store keeps one monotonic
+    time a replica and gives it back in Unix seconds, from the wall clock of its newest
+    update. A wall clock stepped meanwhile (NTP) moves every timestamp with it at the next
+    update, so their ages (``time() - value``) stay true."""
+    mono, wall = FakeClock(), FakeClock()
+    wall.now = 1_800_000_000.0
+    store = StatusStore(clock=mono, wall_clock=wall)
+    store.update([replica(2, eval_ms=T0), replica(3, eval_ms=T0)])
+    mono.now += 5
+    wall.now += 5
+    store.update([replica(3, eval_ms=T0 + 5_000)])
+    snap = store.snapshot()
+    view = snap.partitions[("prod", "orders", 0)]
+    assert (snap.received_at(view, 2), snap.received_at(view, 3)) == (wall.now - 5, wall.now)
+    assert snap.received_at(view, 4) is None
+
+    mono.now += 10
+    wall.now += 10 + 3_600  # the wall clock stepped an hour ahead
+    store.update([replica(2, topic="other", eval_ms=T0 + 15_000)])
+    snap = store.snapshot()
+    assert updated_at(snap, replica(2)) == wall.now - 15
+    assert updated_at(snap, replica(3)) == wall.now - 10
+    assert updated_at(snap, replica(2, topic="other")) == wall.now
+    assert updated_at(snap, replica(2, topic="nope")) is None
 
 
 def test_snapshot_is_consistent_while_writers_run() -> None:
