@@ -93,9 +93,10 @@ def evaluate_records(
         obs = parse.good_observations(parse.observations(records, future_tolerance_ms, now_ms))
         rows = replicas.observation_rows(obs, cfg, max_gap_ms)
         carried, version = table.read(batch_id, rows)
-        # Held for the driver's rows and the state write: the changes and each replica's
-        # newest row only (the filter runs before the full status: replicas.evaluate_batch).
-        evaluated = replicas.evaluate_batch(rows, carried, cfg, th, max_gap_ms, driver_rows_only=True).persist(
+        observed, idle = replicas.split_carried(carried, rows)
+        # Held for the driver's rows and the state write: the changes and each observed
+        # replica's newest row only (the filter runs before the full status: replicas.evaluate_batch).
+        evaluated = replicas.evaluate_batch(rows, observed, cfg, th, max_gap_ms, driver_rows_only=True).persist(
             StorageLevel.MEMORY_AND_DISK
         )
         # One Spark job for everything the driver reads: the replicas' rows and the rare ones.
@@ -128,7 +129,7 @@ def evaluate_records(
         """Write the batch's state version (before the batch commits), release the batch."""
         t1 = time.monotonic()
         try:
-            table.write(held.where(F.col(replicas.LAST)), batch_id, forget_before)
+            table.write(replicas.next_state(held, idle), batch_id, forget_before)
             if version is not None:
                 table.prune(version)  # the version this batch read stays until the next batch
         finally:

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = [
     "STATE_COLUMNS",
     "observation_rows",
+    "split_carried",
+    "next_state",
     "evaluate_batch",
     "for_the_driver",
     "StateTable",
@@ -262,6 +264,24 @@ def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], list[Colum
         ),
     ]
     return seeds, running, flags, episodes
+
+
+def split_carried(carried: DataFrame, rows: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(the carried rows of the replicas ``rows`` observes, the others'). Only the first go
+    through ``evaluate_batch``'s window: a replica without observations in the batch keeps
+    its row as it is, so the others go to the state's new version unchanged. A fleet
+    polled every 5 s at a 1 s trigger observes one replica in five a batch; the window's
+    shuffle and sort would carry the other four. The batch's keys are broadcast (one per
+    replica observed: bounded by the batch's observations), so the carried rows are
+    not shuffled to be matched."""
+    keys = F.broadcast(rows.select(*KEY_COLUMNS).distinct())
+    return carried.join(keys, KEY_COLUMNS, "left_semi"), carried.join(keys, KEY_COLUMNS, "left_anti")
+
+
+def next_state(evaluated: DataFrame, idle: DataFrame) -> DataFrame:
+    """The state's new version: the newest row of each replica ``evaluated``
+    (``evaluate_batch``'s output) and the ``idle`` replicas' carried rows as they were."""
+    return evaluated.where(F.col(LAST)).select(*STATE_COLUMNS).unionByName(idle)
 
 
 def evaluate_batch(

@@ -49,3 +49,36 @@ def test_a_replica_silent_longer_than_the_forget_time_leaves_the_table(spark, tm
     _batch(spark, table, 3, [_observed("a", "deleted", 3, t0)], {})
     _batch(spark, table, 4, [_observed("a", "kept", 2, later + 1000)], {})
     assert ("a", "deleted", 3) in _replicas(spark, table, 4)
+
+
+def test_a_batch_evaluates_only_the_replicas_it_observes_and_carries_the_others_unchanged(spark, tmp_path) -> None:
+    """The job puts only the observed replicas' carried rows through the window
+    (``split_carried``; a fleet polled every 5 s at a 1 s trigger observes one in five a
+    batch) and writes the others' rows again as they were (``next_state``). The new
+    version is the one the whole window gives, for replicas behind, caught up and unseen."""
+    t0 = 1_700_000_000_000
+    history = [(2, [(t0, 100, 100)]), (3, [(t0, 40, 100)]), (4, [(t0, 100, 100)])]
+    first = replicas.observation_rows(spark.createDataFrame(_rows(history), OBS_SCHEMA), CFG, 5_000)
+    table = replicas.StateTable(spark, str(tmp_path))
+    table.write(
+        replicas.evaluate_batch(first, first.limit(0).select(*replicas.STATE_COLUMNS), CFG, Thresholds(), 5_000).where(
+            replicas.LAST
+        ),
+        0,
+    )
+    # Batch 1 observes broker 3 (still behind) and a replica never seen before; 2 and 4 are silent.
+    later = [(3, [(t0 + 6_000, 60, 200)]), (5, [(t0 + 6_000, 200, 200)])]
+    obs = replicas.observation_rows(spark.createDataFrame(_rows(later), OBS_SCHEMA), CFG, 5_000)
+    carried, _ = table.read(1, obs)
+    observed, idle = replicas.split_carried(carried, obs)
+    assert sorted(r.broker_id for r in observed.collect()) == [3]
+    assert sorted(r.broker_id for r in idle.collect()) == [2, 4]
+    evaluated = replicas.evaluate_batch(obs, observed, CFG, Thresholds(), 5_000, driver_rows_only=True)
+    split = replicas.next_state(evaluated, idle)
+    whole = replicas.evaluate_batch(obs, carried, CFG, Thresholds(), 5_000).where(replicas.LAST)
+    rows = sorted(split.collect(), key=lambda r: r.broker_id)
+    assert rows == sorted(whole.select(*replicas.STATE_COLUMNS).collect(), key=lambda r: r.broker_id)
+    assert [r.broker_id for r in rows] == [2, 3, 4, 5]
+    assert [r.observations for r in rows] == [1, 2, 1, 1]
+    before = {r.broker_id: r for r in carried.collect()}
+    assert (rows[0], rows[2]) == (before[2], before[4])  # the silent replicas' rows, unchanged
