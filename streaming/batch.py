@@ -80,20 +80,27 @@ def evaluate_records(
     not_ok_keys: Collection[str] = frozenset(),
     refresh_batches: int = 1,
     forget_before: Mapping[str, int] | None = None,
+    observed_only: bool = False,
 ) -> BatchOutput:
     """Everything the driver needs from one batch of raw records (the Kafka
     source's columns); writes the batch's state version, without the replicas
-    older than ``forget_before`` (``StateTable.write``)."""
+    older than ``forget_before`` (``StateTable.write``). ``observed_only``: only the
+    replicas the batch observes go through the window (``replicas.split_carried``),
+    for a batch that observes few of the replicas held; same state, same rows."""
     t0 = time.monotonic()
     now_ms = int(time.time() * 1000)
     out = BatchOutput()
     records = _held(parse.parse_records(raw))
-    evaluated = None
+    evaluated = keys = None
     try:
         obs = parse.good_observations(parse.observations(records, future_tolerance_ms, now_ms))
         rows = replicas.observation_rows(obs, cfg, max_gap_ms)
         carried, version = table.read(batch_id, rows)
-        observed, idle = replicas.split_carried(carried, rows)
+        observed, idle = carried, None
+        if observed_only:
+            # Held for the split of the state here and again for its write: made once, not parsed twice.
+            keys = replicas.observed_keys(rows).persist(StorageLevel.MEMORY_AND_DISK)
+            observed, idle = replicas.split_carried(carried, keys)
         # Held for the driver's rows and the state write: the changes and each observed
         # replica's newest row only (the filter runs before the full status: replicas.evaluate_batch).
         evaluated = replicas.evaluate_batch(rows, observed, cfg, th, max_gap_ms, driver_rows_only=True).persist(
@@ -118,12 +125,13 @@ def evaluate_records(
             else:
                 out.isr_changes.append({k: row.get(k) for k in ISR_CHANGE_KEYS})
     except BaseException:
-        if evaluated is not None:
-            evaluated.unpersist()
+        for held_df in (evaluated, keys):
+            if held_df is not None:
+                held_df.unpersist()
         records.unpersist()
         raise
     out.spark_s = time.monotonic() - t0
-    held = evaluated
+    held, held_keys = evaluated, keys
 
     def finish() -> None:
         """Write the batch's state version (before the batch commits), release the batch."""
@@ -134,6 +142,8 @@ def evaluate_records(
                 table.prune(version)  # the version this batch read stays until the next batch
         finally:
             held.unpersist()
+            if held_keys is not None:
+                held_keys.unpersist()
             records.unpersist()
         out.stages["state_s"] = time.monotonic() - t1
 

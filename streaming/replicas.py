@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "STATE_COLUMNS",
     "observation_rows",
+    "observed_keys",
     "split_carried",
     "next_state",
     "evaluate_batch",
@@ -266,22 +267,29 @@ def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], list[Colum
     return seeds, running, flags, episodes
 
 
-def split_carried(carried: DataFrame, rows: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(the carried rows of the replicas ``rows`` observes, the others'). Only the first go
-    through ``evaluate_batch``'s window: a replica without observations in the batch keeps
-    its row as it is, so the others go to the state's new version unchanged. A fleet
-    polled every 5 s at a 1 s trigger observes one replica in five a batch; the window's
-    shuffle and sort would carry the other four. The batch's keys are broadcast (one per
-    replica observed: bounded by the batch's observations), so the carried rows are
-    not shuffled to be matched."""
-    keys = F.broadcast(rows.select(*KEY_COLUMNS).distinct())
+def observed_keys(rows: DataFrame) -> DataFrame:
+    """The replicas ``rows`` (``observation_rows``) observe, once each: what ``split_carried`` splits by."""
+    return rows.select(*KEY_COLUMNS).distinct()
+
+
+def split_carried(carried: DataFrame, keys: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(the carried rows of the replicas in ``keys``, ``observed_keys`` of the batch; the
+    others'). Only the first go through ``evaluate_batch``'s window: a replica without
+    observations in the batch keeps its row as it is, so the others go to the state's new
+    version unchanged (``next_state``). A fleet polled every 5 s at a 1 s trigger observes
+    one replica in five a batch; the window's shuffle and sort would carry the other four.
+    The keys are broadcast (one per replica observed: bounded by the batch's observations),
+    so the carried rows are not shuffled to be matched."""
+    keys = F.broadcast(keys)
     return carried.join(keys, KEY_COLUMNS, "left_semi"), carried.join(keys, KEY_COLUMNS, "left_anti")
 
 
-def next_state(evaluated: DataFrame, idle: DataFrame) -> DataFrame:
+def next_state(evaluated: DataFrame, idle: DataFrame | None = None) -> DataFrame:
     """The state's new version: the newest row of each replica ``evaluated``
-    (``evaluate_batch``'s output) and the ``idle`` replicas' carried rows as they were."""
-    return evaluated.where(F.col(LAST)).select(*STATE_COLUMNS).unionByName(idle)
+    (``evaluate_batch``'s output) and the ``idle`` replicas' carried rows as they were
+    (``split_carried``; None: every carried row was evaluated)."""
+    state = evaluated.where(F.col(LAST)).select(*STATE_COLUMNS)
+    return state if idle is None else state.unionByName(idle)
 
 
 def evaluate_batch(

@@ -8,7 +8,9 @@ import pytest
 
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import Thresholds
+from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
 from streaming import replicas
+from streaming.batch import evaluate_records
 
 from .test_state import OBS_SCHEMA, _rows
 
@@ -70,7 +72,7 @@ def test_a_batch_evaluates_only_the_replicas_it_observes_and_carries_the_others_
     later = [(3, [(t0 + 6_000, 60, 200)]), (5, [(t0 + 6_000, 200, 200)])]
     obs = replicas.observation_rows(spark.createDataFrame(_rows(later), OBS_SCHEMA), CFG, 5_000)
     carried, _ = table.read(1, obs)
-    observed, idle = replicas.split_carried(carried, obs)
+    observed, idle = replicas.split_carried(carried, replicas.observed_keys(obs))
     assert sorted(r.broker_id for r in observed.collect()) == [3]
     assert sorted(r.broker_id for r in idle.collect()) == [2, 4]
     evaluated = replicas.evaluate_batch(obs, observed, CFG, Thresholds(), 5_000, driver_rows_only=True)
@@ -82,3 +84,44 @@ def test_a_batch_evaluates_only_the_replicas_it_observes_and_carries_the_others_
     assert [r.observations for r in rows] == [1, 2, 1, 1]
     before = {r.broker_id: r for r in carried.collect()}
     assert (rows[0], rows[2]) == (before[2], before[4])  # the silent replicas' rows, unchanged
+
+
+RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+
+
+def _telemetry(spark, t_ms, followers):
+    """One raw batch (the source's columns) of one collector record: ``followers`` is
+    [(topic, broker, leo)], the leader at 200 (the collector's own encoding)."""
+    observations = tuple(
+        Observation(topic, 0, broker, 1, t_ms, leo, 200, 200, t_ms - 5_000, leo, 200, (1, 2, 3), (1, 2, 3), 10_000, 2)
+        for topic, broker, leo in followers
+    )
+    value = encode_record(TelemetryRecord("c", "test", t_ms, observations))
+    return spark.createDataFrame([(None, value, "isr.telemetry", 0, t_ms, None)], RAW)
+
+
+def test_the_job_gives_the_same_rows_and_state_evaluating_only_the_observed_replicas(spark, tmp_path) -> None:
+    """``evaluate_records(observed_only=True)``, what the job runs when a batch observes
+    few of the replicas it holds, gives the driver the same rows and writes the same state
+    as the whole window, batch after batch (two tables, the same telemetry)."""
+    t0 = 1_700_000_000_000
+    batches = [
+        [("a", 2, 200), ("a", 3, 120), ("b", 2, 200), ("b", 3, 200)],
+        [("a", 3, 130), ("c", 2, 200)],  # one held replica, still behind, and a new one
+        [("b", 2, 200)],
+    ]
+    tables = {only: replicas.StateTable(spark, str(tmp_path / str(only))) for only in (False, True)}
+    for batch_id, followers in enumerate(batches):
+        raw = _telemetry(spark, t0 + batch_id * 6_000, followers)
+        rows = {}
+        for only, table in tables.items():
+            out = evaluate_records(
+                raw, batch_id, table, CFG, Thresholds(), future_tolerance_ms=None, max_gap_ms=5_000, observed_only=only
+            )
+            assert out.table is not None
+            rows[only] = sorted(map(str, out.table.to_pylist()))
+            out.finish()
+        assert rows[True] == rows[False] and len(rows[True]) == len(followers)
+        state = {only: sorted(spark.read.parquet(t.path(batch_id)).collect()) for only, t in tables.items()}
+        assert state[True] == state[False]
+    assert len(state[True]) == 5
