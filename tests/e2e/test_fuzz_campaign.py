@@ -34,6 +34,7 @@ from confluent_kafka import Producer
 from isrwatch.alerts import AlertName
 from streaming.origin import QUERY_DIR
 from streaming.parse import RECORD_REASONS
+from streaming.source_spool import RAW_SCHEMA
 from tests.e2e.fuzz import Fuzz, Record, telemetry_bases
 from tests.e2e.kafka_io import ProduceLoad, read_records
 from tests.e2e.pipeline import CLUSTER, TOPIC_PARTITIONS, Pipeline, until
@@ -44,7 +45,7 @@ SEED_ENV, RECORDS_ENV = "ISRWATCH_FUZZ_SEED", "ISRWATCH_FUZZ_RECORDS"
 BURST = 2_000
 PAUSE_S = 8.0  # between bursts
 MAX_BATCH_GAP_S = 120.0
-RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+RAW = RAW_SCHEMA  # the source's columns, as the job's own sources give them
 
 
 def headers_supported(cluster: Any, topic: str) -> str | None:

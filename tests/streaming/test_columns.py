@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 
 from isrwatch.telemetry import IsrChange, Observation, TelemetryRecord, decode_record, encode_record
 from streaming import parse
+from streaming.source_spool import RAW_SCHEMA
 from tests.streaming.rare import rare_rows
 
 pytestmark = pytest.mark.spark
 
-RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+RAW = RAW_SCHEMA  # the source's columns, as the job's own sources give them
 NOW = int(time.time() * 1000)
 
 offsets = st.one_of(st.none(), st.integers(0, 2**40))

@@ -9,11 +9,12 @@ import pytest
 
 from isrwatch.telemetry import BrokerCounters, IsrChange, Observation, TelemetryRecord, encode_record
 from streaming import parse
+from streaming.source_spool import RAW_SCHEMA
 from tests.streaming.rare import rare_rows
 
 pytestmark = pytest.mark.spark
 
-RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+RAW = RAW_SCHEMA  # the source's columns, as the job's own sources give them
 
 
 def _obs(**over) -> dict:

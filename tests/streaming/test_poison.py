@@ -21,11 +21,12 @@ from isrwatch.rule import Rule
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
 from streaming import parse, state
 from streaming.outputs import DeadLetterFile, payload_bytes
+from streaming.source_spool import RAW_SCHEMA
 from tests.streaming.rare import rare_rows
 
 pytestmark = pytest.mark.spark
 
-RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+RAW = RAW_SCHEMA  # the source's columns, as the job's own sources give them
 FUTURE_TOLERANCE_MS = 300_000  # the job's, in Kafka mode
 NOW = int(time.time() * 1000)
 

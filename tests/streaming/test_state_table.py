@@ -12,6 +12,7 @@ from isrwatch.status import Thresholds
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
 from streaming import replicas
 from streaming.batch import evaluate_records
+from streaming.source_spool import RAW_SCHEMA
 
 from .test_state import OBS_SCHEMA, _rows
 
@@ -87,7 +88,7 @@ def test_a_batch_evaluates_only_the_replicas_it_observes_and_carries_the_others_
     assert (rows[0], rows[2]) == (before[2], before[4])  # the silent replicas' rows, unchanged
 
 
-RAW = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
+RAW = RAW_SCHEMA  # the source's columns, as the job's own sources give them
 
 
 def _telemetry(spark, t_ms, followers):
