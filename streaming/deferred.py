@@ -4,8 +4,18 @@ A range is planned from offsets its leader has just reported, but the leader can
 hang between planning and reading (measured: the first batch after a SIGSTOP
 waited 30+ s on two ranges). Waiting holds the whole job; dropping the rest of
 the range loses telemetry. Instead a task that gets nothing from its leader for
-``SHORT_READ_S`` stops, hands Spark what it read, and writes how far it got; the
+``SHORT_READ_S`` stops, hands Spark what it read, and records how far it got; the
 driver starts that partition's next range there, once the leader answers again.
+
+A batch can read one range more than once: on a Spark cluster two executors can
+each compute the same partition of the batch's held records at the same moment
+(measured: the same range read twice in one stage), and a lost executor's
+partitions are read again. Every read of a range must then hand Spark the same
+records, or the batch counts what the next batch reads again (or loses what it
+skips). So the first read to finish decides where the range ends for the batch
+(``decide``: a file created once, never replaced) and every other read of it, at
+the same time or later, on a replay too, reads exactly that far
+(``streaming.range_read``).
 
 Everything lives in files under the source's state directory (beside Spark's
 checkpoint, so on a Spark cluster it is on the shared checkpoint storage):
@@ -15,8 +25,10 @@ checkpoint, so on a Spark cluster it is on the shared checkpoint storage):
   read, where that is before the batch's start). Written before the tasks run
   and reused when Spark re-plans the same batch after a crash, so a replayed
   batch reads exactly the same ranges.
-* ``short/<topic>-<partition>-<start>-<end>.json``: ``{"upto": n}``, written by
-  a task that stopped short of ``end``; removed when a replay reads it whole.
+* ``reads/<plan id>/<topic>-<partition>-<start>-<end>.json``: ``{"upto": n}``, how far
+  the batch reads the range (``end`` when whole). Only the newest plan's are kept.
+* ``short/<topic>-<partition>-<start>-<end>.json``: the same for a short read, as
+  versions before the ``reads`` files wrote it; read for a checkpoint they left.
 
 The next plan finds the previous one by its end offsets (the next batch's start).
 """
@@ -26,11 +38,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Deferred", "SHORT_READ_S", "SHORT_READ_NEW_S", "offsets_digest"]
+__all__ = ["Deferred", "SHORT_READ_S", "SHORT_READ_NEW_S", "offsets_digest", "plan_id"]
 
 # A read task that gets no record for this long stops short and defers the rest: a
 # consumer that has read from the partition before (kept between batches), whose
@@ -54,6 +67,11 @@ def offsets_digest(offsets: Offsets) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
+def plan_id(start: Offsets, end: Offsets) -> str:
+    """The batch (start, end]'s name among the ``reads`` files: the same on a replay."""
+    return hashlib.sha256((offsets_digest(start) + offsets_digest(end)).encode()).hexdigest()[:32]
+
+
 def _write(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -74,17 +92,31 @@ class Deferred:
 
     # -- tasks ----------------------------------------------------------------
 
-    def _short_path(self, r: Range) -> Path:
+    def _read_path(self, plan: str, r: Range) -> Path:
         topic, partition, start, end = r
-        return self.dir / "short" / f"{topic}-{partition}-{start}-{end}.json"
+        return self.dir / "reads" / plan / f"{topic}-{partition}-{start}-{end}.json"
 
-    def stopped_short(self, r: Range, upto: int) -> None:
-        """A task read ``r`` only up to ``upto`` (exclusive)."""
-        _write(self._short_path(r), {"upto": int(upto)})
+    def decided(self, plan: str, r: Range) -> int | None:
+        """Where batch ``plan`` reads ``r`` up to (exclusive), if a read of it has decided."""
+        found = _read(self._read_path(plan, r))
+        return int(found["upto"]) if isinstance(found, dict) else None
 
-    def read_whole(self, r: Range) -> None:
-        """A task read all of ``r`` (a replay may succeed where the first try stopped short)."""
-        self._short_path(r).unlink(missing_ok=True)
+    def decide(self, plan: str, r: Range, upto: int) -> int:
+        """Batch ``plan`` reads ``r`` up to ``upto``, unless a read of it decided first:
+        where the batch reads it up to, either way. The file is linked into place whole,
+        so a reader sees all of it or none, and once there it is never replaced."""
+        path = self._read_path(plan, r)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        tmp.write_text(json.dumps({"upto": int(upto)}), encoding="utf-8")
+        try:
+            os.link(tmp, path)
+            return int(upto)
+        except FileExistsError:
+            found = self.decided(plan, r)
+            return int(upto) if found is None else found
+        finally:
+            tmp.unlink(missing_ok=True)
 
     # -- the driver -----------------------------------------------------------
 
@@ -118,7 +150,21 @@ class Deferred:
                 ranges.append((topic, int(p), lo, int(hi)))
         _write(self.dir / "plans" / f"{digest}.json", {"start": start, "end": end, "ranges": ranges, "resume": resume})
         _write(self.dir / "plans" / "by-end" / f"{offsets_digest(end)}.json", {"start_digest": digest})
+        self._keep_reads(plan_id(start, end))  # the batch before's are in this plan's resume now
         return ranges, resume
+
+    def _keep_reads(self, plan: str) -> None:
+        """Remove every batch's ``reads`` files but ``plan``'s."""
+        folder = self.dir / "reads"
+        if folder.is_dir():
+            for d in folder.iterdir():
+                if d.name != plan:
+                    shutil.rmtree(d, ignore_errors=True)
+
+    def _short_path(self, r: Range) -> Path:
+        """Where versions before the ``reads`` files recorded a short read of ``r``."""
+        topic, partition, start, end = r
+        return self.dir / "short" / f"{topic}-{partition}-{start}-{end}.json"
 
     def _owed(self, start: Offsets) -> dict[str, int]:
         """What the batch that ended at ``start`` left unread, and what it still owed itself."""
@@ -131,15 +177,19 @@ class Deferred:
         for key, lo in prev["resume"].items():
             if key not in planned:
                 owed[key] = int(lo)
+        prev_plan = plan_id(prev["start"], prev["end"])
         for r in prev["ranges"]:
-            short = _read(self._short_path(tuple(r)))  # type: ignore[arg-type]
-            if isinstance(short, dict) and int(short["upto"]) < r[3]:
-                owed[f"{r[0]}/{r[1]}"] = int(short["upto"])
+            upto = self.decided(prev_plan, tuple(r))  # type: ignore[arg-type]
+            if upto is None:  # not decided: a checkpoint of an earlier version (its short reads)
+                short = _read(self._short_path(tuple(r)))  # type: ignore[arg-type]
+                upto = int(short["upto"]) if isinstance(short, dict) else None
+            if upto is not None and upto < r[3]:
+                owed[f"{r[0]}/{r[1]}"] = upto
         return owed
 
     def tidy(self, keep: int = _KEEP_PLANS, keep_short_s: float = _KEEP_SHORT_S) -> None:
-        """Forget all but the newest ``keep`` plans (and their links by end), and short reads
-        older than ``keep_short_s`` (committed long ago)."""
+        """Forget all but the newest ``keep`` plans (and their links by end), and earlier
+        versions' short reads older than ``keep_short_s`` (committed long ago)."""
         for sub in ("plans", "plans/by-end"):
             files = self._files(sub)
             for _, f in sorted(files, reverse=True)[keep:]:

@@ -6,10 +6,17 @@ Range consumers are kept (unassigned) between reads in a reused Python worker: a
 consumer that already knows the partition's leader is not held up by another broker
 that hangs. A read whose leader stops answering hands Spark what it has and records
 how far it got (``streaming.deferred``), so the rest is read in a later batch.
+
+A range can be read more than once in its batch (two executors computing the same
+partition, a lost executor's partitions, a replay): the first read to finish decides
+how far the batch reads it (``Deferred.decide``), and every read hands Spark exactly
+the records up to there. A read that learns of an earlier decision short of what it
+has already handed Spark fails its task, and Spark's retry reads as decided.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -23,7 +30,7 @@ from streaming.source_spool import raw_arrow_schema
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["KafkaRange", "read_range"]
+__all__ = ["KafkaRange", "read_range", "close_kept_consumers"]
 
 log = logging.getLogger("streaming.source_kafka")
 # librdkafka's own messages (isrwatch.logs holds back its repeats)
@@ -71,67 +78,144 @@ def _release(key: _RangeKey, consumer: Any, healthy: bool) -> None:
     consumer.close()
 
 
+def close_kept_consumers() -> None:
+    """Close the consumers kept between reads (a Python worker's end, a test's)."""
+    while _RANGE_CONSUMERS:
+        _, consumer = _RANGE_CONSUMERS.popitem()
+        consumer.close()
+
+
 class KafkaRange(InputPartition):
     """Offsets [start, end) of one topic partition: one Spark task."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int, state_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        state_dir: str | None = None,
+        plan: str | None = None,
+    ) -> None:
         super().__init__((topic, partition, start, end))
         self.topic = topic
         self.partition = partition
         self.start = start
         self.end = end
-        # where a read that cannot reach its leader records how far it got (streaming.deferred)
+        # where a read that cannot reach its leader records how far it got (streaming.deferred),
+        # and the batch's name there (deferred.plan_id): both or neither
         self.state_dir = state_dir
+        self.plan = plan
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        return (self.topic, self.partition, self.start, self.end)
+
+
+class _Read:
+    """One read of a range: the records read and not yet handed to Spark, and how far
+    the batch reads the range (``upto``: the range's end until a read decides)."""
+
+    def __init__(self, r: KafkaRange, deferred: Deferred | None) -> None:
+        self.r = r
+        self.deferred = deferred
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.stamps: list[int | None] = []
+        self.nxt = r.start  # the next offset to read
+        self.handed = r.start  # the records before this offset are with Spark
+        found = deferred.decided(r.plan, r.key) if deferred is not None and r.plan else None
+        self.decided = found is not None  # by an earlier read: read exactly that far, however long it takes
+        self.upto = r.end if found is None else found
+
+    def add(self, offset: int, key: bytes | None, value: bytes | None, stamp: int | None) -> None:
+        self.keys.append(key)
+        self.values.append(value)
+        self.offsets.append(offset)
+        self.stamps.append(stamp)
+        self.nxt = offset + 1
+
+    def take(self) -> pa.RecordBatch:
+        """The records held, as an Arrow batch with the Kafka source's columns (handed to Spark)."""
+        import pyarrow as pa
+
+        n = len(self.offsets)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.keys, pa.binary()),
+                pa.array(self.values, pa.binary()),
+                pa.array([self.r.topic] * n, pa.string()),
+                pa.array([self.r.partition] * n, pa.int32()),
+                pa.array(self.offsets, pa.int64()),
+                pa.array(self.stamps, pa.timestamp("us", tz="UTC")),
+            ],
+            schema=raw_arrow_schema(),
+        )
+        self.keys, self.values, self.offsets, self.stamps = [], [], [], []
+        self.handed = self.nxt
+        return batch
+
+    def decide(self, upto: int) -> None:
+        """The batch reads the range up to ``upto``, unless a read of it decided first: then
+        as far as that one (``Deferred.decide``)."""
+        assert self.deferred is not None and self.r.plan is not None
+        self._follow(self.deferred.decide(self.r.plan, self.r.key, upto))
+
+    def check(self) -> None:
+        """Before handing Spark more: follow a decision another read has made meanwhile."""
+        if self.deferred is not None and self.r.plan and not self.decided:
+            found = self.deferred.decided(self.r.plan, self.r.key)
+            if found is not None:
+                self._follow(found)
+
+    def _follow(self, upto: int) -> None:
+        self.decided, self.upto = True, upto
+        if upto >= self.nxt:
+            return  # read on up to there (another read got further)
+        if upto < self.handed:
+            raise RuntimeError(
+                f"{self.r.topic}[{self.r.partition}]: this read handed Spark records up to offset {self.handed}, "
+                f"another read of [{self.r.start}, {self.r.end}) in the batch stopped at {upto}: "
+                "the task fails and Spark's retry reads as far as that one"
+            )
+        keep = bisect.bisect_left(self.offsets, upto)
+        del self.keys[keep:], self.values[keep:], self.offsets[keep:], self.stamps[keep:]
+        self.nxt = upto
 
 
 def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch]:
-    """The records [start, end) of one partition as Arrow batches with the Kafka source's columns."""
+    """The records [start, end) of one partition as Arrow batches with the Kafka source's
+    columns; with a state directory, up to where the batch's first read of it stopped."""
     import time
 
-    import pyarrow as pa
     from confluent_kafka import KafkaError, TopicPartition
-
-    schema = raw_arrow_schema()
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    offsets: list[int] = []
-    stamps: list[int | None] = []
-
-    def batch() -> pa.RecordBatch:
-        n = len(offsets)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-                pa.array([r.topic] * n, pa.string()),
-                pa.array([r.partition] * n, pa.int32()),
-                pa.array(offsets, pa.int64()),
-                pa.array(stamps, pa.timestamp("us", tz="UTC")),
-            ],
-            schema=schema,
-        )
 
     key, consumer, kept = _range_consumer(config, r.topic, r.partition)
     short_after = SHORT_READ_S if kept else SHORT_READ_NEW_S
-    healthy = False
+    stalled = False
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
-        nxt = r.start
+        read = _Read(r, Deferred(r.state_dir) if r.state_dir and r.plan else None)
         last_progress = time.monotonic()
         warned = 0.0
-        deferred = Deferred(r.state_dir) if r.state_dir else None
-        short = False
-        while nxt < r.end:
-            msgs = consumer.consume(num_messages=min(10_000, r.end - nxt), timeout=_CONSUME_S)
+        while read.nxt < read.upto:
+            msgs = consumer.consume(num_messages=min(10_000, read.upto - read.nxt), timeout=_CONSUME_S)
             waited = time.monotonic() - last_progress
-            if not msgs and deferred is not None and waited > short_after:
+            if not msgs and read.deferred is not None and not read.decided and waited > short_after:
                 # the leader hangs: hand Spark what was read, the rest goes to a later batch
-                deferred.stopped_short((r.topic, r.partition, r.start, r.end), nxt)
-                log.warning(kv(event="range_deferred", topic=r.topic, partition=r.partition, read_upto=nxt, end=r.end))
-                short = True
-                break
+                # (unless another read of the range decided first: then as far as that one)
+                stalled = True
+                read.decide(read.nxt)
+                if read.upto < r.end:
+                    log.warning(
+                        kv(event="range_deferred", topic=r.topic, partition=r.partition, read_upto=read.upto, end=r.end)
+                    )
+                continue
             if not msgs and waited > _READ_TIMEOUT_S:
-                raise RuntimeError(f"{r.topic}[{r.partition}]: no records past offset {nxt} (want up to {r.end})")
+                raise RuntimeError(
+                    f"{r.topic}[{r.partition}]: no records past offset {read.nxt} (want up to {read.upto})"
+                )
             if not msgs and waited > warned + _READ_WARN_S:
                 warned = waited
                 log.warning(
@@ -139,7 +223,7 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
                         event="range_read_waiting",
                         topic=r.topic,
                         partition=r.partition,
-                        offset=nxt,
+                        offset=read.nxt,
                         waited_s=round(waited),
                     )
                 )
@@ -150,26 +234,22 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
                         continue
                     raise RuntimeError(f"{r.topic}[{r.partition}]: {err.str()}")
                 off = int(m.offset() or 0)
-                if off < nxt:
+                if off < read.nxt:
                     continue
-                if off >= r.end:
-                    nxt = r.end
+                if off >= read.upto:
+                    read.nxt = read.upto
                     break
                 last_progress, warned = time.monotonic(), 0.0
                 ts_type, ts = m.timestamp()
-                keys.append(m.key())
-                values.append(m.value())
-                offsets.append(off)
-                stamps.append(ts * 1000 if ts_type != 0 and ts >= 0 else None)
-                nxt = off + 1
-                if len(offsets) >= _ARROW_ROWS:
-                    yield batch()
-                    keys, values, offsets, stamps = [], [], [], []
-        if offsets:
-            yield batch()
-        if deferred is not None and not short:
-            deferred.read_whole((r.topic, r.partition, r.start, r.end))
-        healthy = not short
+                read.add(off, m.key(), m.value(), ts * 1000 if ts_type != 0 and ts >= 0 else None)
+                if len(read.offsets) >= _ARROW_ROWS:
+                    read.check()
+                    if read.offsets:
+                        yield read.take()
+        if read.deferred is not None and not read.decided:
+            read.decide(read.nxt)  # read whole (or as far as a read that decided meanwhile)
+        if read.offsets:
+            yield read.take()
     finally:
-        _release(key, consumer, healthy)
-    log.debug(kv(event="range_read", topic=r.topic, partition=r.partition, start=r.start, end=r.end))
+        _release(key, consumer, not stalled)
+    log.debug(kv(event="range_read", topic=r.topic, partition=r.partition, start=r.start, end=r.end, upto=read.upto))

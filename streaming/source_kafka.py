@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from isrwatch.logs import kv
-from streaming.deferred import Deferred
+from streaming.deferred import Deferred, plan_id
 from streaming.range_read import KafkaRange, read_range
 from streaming.source_spool import RAW_SCHEMA
 from streaming.watermarks import Watermarks
@@ -208,7 +208,8 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._owed = set(owed)
             owing = ",".join(f"{k}@{o}" for k, o in sorted(owed.items())) or "none"
             log.warning(kv(event="telemetry_ranges_owed", partitions=owing))
-        return [KafkaRange(t, p, lo, hi, self.state_dir) for t, p, lo, hi in planned]
+        batch = plan_id(start, end)  # every read of a range of this batch reads it as far as the first
+        return [KafkaRange(t, p, lo, hi, self.state_dir, batch) for t, p, lo, hi in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
