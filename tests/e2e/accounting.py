@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from isrwatch.telemetry import decode_record
-from tests.e2e.kafka_io import read_topic
+from tests.e2e.kafka_io import end_offsets, read_records
 from tests.e2e.pipeline import Pipeline, until
 
-__all__ = ["telemetry_counts", "committed_records", "drain_and_count"]
+__all__ = ["telemetry_counts", "committed_offsets", "drain_and_count"]
 
 
-def telemetry_counts(cluster, topic: str) -> tuple[int, Counter]:
-    """(records, observations per (topic, partition, broker_id)) of the telemetry topic, every partition."""
-    values = read_topic(cluster, topic)
+def telemetry_counts(cluster, topic: str, ends: dict[int, int] | None = None) -> tuple[int, Counter]:
+    """(records, observations per (topic, partition, broker_id)) of the telemetry topic, every
+    partition, up to ``ends`` (per partition; None: its end offsets now)."""
+    values = [value for *_, value in read_records(cluster, topic, ends=ends)]
     counts: Counter = Counter()
     for v in values:
         for o in decode_record(v or b"{}").observations:  # any version, the columns of 3 too
@@ -27,34 +28,42 @@ def telemetry_counts(cluster, topic: str) -> tuple[int, Counter]:
     return len(values), counts
 
 
-def committed_records(checkpoint: Path, topic: str) -> int:
-    """Telemetry records up to the aggregation query's last committed batch, over every partition (-1 before any)."""
+def committed_offsets(checkpoint: Path, topic: str) -> dict[int, int]:
+    """Per partition, the end offset of the aggregation query's last committed batch (empty before any)."""
     agg = checkpoint / "aggregates"
     commits = [int(n) for n in os.listdir(agg / "commits") if n.isdigit()] if (agg / "commits").is_dir() else []
     if not commits:
-        return -1
+        return {}
     lines = (agg / "offsets" / str(max(commits))).read_text().splitlines()
-    return sum(int(o) for o in json.loads(lines[-1]).get(topic, {}).values())
+    return {int(p): int(o) for p, o in json.loads(lines[-1]).get(topic, {}).items()}
 
 
 def drain_and_count(cluster: Any, pipe: Pipeline, spark_reader: Callable[[], Any]) -> tuple[int, Counter, Counter]:
-    """Stop the collector, wait for the job to commit the end of the telemetry topic, stop
-    the job (exit 0), then (telemetry records, observations on the topic per replica,
-    observations in the job's state per replica, read back with Spark's state reader)."""
+    """Stop the collector, wait for the job to commit every telemetry record a consumer can
+    read then, stop the job (exit 0), then (telemetry records the job committed, observations
+    on the topic per replica in those records, observations in the job's state per replica,
+    read back with Spark's state reader).
+
+    The topic is counted up to the offsets the job committed, not up to its end when the
+    collector stopped: the collector produces with acks=1, so its last records can still be
+    on their way to the followers then (under the high watermark a consumer sees) and reach
+    the job a moment later. Every partition's committed end must cover what was readable."""
     from streaming.query import restore_aggregates
 
     assert pipe.collector is not None
     pipe.collector.stop()
     pipe.collector = None
-    high, expected = telemetry_counts(cluster, pipe.telemetry_topic)
-    until(
-        "the job to commit the end of the telemetry topic",
-        lambda: committed_records(pipe.checkpoint_dir, pipe.telemetry_topic) >= high,
-        240,
-        pipe,
-    )
+    readable = end_offsets(cluster, pipe.telemetry_topic)
+
+    def covered() -> bool:
+        done = committed_offsets(pipe.checkpoint_dir, pipe.telemetry_topic)
+        return all(done.get(p, 0) >= end for p, end in readable.items())
+
+    until("the job to commit the end of the telemetry topic", covered, 240, pipe)
     assert pipe.job is not None
     assert pipe.job.stop() == 0, pipe.tails()
+    committed = committed_offsets(pipe.checkpoint_dir, pipe.telemetry_topic)
+    high, expected = telemetry_counts(cluster, pipe.telemetry_topic, ends=committed)
     rows = restore_aggregates(spark_reader(), str(pipe.checkpoint_dir))
     got = Counter({(r["topic"], r["partition"], r["broker_id"]): r["observations"] for r in rows})
     return high, expected, got

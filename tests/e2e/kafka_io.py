@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["ProduceLoad", "read_records", "read_topic"]
+__all__ = ["ProduceLoad", "end_offsets", "read_records", "read_topic"]
 
 
 class ProduceLoad(threading.Thread):
@@ -99,11 +99,29 @@ def read_observations(cluster: Any, telemetry_topic: str) -> list[Any]:
     return out
 
 
+def end_offsets(cluster: Any, topic: str) -> dict[int, int]:
+    """Each partition's end offset (high watermark) now: the records a consumer can read."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer(cluster.client_config(**{"group.id": f"ends-{topic}", "enable.auto.commit": False}))
+    try:
+        md = c.list_topics(topic, timeout=30).topics[topic]
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in sorted(md.partitions)}
+    finally:
+        c.close()
+
+
 def read_records(
-    cluster: Any, topic: str, timeout_s: float = 120.0, *, compacted: bool = False
+    cluster: Any,
+    topic: str,
+    timeout_s: float = 120.0,
+    *,
+    compacted: bool = False,
+    ends: dict[int, int] | None = None,
 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """(partition, offset, key, value) of every record of ``topic`` up to its end offsets now,
-    in offset order per partition. Unless ``compacted``, every offset must be there."""
+    """(partition, offset, key, value) of every record of ``topic`` up to its end offsets now
+    (or up to ``ends``, per partition), in offset order per partition. Unless ``compacted``,
+    every offset must be there."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer(cluster.client_config(**{"group.id": f"read-{topic}", "enable.auto.commit": False}))
@@ -112,7 +130,9 @@ def read_records(
         md = c.list_topics(topic, timeout=30).topics[topic]
         deadline = time.monotonic() + timeout_s
         for p in sorted(md.partitions):
-            _, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            high = (
+                ends.get(p, 0) if ends is not None else c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            )
             c.assign([TopicPartition(topic, p, 0)])
             seen, next_offset = 0, 0
             while next_offset < high and time.monotonic() < deadline:
