@@ -30,7 +30,7 @@ from isrwatch.status import State, Thresholds
 from replay.report import write_report
 from replay.settings import DEFAULT_LAG_MAX_MESSAGES, ReplaySettings, parse_time_ms, split_list
 from replay.sources import read_recording, read_topic, simulated
-from replay.stage import RAW_SCHEMA, stage
+from replay.stage import stage
 from replay.tally import Transition, tally
 
 if TYPE_CHECKING:
@@ -285,6 +285,7 @@ def _recording(settings: ReplaySettings) -> tuple[Iterator[bytes], str]:
 
 def main(settings: ReplaySettings) -> int:
     from streaming.session import build_session
+    from streaming.source_spool import RAW_SCHEMA
 
     to_run = settings_to_run(settings)
     records, what = _recording(settings)

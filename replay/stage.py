@@ -19,28 +19,31 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["CHUNK", "RAW_SCHEMA", "stage", "frame"]
+__all__ = ["CHUNK", "stage", "frame"]
 
 log = logging.getLogger(__name__)
 
 CHUNK = 20_000
 _PROGRESS_EVERY = 100_000
-RAW_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp"
 
 
 def _table(records: list[bytes], first_offset: int) -> pa.Table:
+    """The records in the Kafka source's columns (``streaming.source_spool.raw_arrow_schema``)."""
     import pyarrow as pa
+
+    from streaming.source_spool import raw_arrow_schema
 
     n = len(records)
     return pa.table(
-        {
-            "key": pa.nulls(n, pa.binary()),
-            "value": pa.array(records, pa.binary()),
-            "topic": pa.array(["replay"] * n, pa.string()),
-            "partition": pa.array([0] * n, pa.int32()),
-            "offset": pa.array(range(first_offset, first_offset + n), pa.int64()),
-            "timestamp": pa.nulls(n, pa.timestamp("us", tz="UTC")),
-        }
+        [
+            pa.nulls(n, pa.binary()),
+            pa.array(records, pa.binary()),
+            pa.array(["replay"] * n, pa.string()),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(first_offset, first_offset + n), pa.int64()),
+            pa.nulls(n, pa.timestamp("us", tz="UTC")),
+        ],
+        schema=raw_arrow_schema(),
     )
 
 
@@ -70,4 +73,6 @@ def stage(records: Iterable[bytes], directory: str, what: str) -> int:
 
 def frame(spark: SparkSession, records: list[bytes]) -> DataFrame:
     """A few records as the Kafka source's columns, straight from memory (tests, small inputs)."""
+    from streaming.source_spool import RAW_SCHEMA
+
     return spark.createDataFrame(_table(records, 0), schema=RAW_SCHEMA)
