@@ -193,7 +193,7 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
 
     key, consumer, kept = _range_consumer(config, r.topic, r.partition)
     short_after = SHORT_READ_S if kept else SHORT_READ_NEW_S
-    stalled = False
+    stalled = healthy = False  # kept for the next read only when it ends well and its leader answered
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
         read = _Read(r, Deferred(r.state_dir) if r.state_dir and r.plan else None)
@@ -250,6 +250,7 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
             read.decide(read.nxt)  # read whole (or as far as a read that decided meanwhile)
         if read.offsets:
             yield read.take()
+        healthy = not stalled
     finally:
-        _release(key, consumer, not stalled)
+        _release(key, consumer, healthy)
     log.debug(kv(event="range_read", topic=r.topic, partition=r.partition, start=r.start, end=r.end, upto=read.upto))
