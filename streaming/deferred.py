@@ -13,9 +13,10 @@ each compute the same partition of the batch's held records at the same moment
 partitions are read again. Every read of a range must then hand Spark the same
 records, or the batch counts what the next batch reads again (or loses what it
 skips). So the first read to finish decides where the range ends for the batch
-(``decide``: a file created once, never replaced) and every other read of it, at
-the same time or later, on a replay too, reads exactly that far
-(``streaming.range_read``).
+(``decide``: a file created once, never replaced) and every other read of it in
+that run of the batch, at the same time or later, reads exactly that far
+(``streaming.range_read``). A replay after a restart decides afresh
+(``forget_reads``): the run before it never committed.
 
 Everything lives in files under the source's state directory (beside Spark's
 checkpoint, so on a Spark cluster it is on the shared checkpoint storage):
@@ -26,7 +27,7 @@ checkpoint, so on a Spark cluster it is on the shared checkpoint storage):
   and reused when Spark re-plans the same batch after a crash, so a replayed
   batch reads exactly the same ranges.
 * ``reads/<plan id>/<topic>-<partition>-<start>-<end>.json``: ``{"upto": n}``, how far
-  the batch reads the range (``end`` when whole). Only the newest plan's are kept.
+  the batch reads the range (``end`` when whole). Only the newest batch's are kept.
 * ``short/<topic>-<partition>-<start>-<end>.json``: the same for a short read, as
   versions before the ``reads`` files wrote it; read for a checkpoint they left.
 
@@ -152,6 +153,11 @@ class Deferred:
         _write(self.dir / "plans" / "by-end" / f"{offsets_digest(end)}.json", {"start_digest": digest})
         self._keep_reads(plan_id(start, end))  # the batch before's are in this plan's resume now
         return ranges, resume
+
+    def forget_reads(self, plan: str) -> None:
+        """Start batch ``plan``'s reads afresh: a replay after a restart (the run before it
+        never committed) decides again; call once per run of the batch, before its tasks."""
+        shutil.rmtree(self.dir / "reads" / plan, ignore_errors=True)
 
     def _keep_reads(self, plan: str) -> None:
         """Remove every batch's ``reads`` files but ``plan``'s."""

@@ -8,9 +8,9 @@ that hangs. A read whose leader stops answering hands Spark what it has and reco
 how far it got (``streaming.deferred``), so the rest is read in a later batch.
 
 A range can be read more than once in its batch (two executors computing the same
-partition, a lost executor's partitions, a replay): the first read to finish decides
-how far the batch reads it (``Deferred.decide``), and every read hands Spark exactly
-the records up to there. A read that learns of an earlier decision short of what it
+partition, a lost executor's partitions): the first read to finish decides how far
+the batch reads it (``Deferred.decide``), and every read hands Spark exactly the
+records up to there. A read that learns of an earlier decision short of what it
 has already handed Spark fails its task, and Spark's retry reads as decided.
 """
 

@@ -134,6 +134,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.state_dir = lower.get("statedir") or None
         self._commits = 0
         self._owed: set[str] = set()
+        # The batch whose reads this reader has started afresh (Deferred.forget_reads).
+        self._reads_of: str | None = None
         # End of the last range Spark planned or committed, per partition.
         self._planned: Offsets = {}
         # Where partitions first seen after the start begin.
@@ -208,7 +210,12 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._owed = set(owed)
             owing = ",".join(f"{k}@{o}" for k, o in sorted(owed.items())) or "none"
             log.warning(kv(event="telemetry_ranges_owed", partitions=owing))
-        batch = plan_id(start, end)  # every read of a range of this batch reads it as far as the first
+        # Every read of a range in this run of the batch reads it as far as the first read that
+        # finished; what a run of it before a restart read was never committed: forgotten.
+        batch = plan_id(start, end)
+        if batch != self._reads_of:
+            Deferred(self.state_dir).forget_reads(batch)
+            self._reads_of = batch
         return [KafkaRange(t, p, lo, hi, self.state_dir, batch) for t, p, lo, hi in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

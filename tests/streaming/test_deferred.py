@@ -71,7 +71,9 @@ def test_only_the_newest_batch_keeps_its_reads(tmp_path):
     assert [p.name for p in (tmp_path / "reads").iterdir()] == [plan_id(start, end)]
 
 
-def test_a_replayed_batch_gets_the_same_ranges_and_reads_them_as_its_first_try_did(tmp_path):
+def test_a_replayed_batch_gets_the_same_ranges_and_decides_its_reads_afresh(tmp_path):
+    """The run before the restart never committed: its replay reads the same ranges, as far
+    as they go now (the first run's read stopped short, the replay's gets it all)."""
     d = Deferred(str(tmp_path))
     s0, e0 = {"t": {"0": 0}}, {"t": {"0": 10}}
     d.plan(s0, e0, late=set())
@@ -79,10 +81,28 @@ def test_a_replayed_batch_gets_the_same_ranges_and_reads_them_as_its_first_try_d
     e1 = {"t": {"0": 20}}
     first = d.plan(e0, e1, late=set())
     assert first == ([("t", 0, 3, 20)], {"t/0": 3})
-    d.decide(plan_id(e0, e1), ("t", 0, 3, 20), 20)  # the job died before Spark committed the batch
+    d.decide(plan_id(e0, e1), ("t", 0, 3, 20), 8)  # stopped short; the job died before Spark committed the batch
     again = Deferred(str(tmp_path))
     assert again.plan(e0, e1, late=set()) == first  # Spark re-plans it: same ranges
-    assert again.decided(plan_id(e0, e1), ("t", 0, 3, 20)) == 20  # read as far as before
+    again.forget_reads(plan_id(e0, e1))  # the restarted job's source, once per run of a batch
+    assert again.decide(plan_id(e0, e1), ("t", 0, 3, 20), 20) == 20
+    assert again.plan(e1, {"t": {"0": 25}}, late=set()) == ([("t", 0, 20, 25)], {})
+
+
+def test_the_source_starts_a_batchs_reads_afresh_once_per_run(tmp_path):
+    """Spark may ask for one batch's partitions more than once in a run: the reads its tasks
+    decided stay; a restarted job's source (a new reader) forgets them before its replay."""
+    from streaming.source_kafka import KafkaStreamReader
+
+    options = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", "stateDir": str(tmp_path)}
+    start, end = {"t": {"0": 0}}, {"t": {"0": 10}}
+    reader = KafkaStreamReader(options)
+    (r,) = reader.partitions(start, end)
+    Deferred(str(tmp_path)).decide(r.plan, r.key, 4)  # a task's read stopped short
+    (again,) = reader.partitions(start, end)
+    assert again.plan == r.plan and Deferred(str(tmp_path)).decided(r.plan, r.key) == 4
+    (replayed,) = KafkaStreamReader(options).partitions(start, end)
+    assert replayed.plan == r.plan and Deferred(str(tmp_path)).decided(r.plan, r.key) is None
 
 
 def test_an_empty_batch_planned_before_a_short_read_does_not_hide_it(tmp_path):
