@@ -43,6 +43,11 @@ _ARROW_ROWS = 4096
 # that hangs in the moment between planning and reading (the batch then waits for it)
 # rather than failing the query, which would stop the monitor.
 _READ_TIMEOUT_S = 300.0
+# Seconds a read that must reach where another read of its range got to (the batch has
+# those records already) waits for its leader. Then its task fails: after Spark's retries
+# the batch fails, the job restarts its query, and the replay, deciding afresh, defers
+# what the hung leader holds; a leader that hangs past this no longer holds the job.
+_DECIDED_WAIT_S = 30.0
 _READ_WARN_S = 15.0
 # One consume() call's wait: the short-read check runs between calls.
 _CONSUME_S = 0.25
@@ -212,6 +217,11 @@ def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch
                         kv(event="range_deferred", topic=r.topic, partition=r.partition, read_upto=read.upto, end=r.end)
                     )
                 continue
+            if not msgs and read.deferred is not None and read.decided and waited > _DECIDED_WAIT_S:
+                raise RuntimeError(
+                    f"{r.topic}[{r.partition}]: no records past offset {read.nxt} in {_DECIDED_WAIT_S:g} s; another "
+                    f"read of the range in this batch got to {read.upto}: the task fails (a replay decides afresh)"
+                )
             if not msgs and waited > _READ_TIMEOUT_S:
                 raise RuntimeError(
                     f"{r.topic}[{r.partition}]: no records past offset {read.nxt} (want up to {read.upto})"
