@@ -127,11 +127,12 @@ def test_since_and_until_keep_the_observations_inside_them(spark) -> None:
 
 def test_a_recording_staged_in_chunks_reads_back_whole_and_in_order(spark, tmp_path: Path, monkeypatch) -> None:
     from replay import stage as staging
+    from streaming.source_spool import RAW_SCHEMA
 
     monkeypatch.setattr(staging, "CHUNK", 7)
     records = [f"record {i}".encode() for i in range(30)] + [b"", b"\xff"]
     assert stage(iter(records), str(tmp_path / "staged"), "test") == len(records)
     assert len(list((tmp_path / "staged").glob("*.parquet"))) == 5
-    rows = spark.read.schema(staging.RAW_SCHEMA).parquet(str(tmp_path / "staged")).orderBy("offset").collect()
+    rows = spark.read.schema(RAW_SCHEMA).parquet(str(tmp_path / "staged")).orderBy("offset").collect()
     assert [bytes(r.value) for r in rows] == records
     assert [r.offset for r in rows] == list(range(len(records)))
