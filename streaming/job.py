@@ -35,7 +35,7 @@ from streaming.endpoints import alert_sinks, metrics_port, runbook_base, serve_m
 from streaming.feeder import DEFAULT_SCENARIO, Feeder, embedded_simulator
 from streaming.origin import check_checkpoint, default_checkpoint_dir
 from streaming.settings import AlertingSettings, JobSettings
-from streaming.stopping import install_signals, out_of_space, quiet_spark, stop_query
+from streaming.stopping import install_signals, out_of_space, quiet_spark, restore_signals, stop_query
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -135,8 +135,10 @@ class Job:
         self.handles = handles or JobHandles()
         self.stop_event = stop_event or threading.Event()
         self.signalled: int | None = None  # the signal that stopped the job
-        # From the start: a SIGTERM while Spark starts ends the job through the same clean-up.
-        install_signals(self)
+        self._resources = contextlib.ExitStack()
+        # From the start: a SIGTERM while Spark starts ends the job through the same clean-up;
+        # the handlers before the job's are back once everything else is released.
+        self._on_close("signal handlers", restore_signals, install_signals(self))
         self.truth_file = truth_file
         self.sinks = sinks
         self.cfg, self.th = _rule_config(settings)
@@ -149,7 +151,6 @@ class Job:
         self.feeder: Feeder | None = None
         self._start_query: Any = None  # starts the job's query (again) from its checkpoint
         self._restarts: list[float] = []  # when the query was restarted (monotonic)
-        self._resources = contextlib.ExitStack()
 
     def __enter__(self) -> Job:
         return self
@@ -385,7 +386,7 @@ class Job:
             conf=spark_conf_pairs(self.settings.spark_conf),
         )
         self._on_close("spark", self.spark.stop, jvm=True)
-        install_signals(self)  # over PySpark's SIGINT handler
+        install_signals(self)  # over PySpark's SIGINT handler (close puts back the ones before the job)
         return self.spark
 
     def _guard(self, handler: Any) -> Any:

@@ -16,7 +16,7 @@ from isrwatch.logs import kv
 if TYPE_CHECKING:
     from streaming.job import Job
 
-__all__ = ["install_signals", "stop_query", "out_of_space", "quiet_spark"]
+__all__ = ["install_signals", "restore_signals", "stop_query", "out_of_space", "quiet_spark"]
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +39,10 @@ def _process_available(q: Any, name: str) -> None:
         log.debug("drain_failed query=%s", name, exc_info=True)  # no call into the JVM here
 
 
-def install_signals(job: Job) -> None:
+def install_signals(job: Job) -> dict[int, Any]:
     """SIGTERM and Ctrl-C (SIGINT) ask the job to stop, through the same clean-up as
     ``--duration``; a second Ctrl-C gives up waiting (KeyboardInterrupt, exit 130).
+    Returns the handlers it replaced, for ``restore_signals`` (none off the main thread).
 
     Installed before Spark starts and again once it has: PySpark installs its own
     SIGINT handler, which cancels Spark's jobs and raises KeyboardInterrupt inside
@@ -50,7 +51,7 @@ def install_signals(job: Job) -> None:
     JVM too: what the dying JVM makes Py4J and PySpark print (``_quiet_the_bridge``) is
     left out."""
     if threading.current_thread() is not threading.main_thread():
-        return
+        return {}
 
     def on_signal(signum: int, frame: Any) -> None:
         if signum == signal.SIGINT and job.stop_event.is_set():
@@ -61,8 +62,15 @@ def install_signals(job: Job) -> None:
             _quiet_the_bridge()
         job.stop_event.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def restore_signals(previous: dict[int, Any]) -> None:
+    """Put back the handlers ``install_signals`` replaced: a process that embeds the job
+    (a test run, a service) has its own Ctrl-C again once the job has closed."""
+    if threading.current_thread() is threading.main_thread():
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def _quiet_the_bridge() -> None:

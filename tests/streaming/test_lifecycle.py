@@ -5,6 +5,7 @@ it made; a failing micro-batch ends ``await_stop`` with the reason."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -37,9 +38,11 @@ def test_a_job_starts_reports_progress_from_sparks_events_and_releases_everythin
     _spool_with_telemetry(spool)
     settings = JobSettings(spool_dir=spool, checkpoint_dir=str(tmp_path / "ck"), metrics_port=0, trigger_seconds=0.5)
     before = _listeners(spark)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     stop = threading.Event()
     job = Job(settings, spark=spark, stop_event=stop)
     with job:
+        assert all(signal.getsignal(sig) != h for sig, h in handlers.items()), "SIGINT and SIGTERM stop the job"
         job.start()
         assert _listeners(spark) == before + 1
         deadline = time.monotonic() + 120
@@ -52,8 +55,10 @@ def test_a_job_starts_reports_progress_from_sparks_events_and_releases_everythin
         stop.set()
         job.await_stop()  # returns at once: stopping was asked for
         query = job.query
-    # Released: the query stopped (Spark said so), the listener gone, the session still usable.
+    # Released: the query stopped (Spark said so), the listener gone, the session still usable,
+    # and Ctrl-C is the embedding process's own again (it once went to the closed job's handler).
     assert not query.isActive
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
     assert _listeners(spark) == before
     assert spark.range(3).count() == 3
 
