@@ -84,7 +84,8 @@ def _release(key: _RangeKey, consumer: Any, healthy: bool) -> None:
 
 
 def close_kept_consumers() -> None:
-    """Close the consumers kept between reads (a Python worker's end, a test's)."""
+    """Close the consumers kept between reads in this process (a test's end; a Spark Python
+    worker's go with the worker)."""
     while _RANGE_CONSUMERS:
         _, consumer = _RANGE_CONSUMERS.popitem()
         consumer.close()
