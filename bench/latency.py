@@ -162,12 +162,19 @@ def run(
     max_hold_s: float = 60.0,
     warmup_s: float = 25.0,
     prometheus_interval_s: int = 5,
+    spark: Any | None = None,
+    kafka: Any | None = None,
 ) -> dict[str, Any]:
+    """``crossings`` episodes, one every ``every_s`` after ``warmup_s``, in a fleet of
+    ``replicas`` published every second; each path's latencies and the job's batches.
+    ``spark`` and ``kafka``: a session and a local cluster to use and leave running (by
+    default the benchmark starts its own and stops them)."""
     from exporter.main import Exporter
     from exporter.settings import ExporterSettings
     from localkafka import COMPAT_CONFIG
     from localservices import alertmanager, prometheus
     from streaming import job
+    from streaming.query import JOB_QUERY
     from streaming.session import build_session
 
     fleet = Fleet(replicas)
@@ -177,8 +184,11 @@ def run(
     episodes: dict[int, Episode] = {}
     done: list[Episode] = []
     lock = threading.Lock()
-    spark = build_session("local[2]", 2, app_name="isrwatch-bench-latency")
-    kafka = bkafka.start_cluster()
+    own_spark, own_kafka = spark is None, kafka is None
+    if spark is None:
+        spark = build_session("local[2]", 2, app_name="isrwatch-bench-latency")
+    if kafka is None:
+        kafka = bkafka.start_cluster()
     stop = threading.Event()
     job_thread: threading.Thread | None = None
     errors: list[BaseException] = []
@@ -191,14 +201,14 @@ def run(
         topic = bkafka.new_topic(kafka, "bench-latency", partitions=1)
         with alertmanager(_alertmanager_config(work / "am"), work / "am") as am:
             from bench.throughput import job_settings
+            from streaming.settings import AlertingSettings
 
-            settings = job_settings(
-                kafka, topic, str(work / "ckpt"), 100_000, 1.0, alertmanager_url=[am.url], stale_after_seconds=60.0
-            )
+            settings = job_settings(kafka, topic, str(work / "ckpt"), 100_000, 1.0, stale_after_seconds=60.0)
+            alerting = AlertingSettings(alertmanager_url=[am.url])
 
             def target() -> None:
                 try:
-                    job.run(settings, spark=spark, stop_event=stop)
+                    job.run(settings, alerting=alerting, spark=spark, stop_event=stop)
                 except BaseException as e:
                     errors.append(e)
 
@@ -274,15 +284,17 @@ def run(
                         )
                 del prom
                 for q in spark.streams.active:
-                    if q.name == "isrwatch_aggregates":
+                    if q.name == JOB_QUERY:
                         trigger_ms = [p["durationMs"]["triggerExecution"] for p in progress_of(q)]
     finally:
         batch_log.__exit__()
         stop.set()
         if job_thread is not None:
             job_thread.join(timeout=120)
-        kafka.close()
-        spark.stop()
+        if own_kafka:
+            kafka.close()
+        if own_spark:
+            spark.stop()
     lat: dict[str, list[float]] = {"job": [], "rules": []}
     missed = {"job": 0, "rules": 0}
     for ep in done:
