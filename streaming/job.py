@@ -35,7 +35,14 @@ from streaming.endpoints import alert_sinks, metrics_port, runbook_base, serve_m
 from streaming.feeder import DEFAULT_SCENARIO, Feeder, embedded_simulator
 from streaming.origin import check_checkpoint, default_checkpoint_dir
 from streaming.settings import AlertingSettings, JobSettings
-from streaming.stopping import install_signals, out_of_space, quiet_spark, restore_signals, stop_query
+from streaming.stopping import (
+    install_signals,
+    out_of_space,
+    quiet_spark,
+    restore_signals,
+    stop_query,
+    stopped_batch,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -148,6 +155,7 @@ class Job:
         self.query: Any = None  # pyspark's StreamingQuery
         self.monitor: Any = None
         self.fatal: str | None = None  # why a batch failed, when the job knows it better than Spark
+        self._stopping_query = threading.Event()  # set just before the job stops its query
         self.feeder: Feeder | None = None
         self._start_query: Any = None  # starts the job's query (again) from its checkpoint
         self._restarts: list[float] = []  # when the query was restarted (monotonic)
@@ -401,6 +409,8 @@ class Job:
                 if reason is not None and self.fatal is None:
                     self.fatal = reason
                     quiet_spark(self.spark)
+                if reason is None and self._stopping_query.is_set():
+                    raise stopped_batch(batch_id, e) from None
                 raise
 
         return handle
@@ -466,7 +476,7 @@ class Job:
 
     def _stop_query(self, drain_s: float) -> None:
         if self.query is not None:
-            stop_query(self.query, drain_s)
+            stop_query(self.query, drain_s, self._stopping_query)
 
 
 def _watch_off(settings: JobSettings) -> str | None:
