@@ -387,12 +387,23 @@ class Job:
         # outlives the Python process by a moment and does not always tidy up after itself.
         scratch = tempfile.mkdtemp(prefix="isrwatch-spark-")
         self._on_close("scratch", shutil.rmtree, scratch, True)
+        from pyspark import SparkContext
+
+        # A Spark context this process made already (an application embedding the job, not
+        # passing its session): Spark's getOrCreate hands its session back. The job uses it and
+        # leaves it running at its end, as it does a session it was given.
+        existed = SparkContext._active_spark_context is not None
         self.spark = build_session(
             self.settings.spark_master,
             self.settings.shuffle_partitions,
             scratch_dir=scratch,
             conf=spark_conf_pairs(self.settings.spark_conf),
         )
+        if existed:
+            master = self.spark.sparkContext.master
+            level = logging.INFO if master == self.settings.spark_master else logging.WARNING
+            log.log(level, "spark_session_reused %s", kv(master=master, asked=self.settings.spark_master))
+            return self.spark
         self._on_close("spark", self.spark.stop, jvm=True)
         install_signals(self)  # over PySpark's SIGINT handler (close puts back the ones before the job)
         return self.spark

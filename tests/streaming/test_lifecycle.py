@@ -63,6 +63,27 @@ def test_a_job_starts_reports_progress_from_sparks_events_and_releases_everythin
     assert spark.range(3).count() == 3
 
 
+def test_a_job_that_finds_a_spark_session_running_uses_it_and_leaves_it_running(spark, tmp_path) -> None:
+    # `spark`, the tests' shared session, stands for an application's own session that it does
+    # not pass to the job: Spark's getOrCreate hands the job that session.
+    spool = str(tmp_path / "spool")
+    _spool_with_telemetry(spool)
+    settings = JobSettings(spool_dir=spool, checkpoint_dir=str(tmp_path / "ck"), metrics_port=0, trigger_seconds=0.5)
+    stop = threading.Event()
+    with Job(settings, stop_event=stop) as job:
+        job.start()
+        assert job.spark.sparkContext is spark.sparkContext
+        deadline = time.monotonic() + 120
+        while job.events.input_rows == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert job.events.input_rows > 0
+        stop.set()
+        job.await_stop()
+    # The job ended; the application's session did not.
+    assert not spark.sparkContext._jsc.sc().isStopped()
+    assert spark.range(3).count() == 3
+
+
 def test_a_failing_micro_batch_ends_the_job_with_the_reason(spark, tmp_path, monkeypatch) -> None:
     from streaming import handler
 
