@@ -11,24 +11,20 @@ import math
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 
 from bench import latency
 
 
 @pytest.mark.integration
 @pytest.mark.spark
-def test_latency_reports_every_crossing_on_both_paths(kafka_cluster: Any) -> None:
-    # Not the shared `spark` fixture, for the reason in tests/bench/test_scale.py: one another
-    # test left active is used, or the benchmark's own, which it stops.
-    shared = SparkSession.getActiveSession()
+def test_latency_reports_every_crossing_on_both_paths(kafka_cluster: Any, bench_spark: Any) -> None:
     # A 1 s scrape and evaluation (shipped: 5 s) and a short warm-up keep the test short.
     out = latency.run(
         crossings=2,
         replicas=200,
         warmup_s=8.0,
         prometheus_interval_s=1,
-        spark=shared,
+        spark=bench_spark,
         kafka=kafka_cluster,
     )
     assert out["crossings"] == 2
@@ -37,5 +33,4 @@ def test_latency_reports_every_crossing_on_both_paths(kafka_cluster: Any) -> Non
         assert out[path]["n"] == 2 and len(out[path]["values"]) == 2
         assert all(math.isfinite(v) for v in out[path]["values"])
     assert out["job_batches"]["trigger_ms_p50"] > 0
-    if shared is not None:
-        assert not shared.sparkContext._jsc.sc().isStopped()  # a session it was given is left running
+    assert not bench_spark.sparkContext._jsc.sc().isStopped()  # the session it was given is left running

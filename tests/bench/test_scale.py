@@ -7,27 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 
 from bench import scale
 
 
 @pytest.mark.integration
 @pytest.mark.spark
-def test_scale_reports_each_batch_its_parts_and_the_memory(kafka_cluster: Any) -> None:
-    # Not the shared `spark` fixture: created this early in the run, it would be the session
-    # that later in-process jobs get from getOrCreate, and stop (the tests after them then
-    # fail on a stopped session). One another test left active is used, or its own, stopped.
-    from streaming.session import build_session
-
-    shared = SparkSession.getActiveSession()
-    spark = shared if shared is not None else build_session("local[2]", 2, app_name="isrwatch-test-bench-scale")
-    try:
-        # 1,000 replicas observed every 2 s at a 1 s trigger: 500 observations a batch.
-        out = scale.scale(spark, kafka_cluster, 1000, batch_obs=500, batches=2)
-    finally:
-        if shared is None:
-            spark.stop()
+def test_scale_reports_each_batch_its_parts_and_the_memory(kafka_cluster: Any, bench_spark: Any) -> None:
+    # 1,000 replicas observed every 2 s at a 1 s trigger: 500 observations a batch.
+    out = scale.scale(bench_spark, kafka_cluster, 1000, batch_obs=500, batches=2)
     batches = out["batches"]
     assert out["batch_obs"] == 500 and len(batches) >= 3
     for b in batches:

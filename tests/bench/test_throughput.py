@@ -10,25 +10,15 @@ import math
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 
 from bench.throughput import measure
 
 
 @pytest.mark.integration
 @pytest.mark.spark
-def test_throughput_reports_the_job_the_ceilings_and_the_naive_design(kafka_cluster: Any) -> None:
-    # Not the shared `spark` fixture, for the reason in tests/bench/test_scale.py.
-    from streaming.session import build_session
-
-    shared = SparkSession.getActiveSession()
-    spark = shared if shared is not None else build_session("local[2]", 2, app_name="isrwatch-test-bench-throughput")
-    try:
-        # 500 replicas, 6 rounds: 3,000 observations in batches of 1,000.
-        r = measure(spark, kafka_cluster, 500, 6, batch_obs=1000, naive_batch_obs=1000, naive_budget_s=60.0)
-    finally:
-        if shared is None:
-            spark.stop()
+def test_throughput_reports_the_job_the_ceilings_and_the_naive_design(kafka_cluster: Any, bench_spark: Any) -> None:
+    # 500 replicas, 6 rounds: 3,000 observations in batches of 1,000.
+    r = measure(bench_spark, kafka_cluster, 500, 6, batch_obs=1000, naive_batch_obs=1000, naive_budget_s=60.0)
     assert r.observations == 3000
     for figure in (r.e2e, r.ceiling, r.input, r.naive):
         assert figure is not None and math.isfinite(figure) and figure > 0
