@@ -11,10 +11,11 @@ import pytest
 @pytest.fixture
 def bench_spark() -> Iterator[Any]:
     """The Spark session a benchmark runs on: the one another test left active, or its own,
-    stopped after. Not the shared `spark` fixture: created this early in the run, it would be
-    the session that later in-process jobs get from getOrCreate, and (before the job learnt to
-    leave such a session running) stopped; tests/replay/test_replay.py then failed on a stopped
-    session."""
+    stopped after. Not the shared `spark` fixture: these tests run early, and that session
+    would then stay active for the rest of the run, so every later in-process job not given a
+    session would get it from getOrCreate instead of its own. (Its first form, in
+    tests/bench/test_scale.py, met a job that stopped such a session, and
+    tests/replay/test_replay.py failed on it; the job now leaves it running.)"""
     from pyspark.sql import SparkSession
 
     from streaming.session import build_session
