@@ -19,8 +19,8 @@ def test_scale_reports_each_batch_its_parts_and_the_memory(kafka_cluster: Any, b
     batches = out["batches"]
     assert out["batch_obs"] == 500 and len(batches) >= 3
     for b in batches:
-        assert b["observations"] == 500
-        assert b["replicas"] == 500  # half the fleet a batch, each replica once
+        assert b["observations"] == 500, f"a batch other than 500 observations: {batches}"
+        assert b["replicas"] == 500, f"half the fleet a batch, each replica once: {batches}"
         assert b["spark_ms"] > 0 and b["state_ms"] > 0
         assert b["python_ms"] == b["driver_ms"] - b["spark_ms"] - b["state_ms"] >= 0
     memory = out["memory"]
