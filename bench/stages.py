@@ -31,12 +31,18 @@ Spark stages are the median of ``--repeat`` runs, after one warm-up batch.
 the other in the same Spark session (version 3: the observations as columns,
 ``bench.load.as_version``), and prints each version's stages and their ratio to the first.
 
+``--calls``: the repeated runs of ``batch.evaluate_records`` are also timed call by call
+(``bench.plan_calls``): every DataFrame call the job makes (``select``, ``persist``,
+``toArrow``...), by the line that made it, per batch: where a small batch's plan
+building goes.
+
 ``python -m bench.stages --replicas 100000 --rounds 2``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import os
@@ -48,7 +54,7 @@ import threading
 import time
 from typing import Any
 
-from bench import baselines
+from bench import baselines, plan_calls
 from bench import kafka as bkafka
 from bench import throughput as tp
 from bench.load import Fleet, as_version
@@ -76,7 +82,14 @@ def _raw(spark: Any, records: list[bytes], base: str, name: str) -> Any:
 
 
 def measure(
-    spark: Any, kafka: Any | None, replicas: int, rounds: int, top: int = 12, repeat: int = 3, version: int = 1
+    spark: Any,
+    kafka: Any | None,
+    replicas: int,
+    rounds: int,
+    top: int = 12,
+    repeat: int = 3,
+    version: int = 1,
+    calls: bool = False,
 ) -> dict[str, Any]:
 
     from exporter.store import StatusStore
@@ -126,11 +139,17 @@ def measure(
         out["window_s"] = noop_s(window, repeat)
 
         spark_runs: list[float] = []
+        call_times = plan_calls.CallTimes() if calls else None
         for _ in range(repeat):  # batch 1 again each time: a replay reads version 0, rewrites version 1
-            done = evaluate_records(raw1, 1, table, cfg, th, future_tolerance_ms=None, max_gap_ms=max_gap)
+            with plan_calls.timed(call_times) if calls else contextlib.nullcontext():
+                done = evaluate_records(raw1, 1, table, cfg, th, future_tolerance_ms=None, max_gap_ms=max_gap)
             spark_runs.append(done.spark_s)
             if len(spark_runs) < repeat:
                 done.finish()
+        if call_times is not None:
+            print(f"-- DataFrame calls of evaluate_records, telemetry version {version}, a batch (mean of {repeat}):")
+            print(call_times.table(runs=repeat, top=top))
+            out["calls_ms"] = sum(r[0] for r in call_times.rows(repeat))
         out["spark_s"] = statistics.median(spark_runs)
         assert done.table is not None
         out["driver_rows"] = done.table.num_rows
@@ -208,6 +227,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--repeat", type=int, default=3, help="runs of each Spark stage (the median is printed)")
     ap.add_argument("--no-kafka", action="store_true", help="skip the source's read of a real topic")
     ap.add_argument("--versions", default="1", help="telemetry versions to measure, one after the other (e.g. 1,3)")
+    ap.add_argument("--calls", action="store_true", help="also time every DataFrame call of a batch by its line")
     args = ap.parse_args(argv)
     versions = [int(v) for v in args.versions.split(",")]
     print_header("isrwatch per-stage cost of one micro-batch")
@@ -218,7 +238,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runs = []
     try:
         for v in versions:
-            runs.append(measure(spark, kafka, args.replicas, args.rounds, repeat=args.repeat, version=v))
+            runs.append(
+                measure(spark, kafka, args.replicas, args.rounds, repeat=args.repeat, version=v, calls=args.calls)
+            )
     finally:
         if kafka is not None:
             kafka.close()

@@ -17,9 +17,11 @@ def test_stages_runs_every_stage_on_a_tiny_fleet(capsys: pytest.CaptureFixture[s
     # (built and stopped by its main) is used, or one another test left active, not stopped.
     shared = SparkSession.getActiveSession()
     if shared is not None:
-        runs = [stages.measure(shared, None, 300, 2, top=3, repeat=1, version=v) for v in (1, 3)]
+        runs = [stages.measure(shared, None, 300, 2, top=3, repeat=1, version=v, calls=True) for v in (1, 3)]
     else:
-        last = stages.main(["--replicas", "300", "--rounds", "2", "--repeat", "1", "--no-kafka", "--versions", "1,3"])
+        last = stages.main(
+            ["--replicas", "300", "--rounds", "2", "--repeat", "1", "--no-kafka", "--versions", "1,3", "--calls"]
+        )
         runs = [last]
     printed = capsys.readouterr().out
     for out in runs:
@@ -30,3 +32,10 @@ def test_stages_runs_every_stage_on_a_tiny_fleet(capsys: pytest.CaptureFixture[s
         assert out["driver_rows"] == 300
     assert runs[-1]["version"] == 3 and runs[-1]["bytes_per_obs"] < 150  # version 3: the columns
     assert "apply_statuses" in printed  # the driver's profile is printed
+    # every DataFrame call of a batch by its line: the one Spark job is among them, and the calls
+    # are most of the batch's Spark part (a small fleet's batch is its plan, not its data)
+    assert "toArrow (streaming/batch.py:" in printed and "select (streaming/parse.py:" in printed
+    assert 0 < runs[-1]["calls_ms"] <= runs[-1]["spark_s"] * 1000
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    assert not hasattr(DataFrame.select, "__wrapped__"), "the timed calls are PySpark's own again after"
