@@ -67,11 +67,12 @@ class CallTimes:
 
 
 def _site() -> str:
-    """The innermost frame of this repository outside this module: the job's line."""
+    """The innermost frame of this repository's own code (not this module, not an
+    installed package such as PySpark in the repository's .venv): the job's line."""
     frame = sys._getframe(2)
     while frame is not None:
         name = frame.f_code.co_filename
-        if name.startswith(_ROOT) and not name.endswith("plan_calls.py"):
+        if name.startswith(_ROOT) and "site-packages" not in name and not name.endswith("plan_calls.py"):
             return f"{name[len(_ROOT) :]}:{frame.f_lineno}"
         frame = frame.f_back
     return "?"
