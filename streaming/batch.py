@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
+    from streaming.lookahead import Lookahead
+
 __all__ = ["BatchOutput", "evaluate_records", "split_driver_rows"]
 
 SIDE = "_side"  # a rare row (dead letter, ISR change, broker count) as JSON, among the driver's rows
@@ -77,8 +79,9 @@ def evaluate_records(
     *,
     future_tolerance_ms: int | None,
     max_gap_ms: int | None,
-    not_ok_keys: Collection[str] = frozenset(),
+    watched_keys: Collection[str] = frozenset(),
     refresh_batches: int = 1,
+    lookahead: Lookahead | None = None,
     forget_before: Mapping[str, int] | None = None,
     observed_only: bool = False,
 ) -> BatchOutput:
@@ -107,7 +110,7 @@ def evaluate_records(
             StorageLevel.MEMORY_AND_DISK
         )
         # One Spark job for everything the driver reads: the replicas' rows and the rare ones.
-        driver = replicas.for_the_driver(evaluated, not_ok_keys, refresh_batches)
+        driver = replicas.for_the_driver(evaluated, watched_keys, refresh_batches, lookahead)
         side = parse.side_items(records, future_tolerance_ms, now_ms)
         both = driver.withColumn(SIDE, F.lit(None).cast("string")).unionByName(
             side.select(F.to_json(F.struct(*side.columns)).alias(SIDE)), allowMissingColumns=True

@@ -26,12 +26,15 @@ from pyspark.sql import Column, Window
 
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import STATUS_FIELDS, ReplicaStatus, State, Thresholds, status_from_values
+from streaming.lookahead import HORIZON_SHARE
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-__all__ = ["STATUS_COLUMNS", "EXTRA_COLUMNS", "status_columns", "for_the_driver", "statuses_from_arrow"]
+    from streaming.lookahead import Lookahead
+
+__all__ = ["STATUS_COLUMNS", "EXTRA_COLUMNS", "status_columns", "for_the_driver", "within_reach", "statuses_from_arrow"]
 
 STATUS_COLUMNS = STATUS_FIELDS
 # Carried beside each status for the driver: the replica's newest telemetry
@@ -161,14 +164,20 @@ def _status_exprs(
     return first_parts, second_parts, [*[columns[name].alias(name) for name in names], *kept]
 
 
-def for_the_driver(statuses: DataFrame, not_ok_keys: Collection[str], refresh_batches: int) -> DataFrame:
+def for_the_driver(
+    statuses: DataFrame, watched_keys: Collection[str], refresh_batches: int, lookahead: Lookahead | None = None
+) -> DataFrame:
     """The rows of ``status_columns``' output the driver needs when replicas that
     stay ok are refreshed only at every ``refresh_batches``-th observation
     (``--ok-refresh-batches``):
 
     * every replica not ok now (its alerts, its gauges);
-    * every replica the driver holds as not ok (``not_ok_keys``, status keys):
-      its return to ok resolves alerts;
+    * every replica the driver watches (``watched_keys``, status keys,
+      ``Monitor.watched_keys``): those it holds as not ok, whose return to ok
+      resolves alerts, and those ``lookahead`` will carry to Nearing, whose
+      catch-up cancels the crossing;
+    * with ``lookahead``, every ok follower it may carry (``within_reach``): the
+      driver must hold its newest status for the lookahead to say its crossing;
     * the replicas due for a refresh: a replica at its first observation ever,
       and then each time its count of observations (``observations``, of which
       ``IN_BATCH`` in this batch) passes a multiple of ``refresh_batches``, offset
@@ -192,9 +201,26 @@ def for_the_driver(statuses: DataFrame, not_ok_keys: Collection[str], refresh_ba
     due = (before <= 0) | (F.floor((total + offset) / n) > F.floor((before + offset) / n))
     rank = F.row_number().over(Window.partitionBy("cluster").orderBy(F.col("last_t_ms").desc()))
     keep = (F.col("state") != State.OK.value) | due | (F.col("_rank") == 1)
-    if not_ok_keys:
-        keep = keep | key.isin(sorted(not_ok_keys))
+    if lookahead is not None and lookahead.enabled:
+        keep = keep | within_reach(lookahead)
+    if watched_keys:
+        keep = keep | key.isin(sorted(watched_keys))
     return statuses.withColumn("_rank", rank).where(keep).drop("_rank")
+
+
+def within_reach(lookahead: Lookahead) -> Column:
+    """The rows of ok followers ``lookahead`` may carry to Nearing: in the ISR, behind,
+    their crossing within its horizon of their own time (``Lookahead._crossing``'s test,
+    a millisecond wider for its rounding up). A stalled follower is not ok: its row goes anyway."""
+    lag = F.col("lag_time_max_ms")
+    horizon = lag * HORIZON_SHARE if lookahead.horizon_ms is None else F.lit(lookahead.horizon_ms)
+    behind_ms = F.col("time_since_caught_up_s") * 1000
+    return (
+        (F.col("lag_state") == State.OK.value)
+        & F.col("in_isr")
+        & (behind_ms > 0)
+        & (behind_ms + horizon + 1 >= lag * lookahead.th.nearing_ratio)
+    )
 
 
 # The columns whose values a batch repeats across its rows (its clusters and topics, the

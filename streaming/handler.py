@@ -75,8 +75,9 @@ class BatchHandler:
             self.th,
             future_tolerance_ms=self.future_tolerance_ms,
             max_gap_ms=self.max_gap_ms,
-            not_ok_keys=self.monitor.not_ok_keys(),
+            watched_keys=self.monitor.watched_keys(),
             refresh_batches=self.refresh_batches,
+            lookahead=self.monitor.lookahead,
             forget_before=self.monitor.forget_cutoffs(self.forget_after_ms),
             observed_only=observed_only,
         )

@@ -92,6 +92,11 @@ class Lookahead:
         self.carried: dict[ReplicaKey, ReplicaStatus] = {}  # key -> the status carried to its crossing
         self._silent: set[ReplicaKey] = set()  # carried on the job's own evidence (silent_due)
 
+    def watched(self) -> set[ReplicaKey]:
+        """The followers due to cross between batches or carried there: the driver needs
+        each of their observations (``Monitor.watched_keys``)."""
+        return {*self._due, *self.carried}
+
     def horizon(self, s: ReplicaStatus) -> int:
         """How far past ``s``'s time its crossing may be inferred: ``--lookahead-ms`` when
         given, else a share of the replica's lag (a stalled follower's is wider)."""

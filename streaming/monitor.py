@@ -234,6 +234,14 @@ class Monitor:
         with self._lock:
             return frozenset(f"{c}/{t}/{p}/{b}" for alerts in self._replica_alerts.values() for c, t, p, b in alerts)
 
+    def watched_keys(self) -> frozenset[str]:
+        """Status keys of the replicas whose every observation the driver needs, whatever
+        ``--ok-refresh-batches``: those not ok (a return to ok resolves alerts) and the
+        followers the lookahead is to carry, or carries, to Nearing (a catch-up cancels it)."""
+        with self._lock:
+            ahead = self.lookahead.watched() if self.lookahead is not None else ()
+            return self.not_ok_keys() | {f"{c}/{t}/{p}/{b}" for c, t, p, b in ahead}
+
     # -- per batch --------------------------------------------------------
 
     def apply_statuses(

@@ -41,6 +41,8 @@ from streaming.state import KEY_COLUMNS, LATEST_COLUMNS, caught_up_time_expr
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from streaming.lookahead import Lookahead
+
 __all__ = [
     "STATE_COLUMNS",
     "observation_rows",
@@ -342,18 +344,21 @@ def evaluate_batch(
     )
 
 
-def for_the_driver(evaluated: DataFrame, not_ok_keys: Collection[str], refresh_batches: int) -> DataFrame:
+def for_the_driver(
+    evaluated: DataFrame, watched_keys: Collection[str], refresh_batches: int, lookahead: Lookahead | None = None
+) -> DataFrame:
     """The rows of ``evaluate_batch``'s output the driver takes: every change
     (its alerts, with their times) and the newest row of every replica observed
     in the batch (its gauges), those of ok replicas only when due for a refresh
-    when ``refresh_batches`` > 1 (``evaluate.for_the_driver``)."""
+    when ``refresh_batches`` > 1, or watched, or within ``lookahead``'s reach
+    (``evaluate.for_the_driver``)."""
     columns = [*evaluate.STATUS_COLUMNS, *evaluate.EXTRA_COLUMNS, CHANGE, LAST]
     if refresh_batches <= 1:
         return evaluated.where(_driver_rows()).select(*columns)
     # A replica's newest row that is itself a change always goes (it may be a return to ok).
     changes = evaluated.where(F.col(CHANGE))
     finals = evaluated.where(F.col(LAST) & (F.col(IN_BATCH) > 0) & ~F.col(CHANGE))
-    finals = evaluate.for_the_driver(finals, not_ok_keys, refresh_batches)
+    finals = evaluate.for_the_driver(finals, watched_keys, refresh_batches, lookahead)
     return changes.select(*columns).unionByName(finals.select(*columns))
 
 

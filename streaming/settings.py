@@ -111,7 +111,8 @@ class JobSettings:
         1,
         "refresh a replica that is and was ok (its gauges, its state-topic record) only at its first and then every N-th "
         "observation (with a 1 s poll at a 1 s trigger: every N batches); "
-        "replicas not ok, and changes of state, still every batch (1: every replica every batch)",
+        "replicas not ok, changes of state and followers the lookahead may carry still every batch "
+        "(1: every replica every batch)",
         check=_refresh_batches,
         metavar="N",
     )

@@ -1,0 +1,115 @@
+"""``--ok-refresh-batches`` N > 1 with the lookahead (Kafka telemetry): the rows of ok
+replicas reach the driver only every N-th observation, but the lookahead carries an ok
+follower that is behind to Nearing on the wall clock from the status the driver holds.
+So a follower the lookahead may carry must reach the driver at every observation:
+
+* while it is behind within the lookahead's reach (else the driver never learns it is
+  due to cross between batches);
+* once it catches up (else the lookahead carries a stale "behind" status to a Nearing
+  the telemetry already refutes: found by reading the code, a false alert).
+
+Through the job's own path: ``evaluate_records`` on raw telemetry, its rows into the
+monitor, the timer's ``carry_forward`` on a wall clock the test sets."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from isrwatch.alerts import AlertName
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import Thresholds
+from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
+from streaming.batch import evaluate_records, split_driver_rows
+from streaming.lookahead import Lookahead
+from streaming.replicas import StateTable
+from streaming.source_spool import RAW_SCHEMA
+
+from .test_monitor import Clock, Collect, _monitor
+
+pytestmark = pytest.mark.spark
+
+LAG_MS = 10_000  # nearing at 5 s behind; the default horizon a quarter: 2.5 s
+T0 = 1_700_000_000_000
+REFRESH = 1000  # an ok replica refreshed at its first observation, then every 1000th
+FOLLOWERS = (2, 3, 4, 5, 6, 7, 8)
+IN_SYNC = (5, 6, 7, 8)
+
+
+def _obs(broker: int, t_ms: int, leo: int, leader_leo: int) -> Observation:
+    return Observation(
+        "orders", 0, broker, 1, t_ms, leo, leader_leo, hw=min(leo, leader_leo),
+        isr=(1, *FOLLOWERS), replicas=(1, *FOLLOWERS), lag_time_max_ms=LAG_MS, min_isr=1,
+    )  # fmt: skip
+
+
+def _raw(spark, batch_id: int, observations: list[Observation]):
+    """One raw batch (the spool source's columns): a record per observation time."""
+    by_t: dict[int, list[Observation]] = {}
+    for o in observations:
+        by_t.setdefault(o.t_ms, []).append(o)
+    rows = [
+        (None, encode_record(TelemetryRecord("c", "test", t, tuple(obs))), "telemetry", 0, batch_id * 100 + i,
+         dt.datetime.fromtimestamp(t / 1000, dt.timezone.utc))
+        for i, (t, obs) in enumerate(sorted(by_t.items()))
+    ]  # fmt: skip
+    return spark.createDataFrame(rows, RAW_SCHEMA)
+
+
+def _run(spark, table, monitor, batch_id: int, observations: list[Observation]) -> set[int]:
+    """One batch as the job's handler runs it; returns the brokers whose newest row reached the driver."""
+    out = evaluate_records(
+        _raw(spark, batch_id, observations),
+        batch_id,
+        table,
+        monitor.cfg,
+        monitor.thresholds,
+        future_tolerance_ms=None,
+        max_gap_ms=None,
+        watched_keys=monitor.watched_keys(),
+        refresh_batches=REFRESH,
+        lookahead=monitor.lookahead,
+    )
+    try:
+        assert out.table is not None
+        changes, finals = split_driver_rows(out.table)
+        finals = list(finals)
+        monitor.apply_statuses(batch_id, finals, changes)
+    finally:
+        out.finish()
+    return {s.broker_id for s, _, _ in finals}
+
+
+def test_a_follower_the_lookahead_may_carry_reaches_the_driver_at_every_observation(spark, tmp_path) -> None:
+    cfg, th = RuleConfig(Rule.KIP16_REFINED, LAG_MS), Thresholds()
+    clock, sink = Clock(), Collect()
+    monitor = _monitor(tmp_path / "ck", clock, sink, lookahead=Lookahead(cfg, th, live_ms=15_000))
+    monitor.cfg = cfg
+    table = StateTable(spark, str(tmp_path / "state"))
+    # Batch 0, every replica's first observations (each goes to the driver): all caught up at
+    # T0; then 2 and 3 behind 3 s (a ratio of 0.3, ok, crossing at T0 + 5 s: within the 2.5 s
+    # horizon of T0 + 3 s), 4 behind 1 s (not within it), 5 to 8 in sync. The leader's row is
+    # the cluster's newest (that row always goes: it carries the cluster's clock).
+    first = [_obs(b, T0, 100, 100) for b in FOLLOWERS]
+    first += [_obs(b, T0 + 3_000, 100, 400) for b in (2, 3)] + [_obs(4, T0 + 1_000, 100, 200)]
+    first += [_obs(b, T0 + 3_000, 400, 400) for b in IN_SYNC] + [_obs(1, T0 + 3_001, 400, 400)]
+    clock.t = (T0 + 3_500) / 1000
+    assert _run(spark, table, monitor, 0, first) == {1, *FOLLOWERS}
+    # Batch 1: 2 has caught up; 3 is still behind; 4 is behind 4 s now (within the horizon).
+    # No refresh is due and nothing changed state (all ok): 2's return must reach the driver
+    # (else the lookahead carries its stale status to a Nearing the telemetry refutes), 3's
+    # and 4's rows too (the lookahead needs each one's newest). The followers in sync do not.
+    second = [_obs(2, T0 + 4_000, 500, 500), _obs(3, T0 + 4_000, 100, 500), _obs(4, T0 + 4_000, 100, 500)]
+    second += [_obs(b, T0 + 4_000, 500, 500) for b in IN_SYNC] + [_obs(1, T0 + 4_001, 500, 500)]
+    clock.t = (T0 + 4_500) / 1000
+    reached = _run(spark, table, monitor, 1, second)
+    assert {2, 3, 4} <= reached, reached
+    assert not set(IN_SYNC) <= reached, reached  # the refresh still holds the others back
+    # Past the crossing on the wall clock (T0 + 5 s for 3 and 4), no batch since.
+    clock.t = (T0 + 5_200) / 1000
+    carried = monitor.carry_forward()
+    assert sorted(s.broker_id for s in carried) == [3, 4], [(s.broker_id, s.lag_ratio) for s in carried]
+    started = {(a.name, dict(a.labels)["broker_id"]) for t in sink.transitions for a in t.started}
+    assert {(AlertName.NEARING, "3"), (AlertName.NEARING, "4")} <= started, started
+    assert (AlertName.NEARING, "2") not in started, started
