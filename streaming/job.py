@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from isrwatch.exceptions import ConfigError, IsrwatchError
 from isrwatch.logs import kv
@@ -48,7 +48,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from exporter.settings import SeriesSettings
+    from exporter.store import StatusStore
     from simulator.settings import EmbeddedSimulatorSettings
+    from streaming.checkpoint import DriverCheckpoint
+    from streaming.monitor import Monitor
+    from streaming.outputs import KafkaStates
 
 __all__ = ["run", "Job", "serve_metrics", "JobHandles", "FUTURE_TOLERANCE_MS", "DEFAULT_SCENARIO"]
 
@@ -83,6 +87,16 @@ class JobHandles:
     deadletter_file: str | None = None
     ready: threading.Event = field(default_factory=threading.Event)
     side_counts: dict[str, int] = field(default_factory=dict)
+
+
+class _Outputs(NamedTuple):
+    """Where a job's results go (``Job._outputs``)."""
+
+    store: StatusStore
+    deadletters: Any  # streaming.outputs.DeadLetterFile or KafkaDeadLetters
+    sinks: list[Any]  # isrwatch.alerts' sinks: stdout, Alertmanager, the alerts topic
+    states: KafkaStates | None  # the state topic (Kafka mode)
+    checkpoint: DriverCheckpoint
 
 
 def _rule_config(settings: JobSettings) -> tuple[RuleConfig, Thresholds]:
@@ -198,23 +212,76 @@ class Job:
     # -- start ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        settings, handles = self.settings, self.handles
-        checkpoint_dir, spool = self._checkpoint()
-        spark = self._spark()
-        from exporter.store import StatusStore
-        from isrwatch.outcomes import ShrinkOutcomes
+        """Make the job's resources, each registered for ``close`` as it is made, then start
+        its query: the outputs (the exporter store and its HTTP server, dead letters, alert
+        sinks, the state topic), the monitor (restored from the checkpoint), the source, the
+        batch handler; last, for the embedded default, the simulator."""
         from streaming import query
-        from streaming.checkpoint import DriverCheckpoint
         from streaming.handler import BatchHandler
         from streaming.listener import QueryEvents
-        from streaming.lookahead import Lookahead
-        from streaming.monitor import Monitor
-        from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer
-        from streaming.parse import REASONS
-        from streaming.producer import OutputProducer
         from streaming.replicas import StateTable
         from streaming.source import kafka_stream, spool_stream
 
+        settings = self.settings
+        checkpoint_dir, spool = self._checkpoint()
+        spark = self._spark()
+        outputs = self._outputs(checkpoint_dir)
+        self.monitor = self.handles.monitor = self._monitor(spark, checkpoint_dir, outputs)
+        if self.kafka_mode:
+            raw = kafka_stream(spark, settings, checkpoint_dir)
+        else:
+            assert spool is not None
+            os.makedirs(spool, exist_ok=True)
+            raw = spool_stream(spark, spool, settings.max_records_per_trigger)
+        handler = BatchHandler(
+            cfg=self.cfg,
+            th=self.th,
+            table=StateTable(spark, checkpoint_dir),
+            monitor=self.monitor,
+            store=outputs.store,
+            deadletters=outputs.deadletters,
+            checkpoint=outputs.checkpoint,
+            future_tolerance_ms=None if (not self.kafka_mode and self.simulator.speed > 1) else FUTURE_TOLERANCE_MS,
+            max_gap_ms=settings.observation_gap_ms or self.cfg.lag_time_max_ms // 2,
+            refresh_batches=settings.ok_refresh_batches,
+            forget_after_ms=FORGET_AFTER_MS,
+            side_counts=self.handles.side_counts,
+        )
+        self.events = QueryEvents(query.JOB_QUERY)
+        spark.streams.addListener(self.events)
+        self._on_close("query listener", spark.streams.removeListener, self.events, jvm=True)
+        handle = self._guard(handler)
+        self._start_query = lambda: query.start_job(raw("aggregates"), checkpoint_dir, settings.trigger_seconds, handle)
+        self.query = self._start_query()
+        self._on_close("query", self._stop_query, max(30.0, 10 * settings.trigger_seconds), jvm=True)
+        log.info(
+            "started %s",
+            kv(
+                source="kafka" if self.kafka_mode else ("simulator" if self.embedded else "spool"),
+                scenario=(self.simulator.simulate or DEFAULT_SCENARIO) if self.embedded else None,
+                checkpoint=checkpoint_dir,
+                trigger_s=settings.trigger_seconds,
+                metrics_port=self.handles.metrics_port,
+                lag_time_max_ms=self.cfg.lag_time_max_ms,
+                rule=self.cfg.rule.value,
+            ),
+        )
+        if self.embedded:
+            self._start_simulator(spool or "")
+        self.handles.ready.set()
+
+    def _outputs(self, checkpoint_dir: str) -> _Outputs:
+        """Where the job's results go: the exporter store (served over HTTP unless
+        ``--metrics-port 0``), dead letters (a topic in Kafka mode, else a file), the alert
+        sinks, the state topic (Kafka mode), and the driver's checkpoint of its alerts."""
+        from exporter.store import StatusStore
+        from isrwatch.outcomes import ShrinkOutcomes
+        from streaming.checkpoint import DriverCheckpoint
+        from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer
+        from streaming.parse import REASONS
+        from streaming.producer import OutputProducer
+
+        settings, handles = self.settings, self.handles
         producer = None
         if self.kafka_mode:
             producer = OutputProducer(
@@ -258,7 +325,16 @@ class Job:
         states = KafkaStates(producer, settings.state_topic) if producer is not None else None
         if states is not None:
             self._on_close("state topic", states.close)
-        ckpt = DriverCheckpoint(checkpoint_dir)
+        return _Outputs(store, deadletters, sinks, states, DriverCheckpoint(checkpoint_dir))
+
+    def _monitor(self, spark: SparkSession, checkpoint_dir: str, outputs: _Outputs) -> Monitor:
+        """The driver's monitor on ``outputs``, with the lookahead and the broker watch for
+        Kafka telemetry, and the statuses and alerts of the run before (the checkpoint)."""
+        from streaming import query
+        from streaming.lookahead import Lookahead
+        from streaming.monitor import Monitor
+
+        settings = self.settings
         # Between batches the clock runs on for Kafka telemetry, stamped as it happens; the
         # embedded simulator and spools (replays, faster than real time) wait for evidence.
         lookahead = (
@@ -271,81 +347,44 @@ class Job:
             if self.kafka_mode and settings.lookahead_ms != 0
             else None
         )
-        self.monitor = handles.monitor = Monitor(
+        monitor = Monitor(
             self.cfg,
             self.th,
             default_min_isr=settings.min_insync_replicas,
             stale_after_s=settings.stale_after_seconds,
-            store=store,
-            sinks=sinks,
-            state_topic=states,
-            checkpoint=ckpt,
+            store=outputs.store,
+            sinks=outputs.sinks,
+            state_topic=outputs.states,
+            checkpoint=outputs.checkpoint,
             lookahead=lookahead,
             broker_watch=self._broker_watch(settings) if lookahead is not None else None,
         )
         restored = query.restore_statuses(spark, checkpoint_dir, self.cfg, self.th)
         if restored:
-            self.monitor.restore(restored)
+            monitor.restore(restored)
             log.info(
                 "restored %s",
                 kv(
                     checkpoint=checkpoint_dir,
                     replicas=len(restored),
-                    alerts=len(self.monitor.book.active),
-                    batch_id=self.monitor.handled_batch,
+                    alerts=len(monitor.book.active),
+                    batch_id=monitor.handled_batch,
                 ),
             )
-        if self.kafka_mode:
-            raw = kafka_stream(spark, settings, checkpoint_dir)
-        else:
-            assert spool is not None
-            os.makedirs(spool, exist_ok=True)
-            raw = spool_stream(spark, spool, settings.max_records_per_trigger)
-        handler = BatchHandler(
-            cfg=self.cfg,
-            th=self.th,
-            table=StateTable(spark, checkpoint_dir),
-            monitor=self.monitor,
-            store=store,
-            deadletters=deadletters,
-            checkpoint=ckpt,
-            future_tolerance_ms=None if (not self.kafka_mode and self.simulator.speed > 1) else FUTURE_TOLERANCE_MS,
-            max_gap_ms=settings.observation_gap_ms or self.cfg.lag_time_max_ms // 2,
-            refresh_batches=settings.ok_refresh_batches,
-            forget_after_ms=FORGET_AFTER_MS,
-            side_counts=handles.side_counts,
-        )
-        self.events = QueryEvents(query.JOB_QUERY)
-        spark.streams.addListener(self.events)
-        self._on_close("query listener", spark.streams.removeListener, self.events, jvm=True)
-        handle = self._guard(handler)
-        self._start_query = lambda: query.start_job(raw("aggregates"), checkpoint_dir, settings.trigger_seconds, handle)
-        self.query = self._start_query()
-        self._on_close("query", self._stop_query, max(30.0, 10 * settings.trigger_seconds), jvm=True)
-        log.info(
-            "started %s",
-            kv(
-                source="kafka" if self.kafka_mode else ("simulator" if self.embedded else "spool"),
-                scenario=(self.simulator.simulate or DEFAULT_SCENARIO) if self.embedded else None,
-                checkpoint=checkpoint_dir,
-                trigger_s=settings.trigger_seconds,
-                metrics_port=handles.metrics_port,
-                lag_time_max_ms=self.cfg.lag_time_max_ms,
-                rule=self.cfg.rule.value,
-            ),
-        )
-        if self.embedded:
-            # The simulated cluster starts once Spark has looked at the (empty) spool, so a
-            # slow first start of Spark does not turn the scenario's start into a backlog.
-            deadline = time.monotonic() + 120
-            while not self.events.ready.wait(0.2) and not self.stop_event.is_set():
-                if time.monotonic() > deadline:
-                    log.warning("spark_slow_to_start %s", kv(waited_s=120))
-                    break
-            self.feeder = Feeder(self.simulator, self.cfg, spool or "", self.truth_file)
-            self.feeder.start()
-            self._on_close("simulator", self.feeder.stop)
-        handles.ready.set()
+        return monitor
+
+    def _start_simulator(self, spool: str) -> None:
+        """The embedded default's simulated cluster, writing to ``spool``. It starts once Spark
+        has looked at the (empty) spool, so a slow first start of Spark does not turn the
+        scenario's start into a backlog."""
+        deadline = time.monotonic() + 120
+        while not self.events.ready.wait(0.2) and not self.stop_event.is_set():
+            if time.monotonic() > deadline:
+                log.warning("spark_slow_to_start %s", kv(waited_s=120))
+                break
+        self.feeder = Feeder(self.simulator, self.cfg, spool, self.truth_file)
+        self.feeder.start()
+        self._on_close("simulator", self.feeder.stop)
 
     def _checkpoint(self) -> tuple[str, str | None]:
         """The checkpoint directory (made, checked against the telemetry) and the spool."""
