@@ -22,7 +22,7 @@ from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import Thresholds
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
 from streaming.batch import evaluate_records, split_driver_rows
-from streaming.lookahead import Lookahead
+from streaming.lookahead import Lookahead, last_caught_up_ms
 from streaming.replicas import StateTable
 from streaming.source_spool import RAW_SCHEMA
 
@@ -113,3 +113,55 @@ def test_a_follower_the_lookahead_may_carry_reaches_the_driver_at_every_observat
     started = {(a.name, dict(a.labels)["broker_id"]) for t in sink.transitions for a in t.started}
     assert {(AlertName.NEARING, "3"), (AlertName.NEARING, "4")} <= started, started
     assert (AlertName.NEARING, "2") not in started, started
+
+
+@pytest.mark.parametrize("horizon_ms", [None, 1_500])
+def test_within_reach_keeps_every_follower_the_lookahead_would_carry(spark, horizon_ms) -> None:
+    """``evaluate.within_reach`` (Spark) against ``Lookahead._crossing`` (the driver's test) on
+    random statuses: every follower the lookahead may carry is kept, and only those, but for
+    a crossing a millisecond outside the horizon (the Spark side's margin for rounding)."""
+    import random
+    from dataclasses import asdict, replace
+
+    from isrwatch.status import ReplicaStatus, State
+    from streaming.evaluate import within_reach
+
+    th = Thresholds()
+    lookahead = Lookahead(RuleConfig(Rule.KIP16_REFINED, LAG_MS), th, live_ms=15_000, horizon_ms=horizon_ms)
+    rng = random.Random(7)
+    statuses = []
+    for i in range(2_000):
+        lag = rng.choice([2_000, LAG_MS, 30_000])
+        behind = rng.choice([0, rng.randrange(0, lag), rng.randrange(0, lag // 2 + 1)])
+        now = T0 + rng.randrange(0, 100_000)
+        ratio = behind / lag
+        state = State.OK if ratio < th.nearing_ratio else State.NEARING
+        statuses.append(
+            ReplicaStatus(
+                "c", "t", i, 2, 1, now, state, behind / 1000.0, ratio, 0.0, 0, rng.random() < 0.8, 3, 2,
+                lag, now - behind + lag, now - behind + lag + lag // 2,
+            )  # fmt: skip
+        )
+    # Exactly at the edge of the horizon, and a millisecond either side of it.
+    for s in statuses[:30]:
+        reach = horizon_ms if horizon_ms is not None else s.lag_time_max_ms // 4
+        edge = int(th.nearing_ratio * s.lag_time_max_ms) - reach
+        for behind in (edge - 1, edge, edge + 1):
+            statuses.append(
+                replace(s, partition=len(statuses), state=State.OK, in_isr=True, time_since_caught_up_s=behind / 1000.0,
+                        lag_ratio=behind / s.lag_time_max_ms, shrink_window_start_ms=s.eval_ms - behind + s.lag_time_max_ms)
+            )  # fmt: skip
+    rows = []
+    for s in statuses:
+        d = asdict(s)
+        d["state"], d["lag_state"] = s.state.value, s.lag_state.value
+        rows.append(d)
+    kept = {r["partition"] for r in spark.createDataFrame(rows).where(within_reach(lookahead)).collect()}
+    carried = {s.partition for s in statuses if lookahead._crossing(s) is not None}
+    assert carried, "the sample must hold followers within reach"
+    assert carried <= kept, sorted(carried - kept)[:10]
+    for s in statuses:
+        if s.partition in kept - carried:  # only the margin: ok, in the ISR, behind, a millisecond out
+            crossing = last_caught_up_ms(s) + th.nearing_ratio * s.lag_time_max_ms
+            assert s.lag_state is State.OK and s.in_isr and s.time_since_caught_up_s > 0, s
+            assert lookahead.horizon(s) < crossing - s.eval_ms <= lookahead.horizon(s) + 1, s
