@@ -136,11 +136,28 @@ def test_within_reach_keeps_every_follower_the_lookahead_would_carry(spark, hori
         now = T0 + rng.randrange(0, 100_000)
         ratio = behind / lag
         state = State.OK if ratio < th.nearing_ratio else State.NEARING
+        start = now - behind + lag  # the shrink window's start: the last catch-up plus the lag
+        in_isr = rng.random() < 0.8
         statuses.append(
             ReplicaStatus(
-                "c", "t", i, 2, 1, now, state, behind / 1000.0, ratio, 0.0, 0, rng.random() < 0.8, 3, 2,
-                lag, now - behind + lag, now - behind + lag + lag // 2,
-            )  # fmt: skip
+                cluster="c",
+                topic="t",
+                partition=i,
+                broker_id=2,
+                leader_id=1,
+                eval_ms=now,
+                state=state,
+                time_since_caught_up_s=behind / 1000.0,
+                lag_ratio=ratio,
+                time_to_shrink_s=0.0,
+                offset_lag=0,
+                in_isr=in_isr,
+                isr_size=3,
+                min_isr=2,
+                lag_time_max_ms=lag,
+                shrink_window_start_ms=start,
+                shrink_window_end_ms=start + lag // 2,
+            )
         )
     # Exactly at the edge of the horizon, and a millisecond either side of it.
     for s in statuses[:30]:
@@ -148,9 +165,16 @@ def test_within_reach_keeps_every_follower_the_lookahead_would_carry(spark, hori
         edge = int(th.nearing_ratio * s.lag_time_max_ms) - reach
         for behind in (edge - 1, edge, edge + 1):
             statuses.append(
-                replace(s, partition=len(statuses), state=State.OK, in_isr=True, time_since_caught_up_s=behind / 1000.0,
-                        lag_ratio=behind / s.lag_time_max_ms, shrink_window_start_ms=s.eval_ms - behind + s.lag_time_max_ms)
-            )  # fmt: skip
+                replace(
+                    s,
+                    partition=len(statuses),
+                    state=State.OK,
+                    in_isr=True,
+                    time_since_caught_up_s=behind / 1000.0,
+                    lag_ratio=behind / s.lag_time_max_ms,
+                    shrink_window_start_ms=s.eval_ms - behind + s.lag_time_max_ms,
+                )
+            )
     rows = []
     for s in statuses:
         d = asdict(s)
