@@ -8,8 +8,8 @@ So a follower the lookahead may carry must reach the driver at every observation
 * once it catches up (else the lookahead carries a stale "behind" status to a Nearing
   the telemetry already refutes: found by reading the code, a false alert).
 
-Through the job's own path: ``evaluate_records`` on raw telemetry, its rows into the
-monitor, the timer's ``carry_forward`` on a wall clock the test sets."""
+Through the job's own path: its batch handler (``streaming.handler.BatchHandler``) on raw
+telemetry, into the monitor, then the timer's ``carry_forward`` on a wall clock the test sets."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ from isrwatch.alerts import AlertName
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import Thresholds
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
-from streaming.batch import evaluate_records, split_driver_rows
+from streaming.checkpoint import DriverCheckpoint
+from streaming.handler import BatchHandler
 from streaming.lookahead import Lookahead, last_caught_up_ms
+from streaming.outputs import DeadLetterFile
 from streaming.replicas import StateTable
 from streaming.source_spool import RAW_SCHEMA
 
@@ -57,28 +59,13 @@ def _raw(spark, batch_id: int, observations: list[Observation]):
     return spark.createDataFrame(rows, RAW_SCHEMA)
 
 
-def _run(spark, table, monitor, batch_id: int, observations: list[Observation]) -> set[int]:
-    """One batch as the job's handler runs it; returns the brokers whose newest row reached the driver."""
-    out = evaluate_records(
-        _raw(spark, batch_id, observations),
-        batch_id,
-        table,
-        monitor.cfg,
-        monitor.thresholds,
-        future_tolerance_ms=None,
-        max_gap_ms=None,
-        watched_keys=monitor.watched_keys(),
-        refresh_batches=REFRESH,
-        lookahead=monitor.lookahead,
-    )
-    try:
-        assert out.table is not None
-        changes, finals = split_driver_rows(out.table)
-        finals = list(finals)
-        monitor.apply_statuses(batch_id, finals, changes)
-    finally:
-        out.finish()
-    return {s.broker_id for s, _, _ in finals}
+def _run(spark, handler, batch_id: int, observations: list[Observation]) -> set[int]:
+    """One batch through the job's own handler; returns the brokers whose status the batch
+    moved on (their newest row reached the driver)."""
+    monitor = handler.monitor
+    before = {key[3]: s.eval_ms for key, s in monitor.statuses.items()}
+    handler(_raw(spark, batch_id, observations), batch_id)
+    return {key[3] for key, s in monitor.statuses.items() if before.get(key[3]) != s.eval_ms}
 
 
 def test_a_follower_the_lookahead_may_carry_reaches_the_driver_at_every_observation(spark, tmp_path) -> None:
@@ -86,7 +73,20 @@ def test_a_follower_the_lookahead_may_carry_reaches_the_driver_at_every_observat
     clock, sink = Clock(), Collect()
     monitor = _monitor(tmp_path / "ck", clock, sink, lookahead=Lookahead(cfg, th, live_ms=15_000))
     monitor.cfg = cfg
-    table = StateTable(spark, str(tmp_path / "state"))
+    handler = BatchHandler(
+        cfg=cfg,
+        th=th,
+        table=StateTable(spark, str(tmp_path / "state")),
+        monitor=monitor,
+        store=monitor.store,
+        deadletters=DeadLetterFile(str(tmp_path / "deadletters.jsonl")),
+        checkpoint=DriverCheckpoint(tmp_path / "ck"),
+        future_tolerance_ms=None,
+        max_gap_ms=None,
+        refresh_batches=REFRESH,
+        forget_after_ms=15 * 60_000,
+        side_counts={},
+    )
     # Batch 0, every replica's first observations (each goes to the driver): all caught up at
     # T0; then 2 and 3 behind 3 s (a ratio of 0.3, ok, crossing at T0 + 5 s: within the 2.5 s
     # horizon of T0 + 3 s), 4 behind 1 s (not within it), 5 to 8 in sync. The leader's row is
@@ -95,7 +95,7 @@ def test_a_follower_the_lookahead_may_carry_reaches_the_driver_at_every_observat
     first += [_obs(b, T0 + 3_000, 100, 400) for b in (2, 3)] + [_obs(4, T0 + 1_000, 100, 200)]
     first += [_obs(b, T0 + 3_000, 400, 400) for b in IN_SYNC] + [_obs(1, T0 + 3_001, 400, 400)]
     clock.t = (T0 + 3_500) / 1000
-    assert _run(spark, table, monitor, 0, first) == {1, *FOLLOWERS}
+    assert _run(spark, handler, 0, first) == {1, *FOLLOWERS}
     # Batch 1: 2 has caught up; 3 is still behind; 4 is behind 4 s now (within the horizon).
     # No refresh is due and nothing changed state (all ok): 2's return must reach the driver
     # (else the lookahead carries its stale status to a Nearing the telemetry refutes), 3's
@@ -103,7 +103,7 @@ def test_a_follower_the_lookahead_may_carry_reaches_the_driver_at_every_observat
     second = [_obs(2, T0 + 4_000, 500, 500), _obs(3, T0 + 4_000, 100, 500), _obs(4, T0 + 4_000, 100, 500)]
     second += [_obs(b, T0 + 4_000, 500, 500) for b in IN_SYNC] + [_obs(1, T0 + 4_001, 500, 500)]
     clock.t = (T0 + 4_500) / 1000
-    reached = _run(spark, table, monitor, 1, second)
+    reached = _run(spark, handler, 1, second)
     assert {2, 3, 4} <= reached, reached
     assert not set(IN_SYNC) <= reached, reached  # the refresh still holds the others back
     # Past the crossing on the wall clock (T0 + 5 s for 3 and 4), no batch since.
