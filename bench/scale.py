@@ -75,7 +75,9 @@ def scale(
         spark, kafka, topic, total, cap, trigger_s=trigger_s, batches=batches + 1, **settings
     )
     memory["driver_python_rss_before_job_mb"] = before
-    memory["driver_python_peak_rss_mb"] = rss_mb(field="VmHWM")
+    # The kernel's per-thread RSS counters are folded in lazily, so VmHWM read now can trail a
+    # VmRSS read a moment ago by a few hundred KiB; the peak is at least what was measured.
+    memory["driver_python_peak_rss_mb"] = max(rss_mb(field="VmHWM"), memory["driver_python_rss_mb"])
     for b in batches_out:
         print(f"  batch {b}", flush=True)
     print(f"  memory: {memory}", flush=True)

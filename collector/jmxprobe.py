@@ -12,7 +12,8 @@ dropped. A read that never answers fails at the JDK's RMI timeout (``collector.j
 closes its connection: the next round connects afresh.
 
 Which endpoint is which broker the broker itself says (``kafka.server:type=app-info,id=N``);
-a broker of the metadata whose endpoint never answered is unreachable all the same.
+a broker of the metadata whose endpoint never answered is unreachable all the same, and so is
+a broker whose endpoint answered as it before and is silent now, whatever the metadata says.
 """
 
 from __future__ import annotations
@@ -141,6 +142,7 @@ class JmxProbe:
         fresh = self.metadata.metadata(self.round_timeout_s / 2) is not None
         wait_futures(list(asked.values()), timeout=max(0.0, deadline - time.monotonic()))
         readings: dict[int, BrokerReading] = {}
+        silent: set[int] = set()  # brokers whose endpoint answered as them before and not this round
         for w in self.workers:
             endpoint = w.connection.endpoint
             future = asked.get(endpoint)
@@ -154,6 +156,8 @@ class JmxProbe:
                     continue
                 reason = str(error)
             self._failed(endpoint, reason)
+            if w.connection.broker_id is not None:
+                silent.add(w.connection.broker_id)
         partitions = self.metadata.partitions
         hosted = {b for ps in partitions for b in ps.replicas}
         snap = Snapshot(
@@ -166,7 +170,9 @@ class JmxProbe:
             for (topic, partition), offset in reading.leo.items():
                 snap.leo[(broker, topic, partition)] = offset
             snap.counters.append(BrokerCounters(broker, reading.t_ms, reading.isr_shrinks, reading.isr_expands))
-        snap.unreachable = hosted - set(readings)
+        # A broker the metadata no longer lists (Kafka 0.9 leaves a broker out of a partition's
+        # replicas once it is not registered) is still unreachable when its own endpoint is silent.
+        snap.unreachable = (hosted | silent) - set(readings)
         snap.round_s = time.monotonic() - started
         self.readings.update(readings)
         for reading in readings.values():

@@ -6,10 +6,13 @@ import argparse
 import logging
 import subprocess
 import sys
+from concurrent.futures import Future
 
 import pytest
 
-from collector.jmx import JmxConnection, JmxError, service_url, start_jvm
+from collector.jmx import BrokerReading, JmxConnection, JmxError, service_url, start_jvm
+from collector.jmxprobe import JmxProbe
+from collector.probe import PartitionState
 from collector.settings import CollectSettings
 from isrwatch.exceptions import ConfigError
 from isrwatch.settings import Secret, build, load
@@ -95,3 +98,54 @@ def test_collect_with_a_bad_jmx_flag_says_so_in_one_line_without_the_password() 
         "(for example --jmx kafka1:9999 or --jmx service:jmx:rmi:///jndi/rmi://kafka1:9999/jmxrmi)"
     ]
     assert SECRET not in done.stdout + done.stderr
+
+
+class _Metadata:
+    """The metadata side of a round, as a broker answers it (a stand-in: this checks the
+    probe's own bookkeeping; tests/collector/test_jmx_kafka.py runs it on real brokers)."""
+
+    def __init__(self) -> None:
+        self.partitions: list[PartitionState] = []
+        self.brokers: dict[int, str] = {}
+
+    def metadata(self, _timeout_s: float) -> list[PartitionState]:
+        return self.partitions
+
+
+class _Worker:
+    """One endpoint's worker: answers as ``broker_id`` while ``answering``, else never."""
+
+    def __init__(self, endpoint: str, broker_id: int) -> None:
+        self.connection = JmxConnection(endpoint)
+        self.broker_id = broker_id
+        self.answering = True
+        self.busy = False
+
+    def submit(self) -> Future[BrokerReading]:
+        future: Future[BrokerReading] = Future()
+        if self.answering:
+            self.connection.broker_id = self.broker_id  # what a connection learns when it opens
+            future.set_result(BrokerReading(self.broker_id, 1, {("t", 0): 5}))
+        else:
+            self.busy = True
+        return future
+
+
+def test_a_silent_broker_is_unreachable_even_once_the_metadata_leaves_it_out() -> None:
+    # Kafka 0.9 lists only registered brokers among a partition's replicas: a broker hung past
+    # its ZooKeeper session drops out of the metadata while it is still hung.
+    metadata = _Metadata()
+    probe = JmxProbe(metadata, [], round_timeout_s=0.05)  # type: ignore[arg-type]
+    workers = [_Worker(f"127.0.0.1:{9990 + b}", b) for b in (1, 2, 3)]
+    never = _Worker("127.0.0.1:9999", 4)
+    never.answering = False
+    probe.workers = [*workers, never]  # type: ignore[list-item]
+    metadata.partitions = [PartitionState("t", 0, 1, (1, 2, 3), (1, 2, 3))]
+    assert probe.snapshot().unreachable == set()
+    workers[2].answering = False
+    assert probe.snapshot().unreachable == {3}
+    metadata.partitions = [PartitionState("t", 0, 1, (1, 2), (1, 2))]
+    for _ in range(2):  # asked again, then still in that read
+        assert probe.snapshot().unreachable == {3}
+    workers[2].answering, workers[2].busy = True, False
+    assert probe.snapshot().unreachable == set()

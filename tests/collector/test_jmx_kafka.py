@@ -66,6 +66,16 @@ def probes(kafka_cluster: Any) -> Iterator[tuple[ClusterProbe, JmxProbe]]:
         fetch.close()
 
 
+def _round_seen(i: int, snap: Snapshot, victim: int) -> str:
+    """What round ``i`` saw, for a failure message: who answered, and where the metadata put ``victim``."""
+    answered = sorted({key[0] for key in snap.leo})
+    hosting = sorted({(p.topic, p.partition) for p in snap.partitions if victim in p.replicas})
+    return (
+        f"round {i}: answered {answered}, brokers {sorted(snap.brokers)}, metadata fresh {snap.metadata_fresh}, "
+        f"{len(snap.partitions)} partitions, {len(hosting)} of them with broker {victim} among the replicas"
+    )
+
+
 def _leos(snap: Snapshot, topic: str) -> dict[tuple[int, str, int], int]:
     return {key: leo for key, leo in snap.leo.items() if key[1] == topic}
 
@@ -135,8 +145,8 @@ def test_a_paused_broker_is_unreachable_within_the_round_and_answers_again_after
             paused = [probe.snapshot() for _ in range(3)]
         finally:
             k.resume(victim)
-        for snap in paused:
-            assert snap.unreachable == {victim}
+        for i, snap in enumerate(paused):
+            assert snap.unreachable == {victim}, _round_seen(i, snap, victim)
             assert {key for key in _leos(snap, topic)} == {(b, topic, p) for b in others for p in range(PARTITIONS)}
             # the round did not wait for the hung broker's read (nor for the RMI client's own timeout)
             assert snap.round_s < RMI_TIMEOUT_MS / 1000, snap.round_s
