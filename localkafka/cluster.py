@@ -440,12 +440,22 @@ class LocalKafka:
     def pid(self, broker_id: int) -> int:
         return self._proc(broker_id).pid
 
-    def pause(self, broker_id: int) -> None:
-        """SIGSTOP the broker: it stops fetching and answering, its sessions stay open."""
+    def pause(self, broker_id: int, timeout_s: float = 30.0) -> None:
+        """SIGSTOP the broker: it stops fetching and answering, its sessions stay open.
+        Returns once every thread of its JVM has stopped (LocalKafkaError after ``timeout_s``)."""
         proc = self._proc(broker_id)
         proc.signal(signal.SIGSTOP)
         proc.paused = True
-        log.info(kv(event="broker_paused", broker_id=broker_id))
+        # The signal is not the stop: a loaded machine has let a broker answer a request sent
+        # 30 ms after it (seen in a test run), so wait until /proc shows every thread stopped.
+        sent = time.monotonic()
+        while proc.running and (left := proc.unstopped_threads()):
+            if time.monotonic() - sent >= timeout_s:
+                raise LocalKafkaError(f"broker {broker_id} sent SIGSTOP but not stopped in {timeout_s:g} s: {left[:5]}")
+            time.sleep(0.005)
+        log.info(
+            kv(event="broker_paused", broker_id=broker_id, stopped_after_ms=round((time.monotonic() - sent) * 1000))
+        )
 
     def resume(self, broker_id: int) -> None:
         proc = self._proc(broker_id)

@@ -123,6 +123,19 @@ class JvmProcess:
             raise LocalKafkaError(f"{self.name} is not started")
         return self.popen.pid
 
+    def unstopped_threads(self) -> list[str]:
+        """The JVM's threads not yet stopped by a SIGSTOP (``tid:state`` from /proc; empty:
+        every thread stopped, or no /proc to tell). A thread in a system call that cannot be
+        interrupted (state D: a disk write on a busy machine) stops only when it returns, so
+        the signal alone does not say the broker has stopped answering."""
+        out = []
+        for stat in Path(f"/proc/{self.pid}/task").glob("*/stat"):
+            with contextlib.suppress(OSError, IndexError):
+                state = stat.read_text().rpartition(")")[2].split()[0]
+                if state not in ("T", "t"):
+                    out.append(f"{stat.parent.name}:{state}")
+        return out
+
     def signal(self, sig: int) -> None:
         if self.running:
             with contextlib.suppress(ProcessLookupError):

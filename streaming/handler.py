@@ -75,7 +75,8 @@ class BatchHandler:
             self.th,
             future_tolerance_ms=self.future_tolerance_ms,
             max_gap_ms=self.max_gap_ms,
-            watched_keys=self.monitor.watched_keys(),
+            # only the periodic refresh (N > 1) reads them: at N = 1 every replica's row goes
+            watched_keys=self.monitor.watched_keys() if self.refresh_batches > 1 else frozenset(),
             refresh_batches=self.refresh_batches,
             lookahead=self.monitor.lookahead,
             forget_before=self.monitor.forget_cutoffs(self.forget_after_ms),

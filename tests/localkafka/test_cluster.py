@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -119,6 +120,12 @@ def test_paused_follower_is_shrunk_by_the_leader_and_rejoins(kafka_cluster_facto
     _produce(cluster, topic, 20)
     paused_at = time.time()
     cluster.pause(3)
+    # pause() returns once the broker has stopped: every thread of its JVM, as /proc says
+    states = {
+        t.name: (t / "stat").read_text().rpartition(")")[2].split()[0]
+        for t in (Path("/proc") / str(cluster.pid(3)) / "task").iterdir()
+    }
+    assert states and set(states.values()) <= {"T", "t"}, states
     p = Producer(cluster.client_config(**{"acks": "1"}))
     shrinks = []
     deadline = time.monotonic() + 4 * lag_ms / 1000 + 20
