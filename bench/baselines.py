@@ -96,12 +96,14 @@ def _stop_quietly(spark: Any, q: Any) -> None:
     the interrupted tasks' stack traces at ERROR (a hundred lines that read as a failure
     of the benchmark). They are expected here, so Spark's log is off while it stops; a
     failure of the query itself was raised above, before this."""
+    from streaming.session import SPARK_LOG_LEVEL
+
     spark.sparkContext.setLogLevel("OFF")
     try:
         q.stop()
         time.sleep(1)  # the interrupted tasks log as they end, just after stop() returns
     finally:
-        spark.sparkContext.setLogLevel("WARN")  # streaming.session's level
+        spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
 
 
 def run_naive(

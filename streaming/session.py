@@ -17,13 +17,15 @@ from isrwatch.exceptions import IsrwatchError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ROCKSDB_PROVIDER", "build_session", "spark_conf_pairs", "is_local"]
+__all__ = ["ROCKSDB_PROVIDER", "SPARK_LOG_LEVEL", "build_session", "spark_conf_pairs", "is_local"]
 
 log = logging.getLogger(__name__)
 
 _LOG4J = Path(__file__).with_name("log4j2.properties").as_uri()
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# Spark's own log level in every session build_session makes.
+SPARK_LOG_LEVEL = "WARN"
 
 
 def _check_java() -> None:
@@ -118,7 +120,7 @@ def build_session(
         spark = builder.getOrCreate()
     except Exception as e:  # the JVM did not start: say so in one line
         raise IsrwatchError(f"Spark did not start ({master}): {str(e).splitlines()[0] if str(e) else e!r}") from e
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL)
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     from streaming import source_spool
 
