@@ -67,6 +67,9 @@ class Result:
     input: float = 0.0
     naive: float = 0.0
     naive_observations: int = 0
+    # The job's second pass over the same records in the same JVM (``measure(warm_pass=True)``;
+    # 0: not run): its rate once the JIT has compiled the job's code, as an always-on job runs.
+    warm_e2e: float = 0.0
     batches: list[dict[str, Any]] = field(default_factory=list)
     memory: dict[str, float] = field(default_factory=dict)
     stages: dict[str, float] = field(default_factory=dict)
@@ -78,6 +81,14 @@ class Result:
     @property
     def naive_ratio(self) -> float:
         return self.e2e / self.naive if self.naive else 0.0
+
+    @property
+    def warm_ceiling_ratio(self) -> float:
+        return self.warm_e2e / self.ceiling if self.ceiling else 0.0
+
+    @property
+    def warm_naive_ratio(self) -> float:
+        return self.warm_e2e / self.naive if self.naive else 0.0
 
 
 class BatchLog(logging.Handler):
@@ -269,9 +280,17 @@ def measure(
     naive_budget_s: float = 60.0,
     naive: bool = True,
     version: int = VERSION,
+    warm_pass: bool = False,
 ) -> Result:
     """The job, the ceiling and the naive design on one fleet's records in telemetry
-    ``version`` (default: what the collector writes)."""
+    ``version`` (default: what the collector writes).
+
+    The job runs first, in a JVM that has run nothing of it yet: its first batches are
+    slow while the JIT compiles the job's code (docs/benchmarks.md, "The first batches"),
+    and the ceiling, measured after it, runs warm. ``warm_pass``: run the job a second
+    time over the same records (a new checkpoint, so the same batches), before the
+    ceiling, and report that rate too (``warm_e2e``): both sides warm, as an always-on
+    job runs. ``e2e`` and its ratios stay the first pass's."""
     fleet = Fleet(replicas)
     records: list[bytes] = []
     for r in range(rounds):
@@ -295,6 +314,14 @@ def measure(
     print(f"  end to end (the job):           {res.e2e:,.0f} obs/s over {len(res.batches)} batches", flush=True)
     print(f"    memory: {res.memory}", flush=True)
     print(f"    stages (s): {res.stages}", flush=True)
+    print(f"    batches (s): {_batch_seconds(res.batches)}", flush=True)
+    if warm_pass:
+        res.warm_e2e, warm_batches, _, _ = run_e2e(spark, kafka, topic, res.observations, cap)
+        print(
+            f"  end to end, second pass (warm): {res.warm_e2e:,.0f} obs/s over {len(warm_batches)} batches",
+            flush=True,
+        )
+        print(f"    batches (s): {_batch_seconds(warm_batches)}", flush=True)
     res.ceiling = run_ceiling(spark, records, cap)
     print(f"  in-memory aggregation ceiling:  {res.ceiling:,.0f} obs/s", flush=True)
     if naive:
@@ -312,7 +339,18 @@ def measure(
         f"naive_ratio={res.naive_ratio:.1f} input_ratio={res.e2e / res.input if res.input else 0:.2f}",
         flush=True,
     )
+    if warm_pass:
+        print(
+            f"  replicas={replicas} warm_observations_per_second={res.warm_e2e:.0f} "
+            f"warm_ceiling_ratio={res.warm_ceiling_ratio:.2f} warm_naive_ratio={res.warm_naive_ratio:.1f}",
+            flush=True,
+        )
     return res
+
+
+def _batch_seconds(batches: list[dict[str, Any]]) -> list[float]:
+    """Each batch's foreachBatch time, in seconds, in order: where the warm-up shows."""
+    return [round(b["driver_ms"] / 1000, 1) for b in batches]
 
 
 def _ints(text: str) -> list[int]:
