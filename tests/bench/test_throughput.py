@@ -1,8 +1,9 @@
 """Smoke test: the throughput comparison behind ``make bench-quick`` and ``make bench`` runs
-all its parts on the real Kafka and real Spark over a small fleet (the job end to end, the
-plain consumer, the in-memory aggregation ceiling, the naive design) and reports each, with
-the ratios the quick benchmark prints, the job's second (warm) pass included (no timing asserted: only that each figure is there).
-The latency benchmark once stopped starting unnoticed; this keeps the throughput one going."""
+all its parts on the real Kafka and real Spark over a small fleet (the job end to end, its
+second, warm pass, the plain consumer, the in-memory aggregation ceiling, the naive design)
+and reports each, with the ratios the quick benchmark prints (no timing asserted: only that
+each figure is there). The latency benchmark once stopped starting unnoticed; this keeps the
+throughput one going."""
 
 from __future__ import annotations
 
