@@ -8,11 +8,14 @@ import time
 import uuid
 from collections.abc import Iterable
 
+import isrwatch.logs  # noqa: F401  (lets each librdkafka CONFWARN through once: ConfigWarningsOnce)
 from localkafka import LocalKafka
 
 __all__ = ["start_cluster", "new_topic", "produce", "consume_all", "BROKER_SETTINGS"]
 
 log = logging.getLogger(__name__)
+# the benchmark's own clients log where the job's do, so their CONFWARN lines are printed once
+RDLOG = logging.getLogger("librdkafka")
 
 # Records of 500 observations are about 130 kB; room for bigger ones.
 # A long ZooKeeper session: a 0.9 broker whose session expires under load can lose
@@ -48,7 +51,7 @@ def producer(kafka: LocalKafka, **extra: object):  # type: ignore[no-untyped-def
             **extra,
         }
     )
-    return Producer(cfg)
+    return Producer(cfg, logger=RDLOG)
 
 
 def produce(kafka: LocalKafka, topic: str, records: Iterable[bytes], key: bytes = b"bench") -> tuple[int, int]:
@@ -88,7 +91,8 @@ def consume_all(
     c = Consumer(
         kafka.client_config(
             **{"group.id": f"bench-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False, "enable.partition.eof": False}
-        )
+        ),
+        logger=RDLOG,
     )
     try:
         parts = c.list_topics(topic, timeout=30).topics[topic].partitions

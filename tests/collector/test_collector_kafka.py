@@ -13,7 +13,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from collector.main import Collector
+from collector.probe import ClusterProbe
 from collector.settings import CollectSettings
+from collector.tracker import ReplicaTracker
+from isrwatch.clientconfig import kafka_python_config
 from isrwatch.exceptions import UnreachableError
 from isrwatch.telemetry import decode_record, json_schema
 from localkafka import COMPAT_CONFIG, free_port
@@ -135,6 +138,60 @@ def test_paused_follower_is_reported_unreachable_and_the_isr_change_is_recorded(
         assert (set(c.isr_before), set(c.isr_after)) == (set(t.isr_before), set(t.isr_after))
         assert c.t_ms / 1000 >= t.time - 0.05
     assert sorted({c.partition for c in changes}) == [0, 1]
+
+
+def test_a_broker_killed_past_its_zookeeper_session_stays_observed_until_it_is_back(kafka_cluster_factory, unique_name):
+    """Kafka 0.9 leaves an unregistered broker out of every partition's replicas in metadata.
+    The probe keeps its replicas (``assigned_replicas``): each round still observes them, silent
+    (``leo`` null) and out of the ISR, also in the partition whose leadership the controller
+    moved away from it; once it is back they are answered again and rejoin."""
+    # Kafka 0.9's own defaults: a 6 s ZooKeeper session, a 10 s lag.
+    cluster = kafka_cluster_factory(replica_lag_time_max_ms=10_000, zookeeper_session_timeout_ms=6000)
+    topic = unique_name("data")
+    # Pinned so that the killed broker 3 follows partition 0 and leads partition 1 (the fault
+    # under test); no isrwatch topic here: the probe and the tracker are read directly.
+    cluster.create_topic(topic, assignment=[[1, 2, 3], [3, 1, 2]])
+    probe = ClusterProbe(kafka_python_config(cluster.bootstrap_servers, COMPAT_CONFIG), round_timeout_s=0.5)
+    tracker = ReplicaTracker(lag_time_max_ms=10_000)
+    producer = Producer(cluster.client_config(acks="1"))
+
+    def rounds(until, timeout_s):
+        seen = []
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for part in (0, 1):
+                producer.produce(topic, b"load", partition=part)
+            producer.poll(0)
+            snap = probe.snapshot()
+            mine = {(o.partition, o.broker_id): o for o in tracker.observe(snap).observations if o.topic == topic}
+            seen.append((snap, mine))
+            if until(seen):
+                return seen
+            time.sleep(0.3)
+        pytest.fail(f"timed out; last round: brokers {sorted(seen[-1][0].brokers)}, observed {sorted(seen[-1][1])}")
+
+    probe.connect()
+    try:
+        rounds(lambda seen: len(seen) >= 3, 30)
+        cluster.stop(3)  # SIGKILL: no controlled shutdown, the session expires
+        # until the metadata has left broker 3 out for ten rounds
+        down = rounds(lambda seen: sum(3 not in s.brokers for s, _ in seen) >= 10, 60)
+        for mine in [mine for snap, mine in down if 3 not in snap.brokers]:
+            for part in (0, 1):
+                o = mine.get((part, 3))
+                assert o is not None, f"partition {part}'s replica on broker 3 not observed once it left the metadata"
+                # silent, out of the ISR, and partition 1 led elsewhere now
+                assert o.leo is None and 3 not in o.isr and o.leader_id in (1, 2), o
+        cluster.start_broker(3)
+
+        def rejoined(seen):
+            _, mine = seen[-1]
+            return all((p, 3) in mine and mine[(p, 3)].leo is not None and 3 in mine[(p, 3)].isr for p in (0, 1))
+
+        rounds(rejoined, 90)
+    finally:
+        probe.close()
+        producer.flush(10)
 
 
 def test_unreachable_cluster_at_start_up_is_one_clear_line():

@@ -5,12 +5,13 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from collector.probe import PartitionState, Snapshot
+from collector.probe import PartitionState, Snapshot, assigned_replicas
 from collector.publisher import batch_records
 from collector.tracker import ReplicaTracker
 from isrwatch.clientconfig import broker_version, kafka_python_config
 from isrwatch.episodes import state_changes
 from isrwatch.exceptions import ConfigError
+from isrwatch.kafkawire import PartitionMetadata
 from isrwatch.rule import RuleConfig
 from isrwatch.status import Thresholds
 from isrwatch.telemetry import decode_record, encode_record, json_schema
@@ -158,3 +159,54 @@ def test_kafka_python_config_rejects_bad_numbers():
         kafka_python_config("h:1", {"request.timeout.ms": "soon"})
     with pytest.raises(ConfigError, match="broker.version.fallback"):
         kafka_python_config("h:1", {"api.version.request": "false", "broker.version.fallback": "new"})
+
+
+# -- replicas a Kafka 0.9 metadata answer leaves out (collector.probe.assigned_replicas) --------
+
+BEFORE = PartitionState("orders", 0, leader=1, replicas=(1, 2, 3), isr=(1, 2, 3))
+
+
+def answer(replicas, error, leader=1, isr=(1, 3)):
+    return PartitionMetadata("orders", 0, leader, tuple(replicas), tuple(isr), error)
+
+
+@pytest.mark.parametrize(
+    ("answered", "error", "alive", "expected"),
+    [
+        # broker 2 no longer registered: 0.9 leaves it out and says so (REPLICA_NOT_AVAILABLE)
+        ((1, 3), 9, {1, 3}, (1, 2, 3)),
+        # brokers 1 (the leader) and 2 gone, no new leader yet (LEADER_NOT_AVAILABLE)
+        ((3,), 5, {3}, (1, 2, 3)),
+        # no error: every assigned replica is listed; 2 is gone from the assignment
+        ((1, 3), 0, {1, 3}, (1, 3)),
+        # 2 left out but its broker is registered: not a dead broker's replica, the answer stands
+        ((1, 3), 9, {1, 2, 3}, (1, 3)),
+        # a replica not seen before: the assignment changed, the answer stands
+        ((1, 4), 9, {1, 4}, (1, 4)),
+        # a later Kafka lists every replica, error or not: nothing added or lost
+        ((1, 2, 3), 9, {1, 3}, (1, 2, 3)),
+    ],
+)
+def test_replicas_of_unregistered_brokers_are_kept_while_the_answer_says_some_are_missing(
+    answered, error, alive, expected
+):
+    assert assigned_replicas(BEFORE, answer(answered, error), alive) == expected
+
+
+def test_nothing_is_kept_for_a_partition_seen_for_the_first_time():
+    assert assigned_replicas(None, answer((1, 3), 9), {1, 3}) == (1, 3)
+
+
+def test_a_kept_follower_is_observed_silent_and_out_of_the_isr():
+    """What the tracker makes of a kept replica: an observation each round, no LEO, the leader's
+    LEO and the ISR without it (the job: out of sync, stalled while the leader moves)."""
+    tr = ReplicaTracker(lag_time_max_ms=10_000)
+    tr.observe(snap(1000, {1: 10, 2: 10, 3: 10}))
+    kept = PartitionState("orders", 0, 1, assigned_replicas(BEFORE, answer((1, 3), 9), {1, 3}), (1, 3))
+    gone = Snapshot(
+        t_ms=2000, brokers={1: "a:1", 3: "c:1"}, partitions=[kept], leo={(1, "orders", 0): 20, (3, "orders", 0): 20}
+    )
+    by_broker = {o.broker_id: o for o in tr.observe(gone).observations}
+    assert sorted(by_broker) == [2, 3]
+    assert (by_broker[2].leo, by_broker[2].leader_leo, by_broker[2].isr) == (None, 20, (1, 3))
+    assert by_broker[2].prev_t_ms == 1000  # its last answer is still what it is compared against
