@@ -6,33 +6,36 @@ cluster, as docs/deploy.md creates them and placed by Kafka, so the killed broke
 of them), produce load on a topic of three partitions of three replicas placed by Kafka, so
 the killed broker follows two and leads one.
 
-Once the broker's session expires the controller drops it from every ISR, moves its
-leadership, and stops listing it in any partition's replicas, all in one metadata update. The
-broker killed is not the controller, and that is the fault under test: a killed controller's
-successor shows it out of the ISRs before it leaves the replicas (measured: its replicas went
-out of sync in the job without the collector keeping them), so it would not show whether the
-collector keeps a broker's replicas once the metadata leaves them out. While it is down, for
-every partition, including the one it led:
+Two rounds: a broker that is not the controller is killed, kept down, started again; then
+the controller. Once a broker's session expires the controller drops it from every ISR, moves
+its leadership, and stops listing it in any partition's replicas, all in one metadata update:
+without the collector keeping its replicas (``collector.probe.assigned_replicas``) the job
+never saw it out of sync (measured). A killed controller's successor shows it out of the ISRs
+before it leaves the replicas, so that round's OutOfSync came even without the keeping, but
+its gauges froze once the metadata left it out, and its Stalled did not always come
+(measured). While each is down, for every partition, including the one it led:
 
 * the job prints ``KafkaReplicaOutOfSync`` and ``KafkaReplicaStalled`` for its replica, which
   stay firing until the broker is back;
 * the job's /metrics shows the replica out of the ISR, and its time since caught up keeps
   growing after the metadata has left the broker out (not frozen at what it was then).
 
-Started again, it rejoins and every alert of its replicas resolves; no replica alert of the
-run names another broker.
+Started again, it rejoins and every alert of its replicas resolves. No replica alert of the
+run names a broker never killed.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import requests
 
 from isrwatch.alerts import AlertName
 from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pauses import layout
-from tests.e2e.pipeline import Pipeline, until
+from tests.e2e.pipeline import AlertEvent, Pipeline, until
 from tests.e2e_observability.running_job import parse_metrics
 
 # Kafka 0.9's defaults (zookeeper.session.timeout.ms, replica.lag.time.max.ms)
@@ -54,6 +57,59 @@ def _gauges(pipe: Pipeline, broker: int) -> dict[int, dict[str, float]]:
     return out
 
 
+@dataclass
+class KillRound:
+    """What one kill showed: the job's gauges of the victim's replicas twice while it was
+    down, after the metadata had left it out, and the alerts it resolved meanwhile."""
+
+    victim: int
+    led: list[int]
+    first: dict[int, dict[str, float]]
+    second: dict[int, dict[str, float]]
+    resolved_while_down: list[AlertEvent]
+
+
+def _kill_round(cluster: Any, pipe: Pipeline, victim: int) -> KillRound:
+    """Kill ``victim`` (SIGKILL: no controlled shutdown), wait until the job alerts every
+    replica of it and the metadata leaves it out, keep it down ``DOWN_S``, start it again
+    and wait until every alert of its replicas has resolved."""
+    led = [p for p, (leader, _) in layout(cluster, TOPIC).items() if leader == victim]
+    witness = next(b for b in cluster.broker_ids if b != victim)
+    mine = {(TOPIC, p, victim) for p in range(PARTITIONS)}
+    killed_at = time.time()
+    cluster.stop(victim)
+
+    def firing(name: AlertName) -> set[tuple[str, int, int]]:
+        return {e.replica for e in pipe.alerts(name.value, "firing") if e.arrived >= killed_at}
+
+    until(
+        f"KafkaReplicaOutOfSync and KafkaReplicaStalled for every replica on broker {victim}",
+        lambda: mine <= firing(AlertName.OUT_OF_SYNC) and mine <= firing(AlertName.STALLED),
+        DOWN_S,
+        pipe,
+    )
+    until(
+        f"the metadata to leave broker {victim} out",
+        lambda: victim not in (cluster.metadata_brokers(witness) or {victim}),
+        DOWN_S,
+        pipe,
+    )
+    time.sleep(3)  # a round and a batch after it
+    first = _gauges(pipe, victim)
+    time.sleep(max(10.0, killed_at + DOWN_S - time.time()))
+    second = _gauges(pipe, victim)
+    resolved = [e for e in pipe.alerts(status="resolved") if e.replica in mine and e.arrived >= killed_at]
+    started_at = time.time()
+    cluster.start_broker(victim)
+
+    def all_resolved() -> bool:
+        fired = {e.identity for e in pipe.alerts(status="firing") if e.replica in mine}
+        return fired <= {e.identity for e in pipe.alerts(status="resolved") if e.arrived >= started_at}
+
+    until(f"every alert of broker {victim}'s replicas resolved", all_resolved, 120, pipe)
+    return KillRound(victim, led, first, second, resolved)
+
+
 def test_a_killed_broker_stays_out_of_sync_until_it_is_back(kafka_cluster_factory, tmp_path):
     cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
     cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
@@ -62,51 +118,20 @@ def test_a_killed_broker_stays_out_of_sync_until_it_is_back(kafka_cluster_factor
         pipe.wait_steady()
         assert not [e for e in pipe.alerts() if e.replica[2] >= 0], "no replica alert before the fault"
         controller = cluster.controller_id()
-        victim = next(b for b in cluster.broker_ids if b != controller)  # the docstring says why
-        led = [p for p, (leader, _) in layout(cluster, TOPIC).items() if leader == victim]
-        witness = next(b for b in cluster.broker_ids if b != victim)
-        mine = {(TOPIC, p, victim) for p in range(PARTITIONS)}
-        killed_at = time.time()
-        cluster.stop(victim)  # SIGKILL: no controlled shutdown
-
-        def firing(name: AlertName) -> set[tuple[str, int, int]]:
-            return {e.replica for e in pipe.alerts(name.value, "firing") if e.arrived >= killed_at}
-
-        until(
-            f"KafkaReplicaOutOfSync and KafkaReplicaStalled for every replica on broker {victim}",
-            lambda: mine <= firing(AlertName.OUT_OF_SYNC) and mine <= firing(AlertName.STALLED),
-            DOWN_S,
-            pipe,
-        )
-        until(
-            f"the metadata to leave broker {victim} out",
-            lambda: victim not in (cluster.metadata_brokers(witness) or {victim}),
-            DOWN_S,
-            pipe,
-        )
-        time.sleep(3)  # a round and a batch after it
-        first = _gauges(pipe, victim)
-        time.sleep(max(10.0, killed_at + DOWN_S - time.time()))
-        second = _gauges(pipe, victim)
-        resolved_while_down = [
-            e for e in pipe.alerts(status="resolved") if e.replica in mine and e.arrived >= killed_at
-        ]
-        started_at = time.time()
-        cluster.start_broker(victim)
-
-        def all_resolved() -> bool:
-            fired = {e.identity for e in pipe.alerts(status="firing") if e.replica in mine}
-            return fired <= {e.identity for e in pipe.alerts(status="resolved") if e.arrived >= started_at}
-
-        until(f"every alert of broker {victim}'s replicas resolved", all_resolved, 120, pipe)
+        assert controller is not None
+        # another broker first, then the controller (the docstring says why both)
+        victims = [next(b for b in cluster.broker_ids if b != controller), controller]
+        rounds = [_kill_round(cluster, pipe, victim) for victim in victims]
         events = pipe.alerts()
 
-    assert led, f"broker {victim} led none of {TOPIC}'s partitions"
-    assert not resolved_while_down, f"alerts resolved while broker {victim} was down: {resolved_while_down}"
-    for p in range(PARTITIONS):
-        assert first[p]["isrwatch_replica_in_isr"] == 0 == second[p]["isrwatch_replica_in_isr"], (p, first, second)
-        # its gauges keep moving: the telemetry still carries it, silent
-        t1, t2 = (g[p]["isrwatch_replica_time_since_caught_up_seconds"] for g in (first, second))
-        assert t2 >= t1 + 5, f"partition {p}: time since caught up {t1} then {t2}: frozen"
-    others = [e for e in events if e.replica[2] >= 0 and e.replica not in mine]
-    assert not others, f"replica alerts for other brokers: {others}"
+    for r in rounds:
+        assert r.led, f"broker {r.victim} led none of {TOPIC}'s partitions"
+        assert not r.resolved_while_down, f"alerts resolved while broker {r.victim} was down: {r.resolved_while_down}"
+        for p in range(PARTITIONS):
+            in_isr = (r.first[p]["isrwatch_replica_in_isr"], r.second[p]["isrwatch_replica_in_isr"])
+            assert in_isr == (0, 0), f"broker {r.victim}, partition {p}: in_isr {in_isr} while down"
+            # its gauges keep moving: the telemetry still carries it, silent
+            t1, t2 = (g[p]["isrwatch_replica_time_since_caught_up_seconds"] for g in (r.first, r.second))
+            assert t2 >= t1 + 5, f"broker {r.victim}, partition {p}: time since caught up {t1} then {t2}: frozen"
+    others = [e for e in events if e.replica[2] not in (-1, *victims)]
+    assert not others, f"replica alerts for brokers never killed: {others}"
