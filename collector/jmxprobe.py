@@ -172,7 +172,7 @@ class JmxProbe:
             snap.counters.append(BrokerCounters(broker, reading.t_ms, reading.isr_shrinks, reading.isr_expands))
         # A broker the metadata no longer lists (Kafka 0.9 leaves a broker out of a partition's
         # replicas once it is not registered; the probe keeps the replicas it saw before,
-        # collector.probe.assigned_replicas) is still unreachable when its own endpoint is silent.
+        # isrwatch.kafkawire.kept_replicas) is still unreachable when its own endpoint is silent.
         snap.unreachable = (hosted | silent) - set(readings)
         snap.round_s = time.monotonic() - started
         self.readings.update(readings)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +28,7 @@ from isrwatch.kafkawire import (
     LATEST,
     LIST_OFFSETS_MAX_VERSION,
     METADATA_MAX_VERSION,
-    PartitionMetadata,
+    kept_replicas,
     list_offsets_answers,
     list_offsets_request,
     metadata_brokers,
@@ -43,7 +42,6 @@ __all__ = [
     "ClusterProbe",
     "PartitionState",
     "Snapshot",
-    "assigned_replicas",
     "DEBUG_REPLICA_ID",
     "CLIENT_REPLICA_ID",
 ]
@@ -52,10 +50,6 @@ log = logging.getLogger(__name__)
 
 DEBUG_REPLICA_ID = -2  # answered by followers too, with the log end offset
 CLIENT_REPLICA_ID = -1  # an ordinary consumer: the leader answers with the high watermark
-# Kafka's partition error codes of a metadata answer that leaves out replicas of brokers
-# that are not registered (Kafka 0.9): the leader is one of them, or another replica is.
-LEADER_NOT_AVAILABLE = 5
-REPLICA_NOT_AVAILABLE = 9
 
 
 @dataclass(frozen=True)
@@ -81,29 +75,6 @@ class Snapshot:
     round_s: float = 0.0
     # what each broker that answered said of its own replication (JMX: IsrShrinksPerSec, IsrExpandsPerSec)
     counters: list[BrokerCounters] = field(default_factory=list)
-
-
-def assigned_replicas(
-    before: PartitionState | None, answer: PartitionMetadata, alive: Collection[int]
-) -> tuple[int, ...]:
-    """The replicas assigned to a partition, as far as a metadata ``answer`` and the partition's
-    previous state (``before``) tell; ``alive``: the brokers the answer lists.
-
-    Kafka 0.9 answers metadata (version 0, the only one it has) with only the replicas whose
-    broker is registered, and an error on the partition: a broker that crashed, or hung past its
-    ZooKeeper session, drops out of every partition it hosts as the controller drops it from
-    their ISRs. Its replicas are still assigned, and out of sync until it is back; left out,
-    the job would keep what it last saw of them, from before the controller's shrink. So a
-    replica of ``before`` whose broker the answer does not list is kept, in its place, while the
-    answer says replicas are missing and lists none that ``before`` had not (a new replica means
-    the assignment changed: the answer is taken as it is). Later versions list every assigned
-    replica: nothing is added then."""
-    if before is None or answer.error not in (LEADER_NOT_AVAILABLE, REPLICA_NOT_AVAILABLE):
-        return answer.replicas
-    listed = set(answer.replicas)
-    if not listed <= set(before.replicas):
-        return answer.replicas
-    return tuple(b for b in before.replicas if b in listed or b not in alive)
 
 
 class ClusterProbe:
@@ -205,13 +176,13 @@ class ClusterProbe:
         response = future.value
         self.client.cluster.update_metadata(response)
         self._brokers = {b: f"{host}:{port}" for b, (host, port) in metadata_brokers(response).items()}
-        before = {(ps.topic, ps.partition): ps for ps in self._partitions}
+        before = {(ps.topic, ps.partition): ps.replicas for ps in self._partitions}
         self._partitions = [
             PartitionState(
                 m.topic,
                 m.partition,
                 m.leader,
-                assigned_replicas(before.get((m.topic, m.partition)), m, self._brokers),
+                kept_replicas(before.get((m.topic, m.partition)), m.replicas, m.error, self._brokers),
                 m.isr,
             )
             for m in metadata_partitions(response)[1]
@@ -221,7 +192,7 @@ class ClusterProbe:
 
     def _log_unlisted(self) -> None:
         """One line when the set of brokers whose replicas are kept though the metadata does not
-        list them (``assigned_replicas``) changes."""
+        list them (``isrwatch.kafkawire.kept_replicas``) changes."""
         unlisted = sorted({b for ps in self._partitions for b in ps.replicas if b not in self._brokers})
         if unlisted != self._unlisted:
             kept = sum(b in unlisted for ps in self._partitions for b in ps.replicas)

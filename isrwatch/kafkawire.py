@@ -9,7 +9,7 @@ broker spoke (v0 on Kafka 0.9; Kafka 4 removed v0 of ListOffsets).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ __all__ = [
     "METADATA_MAX_VERSION",
     "LIST_OFFSETS_MAX_VERSION",
     "PartitionMetadata",
+    "kept_replicas",
     "metadata_request",
     "metadata_brokers",
     "metadata_partitions",
@@ -45,6 +46,35 @@ class PartitionMetadata:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     error: int = 0
+
+
+# Kafka's partition error codes of a metadata answer that leaves out the replicas of brokers
+# that are not registered (Kafka 0.9): the leader is one of them, or another replica is.
+LEADER_NOT_AVAILABLE = 5
+REPLICA_NOT_AVAILABLE = 9
+
+
+def kept_replicas(
+    before: tuple[int, ...] | None, listed: tuple[int, ...], error: int, registered: Collection[int]
+) -> tuple[int, ...]:
+    """A partition's assigned replicas, as far as a metadata answer (``listed``, its
+    partition ``error``, the ``registered`` brokers it names) and the partition's replicas
+    before it (``before``) tell.
+
+    Kafka 0.9 answers metadata (version 0, the only one it has) with only the replicas whose
+    broker is registered, and an error on the partition: a broker that crashed, or hung past its
+    ZooKeeper session, drops out of every partition it hosts as the controller drops it from
+    their ISRs. Its replicas are still assigned, and out of sync until it is back; left out,
+    isrwatch would keep what it last saw of them, from before the controller's shrink. So a
+    replica of ``before`` whose broker is not registered is kept, in its place, while the
+    answer says replicas are missing and lists none that ``before`` had not (a new replica means
+    the assignment changed: the answer is taken as it is). Later versions list every assigned
+    replica: nothing is added then."""
+    if before is None or error not in (LEADER_NOT_AVAILABLE, REPLICA_NOT_AVAILABLE):
+        return listed
+    if not set(listed) <= set(before):
+        return listed
+    return tuple(b for b in before if b in listed or b not in registered)
 
 
 def metadata_request(version: int, topics: list[str] | None = None) -> Any:

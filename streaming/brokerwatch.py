@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from isrwatch.kafkawire import kept_replicas
 from isrwatch.logs import kv
 
 __all__ = ["BrokerWatch", "metadata_request", "parse_metadata", "Metadata", "ASSIGNMENT_EVERY_S"]
@@ -56,12 +57,16 @@ def metadata_request(correlation_id: int, topics: list[str]) -> bytes:
 
 
 class Metadata:
-    """A Metadata v0 response: the brokers (id -> (host, port)) and every partition's replicas."""
+    """A Metadata v0 response: the brokers (id -> (host, port)), every partition's replicas
+    and its error code (0: none)."""
 
-    def __init__(self, correlation_id: int, brokers: dict[int, tuple[str, int]], replicas: dict) -> None:
+    def __init__(
+        self, correlation_id: int, brokers: dict[int, tuple[str, int]], replicas: dict, errors: dict | None = None
+    ) -> None:
         self.correlation_id = correlation_id
         self.brokers = brokers
         self.replicas: dict[tuple[str, int], tuple[int, ...]] = replicas
+        self.errors: dict[tuple[str, int], int] = errors or {}
 
 
 def parse_metadata(payload: bytes) -> Metadata:
@@ -96,16 +101,19 @@ def parse_metadata(payload: bytes) -> Metadata:
         (port,) = take(">i")
         brokers[node] = (host, port)
     replicas: dict[tuple[str, int], tuple[int, ...]] = {}
+    errors: dict[tuple[str, int], int] = {}
     for _ in range(take(">i")[0]):
         take(">h")
         topic = string()
         for _ in range(take(">i")[0]):
-            _, partition, _ = take(">hii")
+            error, partition, _ = take(">hii")
             (n,) = take(">i")
             replicas[(topic, partition)] = take(f">{n}i") if n > 0 else ()
+            if error:
+                errors[(topic, partition)] = error
             (n,) = take(">i")
             take(f">{n}i")  # the ISR: the telemetry has it, with its time
-    return Metadata(corr, brokers, replicas)
+    return Metadata(corr, brokers, replicas, errors)
 
 
 class _Connection:
@@ -248,8 +256,14 @@ class BrokerWatch:
                     known.close()
                 self._connections[broker] = _Connection(host, port, self.timeout_s)
         if all_topics:
+            # a broker that left the metadata (Kafka 0.9: killed, or hung past its session)
+            # keeps its replicas, so the job's own evidence still reaches its followers
+            replicas = {
+                key: kept_replicas(self._replicas.get(key), listed, answer.errors.get(key, 0), answer.brokers)
+                for key, listed in answer.replicas.items()
+            }
             with self._lock:
-                self._replicas = dict(answer.replicas)
+                self._replicas = replicas
             self._assignment_at = self._clock()
 
 

@@ -142,7 +142,7 @@ def test_paused_follower_is_reported_unreachable_and_the_isr_change_is_recorded(
 
 def test_a_broker_killed_past_its_zookeeper_session_stays_observed_until_it_is_back(kafka_cluster_factory, unique_name):
     """Kafka 0.9 leaves an unregistered broker out of every partition's replicas in metadata.
-    The probe keeps its replicas (``assigned_replicas``): each round still observes them, silent
+    The probe keeps its replicas (``isrwatch.kafkawire.kept_replicas``): each round still observes them, silent
     (``leo`` null) and out of the ISR, also in the partition whose leadership the controller
     moved away from it; once it is back they are answered again and rejoin."""
     # Kafka 0.9's own defaults: a 6 s ZooKeeper session, a 10 s lag.

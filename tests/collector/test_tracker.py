@@ -5,13 +5,13 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from collector.probe import PartitionState, Snapshot, assigned_replicas
+from collector.probe import PartitionState, Snapshot
 from collector.publisher import batch_records
 from collector.tracker import ReplicaTracker
 from isrwatch.clientconfig import broker_version, kafka_python_config
 from isrwatch.episodes import state_changes
 from isrwatch.exceptions import ConfigError
-from isrwatch.kafkawire import PartitionMetadata
+from isrwatch.kafkawire import kept_replicas
 from isrwatch.rule import RuleConfig
 from isrwatch.status import Thresholds
 from isrwatch.telemetry import decode_record, encode_record, json_schema
@@ -161,17 +161,13 @@ def test_kafka_python_config_rejects_bad_numbers():
         kafka_python_config("h:1", {"api.version.request": "false", "broker.version.fallback": "new"})
 
 
-# -- replicas a Kafka 0.9 metadata answer leaves out (collector.probe.assigned_replicas) --------
+# -- replicas a Kafka 0.9 metadata answer leaves out (isrwatch.kafkawire.kept_replicas) -------
 
-BEFORE = PartitionState("orders", 0, leader=1, replicas=(1, 2, 3), isr=(1, 2, 3))
-
-
-def answer(replicas, error, leader=1, isr=(1, 3)):
-    return PartitionMetadata("orders", 0, leader, tuple(replicas), tuple(isr), error)
+BEFORE = (1, 2, 3)
 
 
 @pytest.mark.parametrize(
-    ("answered", "error", "alive", "expected"),
+    ("listed", "error", "registered", "expected"),
     [
         # broker 2 no longer registered: 0.9 leaves it out and says so (REPLICA_NOT_AVAILABLE)
         ((1, 3), 9, {1, 3}, (1, 2, 3)),
@@ -188,13 +184,13 @@ def answer(replicas, error, leader=1, isr=(1, 3)):
     ],
 )
 def test_replicas_of_unregistered_brokers_are_kept_while_the_answer_says_some_are_missing(
-    answered, error, alive, expected
+    listed, error, registered, expected
 ):
-    assert assigned_replicas(BEFORE, answer(answered, error), alive) == expected
+    assert kept_replicas(BEFORE, listed, error, registered) == expected
 
 
 def test_nothing_is_kept_for_a_partition_seen_for_the_first_time():
-    assert assigned_replicas(None, answer((1, 3), 9), {1, 3}) == (1, 3)
+    assert kept_replicas(None, (1, 3), 9, {1, 3}) == (1, 3)
 
 
 def test_a_kept_follower_is_observed_silent_and_out_of_the_isr():
@@ -202,7 +198,7 @@ def test_a_kept_follower_is_observed_silent_and_out_of_the_isr():
     LEO and the ISR without it (the job: out of sync, stalled while the leader moves)."""
     tr = ReplicaTracker(lag_time_max_ms=10_000)
     tr.observe(snap(1000, {1: 10, 2: 10, 3: 10}))
-    kept = PartitionState("orders", 0, 1, assigned_replicas(BEFORE, answer((1, 3), 9), {1, 3}), (1, 3))
+    kept = PartitionState("orders", 0, 1, kept_replicas(BEFORE, (1, 3), 9, {1, 3}), (1, 3))
     gone = Snapshot(
         t_ms=2000, brokers={1: "a:1", 3: "c:1"}, partitions=[kept], leo={(1, "orders", 0): 20, (3, "orders", 0): 20}
     )

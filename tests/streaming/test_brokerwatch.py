@@ -14,13 +14,15 @@ def _string(text: str) -> bytes:
     return struct.pack(">h", len(text)) + text.encode()
 
 
-def _response(corr: int) -> bytes:
-    out = struct.pack(">i", corr) + struct.pack(">i", 2)
-    out += struct.pack(">i", 1) + _string("127.0.0.1") + struct.pack(">i", 9092)
-    out += struct.pack(">i", 2) + _string("127.0.0.1") + struct.pack(">i", 9093)
-    out += struct.pack(">i", 1) + struct.pack(">h", 0) + _string("orders") + struct.pack(">i", 2)
-    for partition, replicas, isr in ((0, (1, 2), (1,)), (1, (2, 1), (2, 1))):
-        out += struct.pack(">hii", 0, partition, replicas[0])
+def _response(corr: int, brokers=(1, 2), partitions=((0, (1, 2), (1,), 0), (1, (2, 1), (2, 1), 0))) -> bytes:
+    """A Metadata v0 answer: ``brokers`` on 127.0.0.1:9091+id; ``partitions`` of ``orders`` as
+    (partition, replicas, isr, error code), the leader the first replica."""
+    out = struct.pack(">i", corr) + struct.pack(">i", len(brokers))
+    for b in brokers:
+        out += struct.pack(">i", b) + _string("127.0.0.1") + struct.pack(">i", 9091 + b)
+    out += struct.pack(">i", 1) + struct.pack(">h", 0) + _string("orders") + struct.pack(">i", len(partitions))
+    for partition, replicas, isr, error in partitions:
+        out += struct.pack(">hii", error, partition, replicas[0])
         out += struct.pack(f">i{len(replicas)}i", len(replicas), *replicas)
         out += struct.pack(f">i{len(isr)}i", len(isr), *isr)
     return out
@@ -35,7 +37,28 @@ def test_a_request_and_a_response_as_kafka_lays_them_out() -> None:
     md = parse_metadata(_response(7))
     assert md.correlation_id == 7
     assert md.brokers == {1: ("127.0.0.1", 9092), 2: ("127.0.0.1", 9093)}
+    assert md.errors == {}
     assert md.replicas == {("orders", 0): (1, 2), ("orders", 1): (2, 1)}
+
+
+def test_a_broker_that_left_kafka_0_9s_metadata_keeps_its_replicas_in_the_assignment() -> None:
+    """Kafka 0.9 stops listing an unregistered broker (killed, or hung past its ZooKeeper
+    session) in any partition's replicas, with error 9 (5 when it led): the watch keeps them,
+    so the job's own evidence of its silence still reaches its followers."""
+    watch = BrokerWatch("127.0.0.1:9092", "orders")  # not started: nothing is asked
+    watch._learn(parse_metadata(_response(1)), all_topics=True)
+    assert watch.assignment() == {("orders", 0): (1, 2), ("orders", 1): (2, 1)}
+    gone = _response(2, brokers=(1,), partitions=((0, (1,), (1,), 9), (1, (1,), (1,), 5)))
+    assert parse_metadata(gone).errors == {("orders", 0): 9, ("orders", 1): 5}
+    watch._learn(parse_metadata(gone), all_topics=True)
+    assert watch.assignment() == {("orders", 0): (1, 2), ("orders", 1): (2, 1)}
+    # broker 2 back and listed again, with no error: the answer as it is
+    watch._learn(parse_metadata(_response(3)), all_topics=True)
+    assert watch.assignment() == {("orders", 0): (1, 2), ("orders", 1): (2, 1)}
+    # partition 1 reassigned away from broker 2 while it is registered: it is gone
+    moved = _response(4, partitions=((0, (1, 2), (1, 2), 0), (1, (1,), (1,), 0)))
+    watch._learn(parse_metadata(moved), all_topics=True)
+    assert watch.assignment()[("orders", 1)] == (1,)
 
 
 @pytest.mark.parametrize("cut", [0, 3, 10, 40])
