@@ -38,13 +38,7 @@ from isrwatch.kafkawire import (
 from isrwatch.logs import kv
 from isrwatch.telemetry import BrokerCounters
 
-__all__ = [
-    "ClusterProbe",
-    "PartitionState",
-    "Snapshot",
-    "DEBUG_REPLICA_ID",
-    "CLIENT_REPLICA_ID",
-]
+__all__ = ["ClusterProbe", "PartitionState", "Snapshot", "DEBUG_REPLICA_ID", "CLIENT_REPLICA_ID"]
 
 log = logging.getLogger(__name__)
 
