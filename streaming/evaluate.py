@@ -123,12 +123,10 @@ def _status_exprs(
     in_isr = F.array_contains(isr, F.col("broker_id"))
     isr_size = F.size(isr)
     answered = F.coalesce(F.col("last_answer_ms"), first)
-    stalled = (
-        latest["leo"].isNull()
-        & latest["leader_leo"].isNotNull()
-        & (now - answered >= th.stall_after_ms)
-        & (offset_lag > 0)
-    )
+    # The follower silent in the newest round while its leader answered stall_after_ms after
+    # it (``now`` is the leader's last answer). Not "the leader answered in the newest round":
+    # one round its leader missed turned a stalled follower back and forth in one batch.
+    stalled = latest["leo"].isNull() & (now - answered >= th.stall_after_ms) & (offset_lag > 0)
     lag_state = _state(ratio, (isr_size > 0) & ~in_isr, th)
     start = lcu + max_lag
     lag_ratio = F.when(ratio <= 0, F.lit(0.0)).otherwise(ratio).cast("double")

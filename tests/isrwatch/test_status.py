@@ -89,6 +89,20 @@ def test_a_silent_follower_broker_whose_leader_moves_is_stalled() -> None:
     assert s2.state is State.OUT_OF_SYNC
 
 
+def test_a_stalled_follower_stays_stalled_through_a_round_its_leader_missed() -> None:
+    """Seen on real Kafka with a broker killed: the leader missed one round's deadline, and the
+    follower's Stalled fired and resolved at the same evaluation time (``now``, the leader's last
+    answer, had not moved)."""
+    a = agg(leo=None, known_leo=90, leader_leo=120, last_answer_ms=T0 + 10_000, last_leader_answer_ms=T0 + 20_000)
+    assert evaluate(a, T0 + 20_000, CFG, TH).state is State.STALLED
+    missed = replace(a, leader_leo=None, known_leader_leo=120)
+    assert evaluate(missed, T0 + 21_000, CFG, TH).state is State.STALLED
+    # a paused leader whose follower still answers: nothing against the follower
+    quiet = agg(leo=None, known_leo=90, leader_leo=None, known_leader_leo=120, last_answer_ms=T0 + 20_000,
+                last_leader_answer_ms=T0 + 18_000)  # fmt: skip
+    assert evaluate(quiet, T0 + 25_000, CFG, TH).state is not State.STALLED
+
+
 def test_a_follower_outside_the_isr_is_out_of_sync_until_it_rejoins() -> None:
     now = T0 + 20_000
     out = evaluate(agg(isr=(1, 3)), now, CFG, TH)
