@@ -171,6 +171,7 @@ class ClusterProbe:
         self.client.cluster.update_metadata(response)
         self._brokers = {b: f"{host}:{port}" for b, (host, port) in metadata_brokers(response).items()}
         before = {(ps.topic, ps.partition): ps.replicas for ps in self._partitions}
+        listed = metadata_partitions(response)[1]
         self._partitions = [
             PartitionState(
                 m.topic,
@@ -179,17 +180,18 @@ class ClusterProbe:
                 kept_replicas(before.get((m.topic, m.partition)), m.replicas, m.error, self._brokers),
                 m.isr,
             )
-            for m in metadata_partitions(response)[1]
+            for m in listed
         ]
-        self._log_unlisted()
+        self._log_unlisted([ps for ps, m in zip(self._partitions, listed, strict=True) if m.error])
         return self._partitions
 
-    def _log_unlisted(self) -> None:
+    def _log_unlisted(self, errored: list[PartitionState]) -> None:
         """One line when the set of brokers whose replicas are kept though the metadata does not
-        list them (``isrwatch.kafkawire.kept_replicas``) changes."""
-        unlisted = sorted({b for ps in self._partitions for b in ps.replicas if b not in self._brokers})
+        list them (``isrwatch.kafkawire.kept_replicas``) changes. Only a partition the answer
+        gave an error can keep one (``errored``): a healthy cluster costs no pass here."""
+        unlisted = sorted({b for ps in errored for b in ps.replicas if b not in self._brokers})
         if unlisted != self._unlisted:
-            kept = sum(b in unlisted for ps in self._partitions for b in ps.replicas)
+            kept = sum(b in unlisted for ps in errored for b in ps.replicas)
             log.info(kv(event="unregistered_brokers", brokers=",".join(map(str, unlisted)) or "-", replicas_kept=kept))
             self._unlisted = unlisted
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -140,7 +141,9 @@ def test_paused_follower_is_reported_unreachable_and_the_isr_change_is_recorded(
     assert sorted({c.partition for c in changes}) == [0, 1]
 
 
-def test_a_broker_killed_past_its_zookeeper_session_stays_observed_until_it_is_back(kafka_cluster_factory, unique_name):
+def test_a_broker_killed_past_its_zookeeper_session_stays_observed_until_it_is_back(
+    kafka_cluster_factory, unique_name, caplog
+):
     """Kafka 0.9 leaves an unregistered broker out of every partition's replicas in metadata.
     The probe keeps its replicas (``isrwatch.kafkawire.kept_replicas``): each round still observes them, silent
     (``leo`` null) and out of the ISR, also in the partition whose leadership the controller
@@ -170,6 +173,7 @@ def test_a_broker_killed_past_its_zookeeper_session_stays_observed_until_it_is_b
             time.sleep(0.3)
         pytest.fail(f"timed out; last round: brokers {sorted(seen[-1][0].brokers)}, observed {sorted(seen[-1][1])}")
 
+    caplog.set_level(logging.INFO, logger="collector.probe")
     probe.connect()
     try:
         rounds(lambda seen: len(seen) >= 3, 30)
@@ -182,6 +186,8 @@ def test_a_broker_killed_past_its_zookeeper_session_stays_observed_until_it_is_b
                 assert o is not None, f"partition {part}'s replica on broker 3 not observed once it left the metadata"
                 # silent, out of the ISR, and partition 1 led elsewhere now
                 assert o.leo is None and 3 not in o.isr and o.leader_id in (1, 2), o
+        said = [r.getMessage() for r in caplog.records if "event=unregistered_brokers" in r.getMessage()]
+        assert any("brokers=3 " in m for m in said), said
         cluster.start_broker(3)
 
         def rejoined(seen):
@@ -189,6 +195,9 @@ def test_a_broker_killed_past_its_zookeeper_session_stays_observed_until_it_is_b
             return all((p, 3) in mine and mine[(p, 3)].leo is not None and 3 in mine[(p, 3)].isr for p in (0, 1))
 
         rounds(rejoined, 90)
+        # and said once the metadata lists it again
+        said = [r.getMessage() for r in caplog.records if "event=unregistered_brokers" in r.getMessage()]
+        assert "brokers=- " in said[-1], said
     finally:
         probe.close()
         producer.flush(10)

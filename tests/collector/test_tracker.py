@@ -161,36 +161,9 @@ def test_kafka_python_config_rejects_bad_numbers():
         kafka_python_config("h:1", {"api.version.request": "false", "broker.version.fallback": "new"})
 
 
-# -- replicas a Kafka 0.9 metadata answer leaves out (isrwatch.kafkawire.kept_replicas) -------
+# -- a replica a Kafka 0.9 metadata answer leaves out (the rule: tests/isrwatch/test_kafkawire.py) --
 
 BEFORE = (1, 2, 3)
-
-
-@pytest.mark.parametrize(
-    ("listed", "error", "registered", "expected"),
-    [
-        # broker 2 no longer registered: 0.9 leaves it out and says so (REPLICA_NOT_AVAILABLE)
-        ((1, 3), 9, {1, 3}, (1, 2, 3)),
-        # brokers 1 (the leader) and 2 gone, no new leader yet (LEADER_NOT_AVAILABLE)
-        ((3,), 5, {3}, (1, 2, 3)),
-        # no error: every assigned replica is listed; 2 is gone from the assignment
-        ((1, 3), 0, {1, 3}, (1, 3)),
-        # 2 left out but its broker is registered: not a dead broker's replica, the answer stands
-        ((1, 3), 9, {1, 2, 3}, (1, 3)),
-        # a replica not seen before: the assignment changed, the answer stands
-        ((1, 4), 9, {1, 4}, (1, 4)),
-        # a later Kafka lists every replica, error or not: nothing added or lost
-        ((1, 2, 3), 9, {1, 3}, (1, 2, 3)),
-    ],
-)
-def test_replicas_of_unregistered_brokers_are_kept_while_the_answer_says_some_are_missing(
-    listed, error, registered, expected
-):
-    assert kept_replicas(BEFORE, listed, error, registered) == expected
-
-
-def test_nothing_is_kept_for_a_partition_seen_for_the_first_time():
-    assert kept_replicas(None, (1, 3), 9, {1, 3}) == (1, 3)
 
 
 def test_a_kept_follower_is_observed_silent_and_out_of_the_isr():

@@ -154,7 +154,7 @@ def test_a_killed_broker_stays_out_of_sync_until_it_is_back(kafka_cluster_factor
     assert not others, f"replica alerts for brokers never killed: {others}"
 
 
-@pytest.mark.campaign  # make campaign (~2.5 min): make test has the watch's keeping by unit test
+@pytest.mark.campaign  # make campaign (~75 s): make test has the watch's keeping by unit test
 def test_the_killed_broker_that_held_all_telemetry_is_still_warned_of(kafka_cluster_factory, tmp_path):
     """isrwatch's topics left to the broker defaults (one partition, one replica, on a broker
     Kafka picks), and that broker killed: no telemetry gets through while it is down, and

@@ -12,6 +12,7 @@ from kafka.protocol.metadata import MetadataRequest
 from isrwatch.kafkawire import (
     EARLIEST,
     LATEST,
+    kept_replicas,
     list_offsets_answers,
     list_offsets_request,
     metadata_request,
@@ -55,3 +56,35 @@ def test_a_metadata_request_for_every_topic_never_creates_one(version) -> None:
         request = metadata_request(version, ["t"])
         named = MetadataRequest[version].decode(request.encode())
         assert named.topics == ["t"] and named.allow_auto_topic_creation is False
+
+
+# -- replicas a Kafka 0.9 metadata answer leaves out (isrwatch.kafkawire.kept_replicas) -------
+
+BEFORE = (1, 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("listed", "error", "registered", "expected"),
+    [
+        # broker 2 no longer registered: 0.9 leaves it out and says so (REPLICA_NOT_AVAILABLE)
+        ((1, 3), 9, {1, 3}, (1, 2, 3)),
+        # brokers 1 (the leader) and 2 gone, no new leader yet (LEADER_NOT_AVAILABLE)
+        ((3,), 5, {3}, (1, 2, 3)),
+        # no error: every assigned replica is listed; 2 is gone from the assignment
+        ((1, 3), 0, {1, 3}, (1, 3)),
+        # 2 left out but its broker is registered: not a dead broker's replica, the answer stands
+        ((1, 3), 9, {1, 2, 3}, (1, 3)),
+        # a replica not seen before: the assignment changed, the answer stands
+        ((1, 4), 9, {1, 4}, (1, 4)),
+        # a later Kafka lists every replica, error or not: nothing added or lost
+        ((1, 2, 3), 9, {1, 3}, (1, 2, 3)),
+    ],
+)
+def test_replicas_of_unregistered_brokers_are_kept_while_the_answer_says_some_are_missing(
+    listed, error, registered, expected
+):
+    assert kept_replicas(BEFORE, listed, error, registered) == expected
+
+
+def test_nothing_is_kept_for_a_partition_seen_for_the_first_time():
+    assert kept_replicas(None, (1, 3), 9, {1, 3}) == (1, 3)
