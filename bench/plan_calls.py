@@ -7,7 +7,9 @@ the batch (docs/benchmarks.md, "A small batch's second"). ``timed()`` wraps
 those methods of PySpark's DataFrame for the duration of a ``with`` block and
 adds up each call's time by call site: the file and line in this repository
 that made it (PySpark's own internal calls are counted at the job's line that
-led to them).
+led to them). Each ``toArrow`` is also split by Spark's own planning tracker
+(``QueryExecution.tracker``): its optimisation and physical planning, which belong
+to building the plan, and the rest, its Spark job (``CallTimes.job_ms``).
 
 A profiling aid for ``bench.stages --calls``; never used by the job.
 """
@@ -48,7 +50,16 @@ class CallTimes:
     def __init__(self) -> None:
         self.seconds: dict[tuple[str, str], float] = defaultdict(float)
         self.calls: dict[tuple[str, str], int] = defaultdict(int)
+        self.job_seconds = 0.0  # toArrow's time less its optimisation and planning: the Spark job
         self._depth = 0
+
+    def job_ms(self, runs: int = 1) -> float:
+        """Milliseconds per run in ``toArrow``'s Spark jobs; every other timed millisecond
+        (``plan_ms``) went to building and planning the batch's query."""
+        return self.job_seconds * 1000 / runs
+
+    def plan_ms(self, runs: int = 1) -> float:
+        return sum(r[0] for r in self.rows(runs)) - self.job_ms(runs)
 
     def rows(self, runs: int = 1) -> list[tuple[float, float, str, str]]:
         """(ms per run, calls per run, method, site), the costliest first."""
@@ -63,7 +74,24 @@ class CallTimes:
             *(f"{ms:8.1f} {n:5.1f}  {m} ({site})" for ms, n, m, site in rows[:top]),
         ]
         lines.append(f"{total:8.1f} {sum(r[1] for r in rows):5.1f}  all the DataFrame calls timed, per run")
+        lines.append(
+            f"{self.plan_ms(runs):8.1f}        of which building the plan (toArrow's optimisation and planning too)"
+        )
+        lines.append(f"{self.job_ms(runs):8.1f}        and the Spark job (toArrow less its optimisation and planning)")
         return "\n".join(lines)
+
+
+def _planning_s(df: Any) -> float:
+    """Seconds Spark's tracker recorded for optimising and planning ``df``'s query
+    (analysis happened when ``df`` was made, in the calls before)."""
+    phases = df._jdf.queryExecution().tracker().phases()
+    it = phases.iterator()
+    ms = 0
+    while it.hasNext():
+        phase = it.next()
+        if phase._1() in ("optimization", "planning"):
+            ms += phase._2().durationMs()
+    return ms / 1000
 
 
 def _site() -> str:
@@ -95,12 +123,16 @@ def timed(times: CallTimes | None = None) -> Iterator[CallTimes]:
             times._depth += 1
             t0 = time.perf_counter()
             try:
-                return method(self, *args, **kwargs)
+                out = method(self, *args, **kwargs)
             finally:
                 times._depth -= 1
                 key = (name, _site())
-                times.seconds[key] += time.perf_counter() - t0
+                took = time.perf_counter() - t0
+                times.seconds[key] += took
                 times.calls[key] += 1
+            if name == "toArrow":
+                times.job_seconds += took - _planning_s(self)
+            return out
 
         return call
 

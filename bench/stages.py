@@ -34,7 +34,8 @@ the other in the same Spark session (version 3: the observations as columns,
 ``--calls``: the repeated runs of ``batch.evaluate_records`` are also timed call by call
 (``bench.plan_calls``): every DataFrame call the job makes (``select``, ``persist``,
 ``toArrow``...), by the line that made it, per batch: where a small batch's plan
-building goes.
+building goes; ``plan_ms`` is building and planning the batch's query, ``job_ms`` its one
+Spark job (``toArrow`` less Spark's own optimisation and planning time).
 
 ``python -m bench.stages --replicas 100000 --rounds 2``
 """
@@ -150,6 +151,8 @@ def measure(
             print(f"-- DataFrame calls of evaluate_records, telemetry version {version}, a batch (mean of {repeat}):")
             print(call_times.table(runs=repeat, top=top))
             out["calls_ms"] = sum(r[0] for r in call_times.rows(repeat))
+            out["plan_ms"] = call_times.plan_ms(repeat)
+            out["job_ms"] = call_times.job_ms(repeat)
         out["spark_s"] = statistics.median(spark_runs)
         assert done.table is not None
         out["driver_rows"] = done.table.num_rows

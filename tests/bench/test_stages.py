@@ -36,6 +36,10 @@ def test_stages_runs_every_stage_on_a_tiny_fleet(capsys: pytest.CaptureFixture[s
     # are most of the batch's Spark part (a small fleet's batch is its plan, not its data)
     assert "toArrow (streaming/batch.py:" in printed and "select (streaming/parse.py:" in printed
     assert 0 < runs[-1]["calls_ms"] <= runs[-1]["spark_s"] * 1000
+    # ... split into building the plan and the one Spark job, both there
+    assert runs[-1]["plan_ms"] > 0 and runs[-1]["job_ms"] > 0
+    assert abs(runs[-1]["plan_ms"] + runs[-1]["job_ms"] - runs[-1]["calls_ms"]) < 1
+    assert "of which building the plan" in printed
     from pyspark.sql.classic.dataframe import DataFrame
 
     assert not hasattr(DataFrame.select, "__wrapped__"), "the timed calls are PySpark's own again after"
