@@ -10,8 +10,6 @@ whose status stopped being refreshed (a deleted topic).
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import threading
 import time
@@ -25,7 +23,7 @@ from exporter.kafka_metadata import first_metadata
 from exporter.store import StatusStore
 from isrwatch.exceptions import UnreachableError
 from isrwatch.logs import kv
-from isrwatch.status import ReplicaStatus, status_from_json
+from isrwatch.status import ReplicaStatus, status_from_record
 
 __all__ = ["StateTopicConsumer"]
 
@@ -53,13 +51,6 @@ class _Once(logging.Filter):
 
 _LIBRDKAFKA = logging.getLogger("exporter.librdkafka")
 _LIBRDKAFKA.addFilter(_Once())
-
-_FIELDS = frozenset(f.name for f in dataclasses.fields(ReplicaStatus))
-
-
-def _known_fields(d: dict[str, Any]) -> dict[str, Any]:
-    """Drop fields a newer job may add, so an older exporter keeps reading."""
-    return {k: v for k, v in d.items() if k in _FIELDS}
 
 
 class StateTopicConsumer:
@@ -151,10 +142,19 @@ class StateTopicConsumer:
                 latest[k] = None  # tombstone
                 continue
             try:
-                latest[k] = status_from_json(_known_fields(json.loads(value)))
-            except (ValueError, TypeError, KeyError) as e:
+                # any bytes: a status, or ValueError with the reason (fields of a newer job are left out)
+                latest[k] = status_from_record(value)
+            except ValueError as e:
                 self.bad_records += 1
-                log.warning(kv(event="state_record_unreadable", key=k, offset=msg.offset(), error=type(e).__name__))
+                log.warning(
+                    kv(
+                        event="state_record_unreadable",
+                        key=k,
+                        partition=msg.partition(),
+                        offset=msg.offset(),
+                        reason=str(e),
+                    )
+                )
         if any(m.error() is None for m in messages):
             self._reachable()
         if latest:

@@ -32,6 +32,7 @@ __all__ = [
     "status_key",
     "status_to_json",
     "status_from_json",
+    "status_from_record",
     "json_schema",
 ]
 
@@ -257,3 +258,70 @@ def json_schema() -> dict[str, Any]:
     """The JSON Schema of a state topic record (``status_to_json``'s output;
     ``isrwatch/schema/state-v1.schema.json``, docs/state-topic.md)."""
     return dict(json.loads(resources.files("isrwatch").joinpath("schema/state-v1.schema.json").read_text()))
+
+
+# What each field of a state record may hold, from its JSON Schema's types. JSON's
+# integer is a Python int that is not a bool; a number, an int or a float.
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+
+
+def _field_types() -> dict[str, tuple[str, ...]]:
+    """field -> the JSON types its schema allows (``state`` and ``lag_state``: "state")."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name, spec in json_schema()["properties"].items():
+        kind = spec.get("type", "state")
+        out[name] = tuple(kind) if isinstance(kind, list) else (kind,)
+    return out
+
+
+_FIELD_TYPES = _field_types()
+_REQUIRED = frozenset(json_schema()["required"])
+_STATES = frozenset(st.value for st in State)
+_JSON_NAMES = {dict: "object", list: "array", str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _json_name(value: object) -> str:
+    return "null" if value is None else _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _field_problem(value: object, kinds: tuple[str, ...]) -> str | None:
+    """What is wrong with ``value`` for a field of the JSON types ``kinds``; None: nothing."""
+    if kinds == ("state",):
+        return None if isinstance(value, str) and value in _STATES else f"a state expected, not {repr(value)[:40]}"
+    ok = "boolean" in kinds if isinstance(value, bool) else any(isinstance(value, _JSON_TYPES[k]) for k in kinds)
+    if not ok:
+        return f"{' or '.join(kinds)} expected, not {_json_name(value)}"
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        return "outside the 64-bit range"  # what Kafka's offsets and times fit in; a float of it overflows
+    return None
+
+
+def status_from_record(value: bytes) -> ReplicaStatus:
+    """A state topic record's value, read as the exporter does: any bytes either make a
+    ``ReplicaStatus`` or raise ``ValueError`` saying what is wrong (not JSON, not an
+    object, a required field missing, a field of the wrong type; a field this version
+    does not know, from a newer job, is left out). Checked against the record's JSON
+    Schema field by field, without a schema validator (one record per replica per batch)."""
+    try:
+        d = json.loads(value)
+    except RecursionError:
+        raise ValueError("not JSON: nested too deeply") from None
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"not JSON: {type(e).__name__}") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"not a JSON object: {_json_name(d)}")
+    missing = sorted(_REQUIRED - d.keys())
+    if missing:
+        raise ValueError(f"missing fields: {', '.join(missing)}")
+    known = {k: v for k, v in d.items() if k in _FIELD_TYPES}
+    for name, v in known.items():
+        problem = None if name == "lag_state" and v is None else _field_problem(v, _FIELD_TYPES[name])
+        if problem:
+            raise ValueError(f"field {name}: {problem}")
+    return status_from_json(known)

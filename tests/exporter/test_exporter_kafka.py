@@ -173,6 +173,17 @@ def _serving(proc: subprocess.Popen[str], url: str, ready: Callable[[dict], bool
     return got
 
 
+def _sigterm(proc: subprocess.Popen[str]) -> str:
+    """Stop the exporter as a service manager does; its stderr. Killed if it does not stop."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=30)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def test_the_exporter_command_serves_and_stops_on_sigterm(kafka_cluster: Any, unique_name: Callable) -> None:
     topic = unique_name("state")
     kafka_cluster.create_topic(topic, partitions=1, replication_factor=1, config={"cleanup.policy": "compact"})
@@ -186,14 +197,71 @@ def test_the_exporter_command_serves_and_stops_on_sigterm(kafka_cluster: Any, un
         offset_lag = {k: v for k, v in got.items() if k[0] == "isrwatch_replica_offset_lag"}
         assert list(offset_lag.values()) == [77]
         assert ("process_cpu_seconds_total", ()) in got
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0, err[-2000:]
-        assert "event=exporter_started" in err and "event=exporter_stopping signal=SIGTERM" in err
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        err = _sigterm(proc)
+    assert proc.returncode == 0, err[-2000:]
+    assert "event=exporter_started" in err and "event=exporter_stopping signal=SIGTERM" in err
+
+
+# Values a user's cluster may put on the state topic (a stray producer, another tool's records,
+# a corrupted write): none is a state record, each must be counted and skipped with its reason.
+POISON = [
+    b"",
+    b"\xff\xfe\x00garbage",
+    b"null",
+    b"[1, 2, 3]",
+    b'"a string"',
+    b"[" * 50_000 + b"]" * 50_000,
+    b'{"cluster": "prod"}',
+]
+
+
+def _poison(cluster: Any, topic: str, good: ReplicaStatus) -> None:
+    """Every POISON value and the same record as ``good`` with a string where a number goes,
+    under keys of their own, then ``good``. (A compacted topic refuses records without a key.)"""
+    producer = Producer(cluster.client_config(**{"linger.ms": 0}))
+    wrong = dict(status_to_json(good), lag_ratio="high", topic=good.topic + "-wrong")
+    for i, value in enumerate([*POISON, json.dumps(wrong).encode()]):
+        producer.produce(topic, key=f"poison-{i}".encode(), value=value)
+    producer.produce(topic, key=status_key(good).encode(), value=json.dumps(status_to_json(good)).encode())
+    assert producer.flush(30) == 0
+
+
+def test_bad_records_on_the_state_topic_are_skipped_with_a_reason_and_survive_a_restart(
+    kafka_cluster: Any, unique_name: Callable
+) -> None:
+    """Any bytes on the state topic: the exporter command counts each bad record, logs why, and
+    goes on serving the good ones (before the fix a JSON array or null ended its consumer, and
+    the gauges froze with /metrics still answering). Compacted, the topic keeps them: a restart
+    reads them again, and must serve just the same."""
+    topic = unique_name("state")
+    kafka_cluster.create_topic(topic, partitions=1, replication_factor=1, config={"cleanup.policy": "compact"})
+    watched = unique_name("t")[:40]
+    first = replica(2, State.NEARING, topic=watched, ratio=0.6, eval_ms=T0)
+    later = replica(2, State.OK, topic=watched, ratio=0.1, eval_ms=T0 + 1000)  # the same replica, newer
+    _poison(kafka_cluster, topic, first)
+    for run, newest in ((1, first), (2, later)):
+        port = free_port()
+        proc = _exporter(kafka_cluster, topic, port)
+        url = f"http://127.0.0.1:{port}/metrics"
+        try:
+            got = _serving(proc, url, lambda g, s=newest: ratio_of(g, s) == pytest.approx(s.lag_ratio))
+            assert ratio_of(got, newest) == pytest.approx(newest.lag_ratio), f"run {run}: the good record is not served"
+            if run == 1:
+                # more poison, then a newer status of the same replica: read after the poison too
+                _poison(kafka_cluster, topic, later)
+                got = _serving(proc, url, lambda g: ratio_of(g, later) == pytest.approx(0.1))
+                assert ratio_of(got, later) == pytest.approx(0.1), "a status after bad records is not served"
+            series = [k for k in got if k[0] == "isrwatch_replica_lag_ratio"]
+            assert len(series) == 1, series  # nothing of the bad records, the wrong-typed one included
+        finally:
+            err = _sigterm(proc)
+        assert proc.returncode == 0, err[-2000:]
+        assert "Traceback" not in err, err[-3000:]
+        reasons = [line for line in err.splitlines() if "event=state_record_unreadable" in line]
+        for expected in ("not JSON", "nested too deeply", "not a JSON object: null", "not a JSON object: array",
+                         "missing fields", "field lag_ratio: number expected, not string"):  # fmt: skip
+            assert any(expected in line for line in reasons), f"run {run}: no {expected!r} in {reasons}"
 
 
 def test_the_exporter_killed_and_restarted_serves_every_state_again(kafka_cluster: Any, unique_name: Callable) -> None:
