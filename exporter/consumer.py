@@ -81,6 +81,7 @@ class StateTopicConsumer:
         self._assigned: set[int] = set()
         self.records = 0
         self.bad_records = 0
+        self.errors = 0  # unexpected errors the consuming loop survived (run)
         self._last_error: str | None = None
 
     def connect(self, timeout_s: float) -> None:
@@ -184,10 +185,17 @@ class StateTopicConsumer:
         expiry, a progress line) every ``housekeeping_s``."""
         next_housekeeping = time.monotonic() + self.housekeeping_s
         while not stop.is_set():
-            self.poll(timeout_s=0.5)
-            if time.monotonic() >= next_housekeeping:
-                next_housekeeping = time.monotonic() + self.housekeeping_s
-                self.housekeeping()
+            try:
+                self.poll(timeout_s=0.5)
+                if time.monotonic() >= next_housekeeping:
+                    next_housekeeping = time.monotonic() + self.housekeeping_s
+                    self.housekeeping()
+            except Exception as e:  # noqa: BLE001 - this thread is the gauges' only feed: it must not end
+                # Bad records are refused one by one in poll; this is anything else, never
+                # seen: said, with its traceback, and the loop goes on a second later.
+                self.errors += 1
+                log.exception(kv(event="state_consumer_error", errors=self.errors, error=type(e).__name__))
+                stop.wait(1.0)
 
     def housekeeping(self) -> None:
         self.refresh_partitions()

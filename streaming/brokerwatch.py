@@ -187,6 +187,7 @@ class BrokerWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="isrwatch-brokerwatch", daemon=True)
         self._silent_logged: set[int] = set()
+        self.errors = 0  # unexpected errors its thread survived (_run)
 
     def start(self) -> BrokerWatch:
         self._thread.start()
@@ -215,7 +216,12 @@ class BrokerWatch:
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            self.round()
+            try:
+                self.round()
+            except Exception as e:  # noqa: BLE001 - the stall path's evidence: the thread must not end
+                # What a broker's answer can do wrong is caught in round; this is anything else.
+                self.errors += 1
+                log.exception("brokerwatch_error %s", kv(errors=self.errors, error=type(e).__name__))
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def round(self) -> None:

@@ -264,6 +264,7 @@ class AlertmanagerSink:
         self._firing: dict[AlertKey, Alert] = {}
         self._gen = 0
         self._closing = False
+        self.errors = 0  # unexpected errors the delivery thread survived (_run)
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="alertmanager-sink", daemon=True)
         self._thread.start()
@@ -409,6 +410,19 @@ class AlertmanagerSink:
         return "retry"
 
     def _run(self) -> None:
+        """The delivery loop, kept alive: an error no Alertmanager answer explains (those are
+        handled in ``_post``) is logged with its traceback and delivery resumes a second
+        later. Alerts are the product's output; this thread must not end before ``close``."""
+        while True:
+            try:
+                self._deliver()
+                return  # closing
+            except Exception as e:  # noqa: BLE001
+                self.errors += 1
+                log.exception(kv(event="alertmanager_sink_error", errors=self.errors, error=type(e).__name__))
+                time.sleep(1.0)
+
+    def _deliver(self) -> None:
         while True:
             with self._cond:
                 while not self._closing:

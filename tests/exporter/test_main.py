@@ -32,3 +32,33 @@ def test_bad_partition_series_choice(capsys: pytest.CaptureFixture[str]) -> None
     rc = cli_main(["exporter", "--bootstrap-servers", "127.0.0.1:1", "--partition-series", "risky"])
     assert rc == 2
     assert "'risky' is not one of: all, at-risk" in capsys.readouterr().err
+
+
+def test_the_consuming_loop_outlives_an_unexpected_error(caplog: pytest.LogCaptureFixture) -> None:
+    """A unit test of the loop alone (its poll replaced; nothing connects): an error no bad
+    record explains is logged with its traceback and the loop goes on, since the thread is the
+    gauges' only feed (the bad records themselves: tests/exporter/test_exporter_kafka.py)."""
+    import threading
+
+    from exporter.consumer import StateTopicConsumer
+    from exporter.store import StatusStore
+
+    stop = threading.Event()
+    polls: list[int] = []
+
+    class Flaky(StateTopicConsumer):
+        def poll(self, timeout_s: float = 1.0, max_records: int = 1000) -> int:
+            polls.append(1)
+            if len(polls) == 1:
+                raise RuntimeError("something no one foresaw")
+            stop.set()
+            return 0
+
+    consumer = Flaky({"bootstrap.servers": f"127.0.0.1:{free_port()}"}, "isr.replica-state", StatusStore())
+    try:
+        consumer.run(stop)
+    finally:
+        consumer.close()
+    assert len(polls) == 2 and consumer.errors == 1
+    [record] = [r for r in caplog.records if "event=state_consumer_error" in r.getMessage()]
+    assert record.exc_info is not None and "something no one foresaw" in str(record.exc_info[1])

@@ -104,3 +104,27 @@ def test_a_paused_broker_is_silent_while_the_other_answers(kafka_cluster_factory
             cluster.resume(2)
     finally:
         watch.stop()
+
+
+def test_the_watch_outlives_an_unexpected_error(caplog: pytest.LogCaptureFixture) -> None:
+    """A unit test of the thread's loop (its round replaced; nothing is asked): an error no
+    broker's answer explains is logged with its traceback and the next round still runs."""
+    rounds: list[int] = []
+    watch = BrokerWatch("127.0.0.1:9", "orders", interval_s=0.05)
+
+    def flaky() -> None:
+        rounds.append(1)
+        if len(rounds) == 1:
+            raise RuntimeError("something no one foresaw")
+
+    watch.round = flaky  # type: ignore[method-assign]
+    watch.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(rounds) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        watch.stop()
+    assert len(rounds) >= 3 and watch.errors == 1
+    [record] = [r for r in caplog.records if "brokerwatch_error" in r.getMessage()]
+    assert record.exc_info is not None

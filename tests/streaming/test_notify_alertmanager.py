@@ -263,3 +263,31 @@ def test_tls_and_basic_auth(tmp_path: Path) -> None:
 
 def good_book_items(transition):  # the alerts ``transition`` started, keyed as AlertBook keys them
     return [(a.key, a) for a in transition.started]
+
+
+def test_delivery_outlives_an_unexpected_error(alertmanager: Alertmanager, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+    """An error in the delivery thread that no Alertmanager answer explains (forced here: the
+    first payload built raises) is logged with its traceback, and the alerts still arrive: the
+    thread is the product's output and must not end before ``close``."""
+    cluster = fresh_cluster()
+    book = AlertBook()
+    sink = AlertmanagerSink([alertmanager.url], resend_seconds=60)
+    payload, failed = sink._payload, []
+
+    def once_broken(target):  # type: ignore[no-untyped-def]
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("something no one foresaw")
+        return payload(target)
+
+    sink._payload = once_broken  # type: ignore[method-assign]
+    try:
+        t0 = now_ms()
+        sink.send(book.update(replica_alerts(status(cluster, 2, State.CRITICAL, t0, 0.85)), t0), t0)
+        got = alertmanager.wait_for(lambda a: len(a) == 2, cluster=cluster)
+        assert names(got) == {"KafkaReplicaNearingIsrShrink", "KafkaReplicaIsrShrinkImminent"}
+        assert failed and sink.errors == 1
+        [record] = [r for r in caplog.records if "event=alertmanager_sink_error" in r.getMessage()]
+        assert record.exc_info is not None
+    finally:
+        sink.close()
