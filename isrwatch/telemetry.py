@@ -222,6 +222,8 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
         body = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"not JSON: {e}") from None
+    except RecursionError:  # nesting deeper than Python's parser goes: no record of ours
+        raise ValueError("not JSON: nested too deeply") from None
     if not isinstance(body, dict):
         raise ValueError("not a JSON object")
     version = body.get("version")

@@ -126,6 +126,7 @@ def _v3(**over: object) -> bytes:
         (b"\xff\xfe", "not JSON"),
         (b"{not json", "not JSON"),
         (b"[1, 2]", "not a JSON object"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),  # (isrwatch doctor read it with a traceback)
         (b'{"version": 7, "cluster": "c", "sent_ms": 1, "observations": []}', "unknown schema version 7"),
         (b'{"version": 1, "sent_ms": 1, "observations": []}', "missing or unexpected field"),
         (b'{"version": 1, "cluster": "c", "sent_ms": 1, "observations": [{"topic": "t"}]}', "missing or unexpected"),
