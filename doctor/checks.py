@@ -360,7 +360,11 @@ def _metrics_found(body: bytes) -> tuple[str, str]:
     up = [line for line in text.splitlines() if line.startswith("isrwatch_up ")]
     if not up:
         return FAIL, "answered, but without isrwatch_up: not an isrwatch /metrics"
-    if float(up[0].split()[1]) != 1.0:
+    try:
+        value = float(up[0].split()[1])
+    except (IndexError, ValueError):
+        return FAIL, f"answered, but its isrwatch_up line is not a sample: {up[0][:80]!r}"
+    if value != 1.0:
         return FAIL, "isrwatch_up is 0: its input (the state topic or telemetry) is not healthy"
     return OK, "isrwatch_up 1"
 

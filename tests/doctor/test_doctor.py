@@ -179,3 +179,21 @@ def test_settings_the_protocol_client_cannot_use_are_refused_at_start(tmp_path) 
     err = done.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("isrwatch doctor: error: --kafka-config ssl.keystore.password"), err
     assert "PKCS#12" in err[0] and "hunter2" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [
+        (b"# HELP x\nisrwatch_up 1\n", "ok", "isrwatch_up 1"),
+        (b"isrwatch_up 0\n", "fail", "isrwatch_up is 0"),
+        (b"process_cpu_seconds_total 3\n", "fail", "without isrwatch_up"),
+        (b"isrwatch_up \n", "fail", "not a sample"),  # was an IndexError: a traceback from doctor
+        (b"isrwatch_up one\n", "fail", "not a sample"),
+        (b"\xff\xfeisrwatch_up\n", "fail", "without isrwatch_up"),
+    ],
+)
+def test_a_metrics_page_is_judged_by_its_isrwatch_up_line(body: bytes, status: str, says: str) -> None:
+    from doctor.checks import _metrics_found
+
+    got, text = _metrics_found(body)
+    assert (got.lower(), says in text) == (status, True), (got, text)
