@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from isrwatch import jsontext
 from isrwatch.rule import Rule, RuleConfig, check_period_ms
 
 __all__ = [
@@ -271,42 +272,26 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _field_types() -> dict[str, tuple[str, ...]]:
-    """field -> the JSON types its schema allows (``state`` and ``lag_state``: "state")."""
-    out: dict[str, tuple[str, ...]] = {}
-    for name, spec in json_schema()["properties"].items():
+def _field_rules() -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
+    """(field -> the JSON types its schema allows, ``state`` for the two state fields;
+    the required fields), read from the schema file once."""
+    schema = json_schema()
+    kinds: dict[str, tuple[str, ...]] = {}
+    for name, spec in schema["properties"].items():
         kind = spec.get("type", "state")
-        out[name] = tuple(kind) if isinstance(kind, list) else (kind,)
-    return out
+        kinds[name] = tuple(kind) if isinstance(kind, list) else (kind,)
+    return kinds, frozenset(schema["required"])
 
 
-_FIELD_TYPES = _field_types()
-_REQUIRED = frozenset(json_schema()["required"])
+_FIELD_TYPES, _REQUIRED = _field_rules()
 _STATES = frozenset(st.value for st in State)
-_JSON_NAMES = {dict: "object", list: "array", str: "string", int: "integer", float: "number", bool: "boolean"}
-_INT64 = (-(2**63), 2**63)
-
-
-class _AnyStr:
-    """Every string (a ``string`` field's allowed values)."""
-
-    def __contains__(self, value: object) -> bool:
-        return True
-
-
-def _allowed(kinds: tuple[str, ...], name: str) -> dict[type, Any]:
-    """The exact Python types a field's JSON types allow (bool is not an int here), each to
-    the strings allowed when it is ``str``: the fast check of ``status_from_record``."""
-    if kinds == ("state",):
-        return {str: _STATES, **({type(None): None} if name == "lag_state" else {})}
-    return {t: (_AnyStr() if t is str else None) for k in kinds for t in _JSON_TYPES[k]}
-
-
-_ALLOWED = {name: _allowed(kinds, name) for name, kinds in _FIELD_TYPES.items()}
-
-
-def _json_name(value: object) -> str:
-    return "null" if value is None else _JSON_NAMES.get(type(value), type(value).__name__)
+# A state field holds one of the states (``lag_state`` may be null: an older job's record).
+_STATE_FIELD_TYPES: dict[str, set[type]] = {"state": {str}, "lag_state": {str, type(None)}}
+# The fast check of ``status_from_record``: each field's exact Python types (bool is not an int here).
+_TYPES: dict[str, set[type]] = {
+    name: _STATE_FIELD_TYPES[name] if kinds == ("state",) else {t for k in kinds for t in _JSON_TYPES[k]}
+    for name, kinds in _FIELD_TYPES.items()
+}
 
 
 def _field_problem(value: object, kinds: tuple[str, ...]) -> str:
@@ -315,7 +300,7 @@ def _field_problem(value: object, kinds: tuple[str, ...]) -> str:
         return f"a state expected, not {repr(value)[:40]}"
     if type(value) is int and ("integer" in kinds or "number" in kinds):
         return "outside the 64-bit range"  # what Kafka's offsets and times fit in; a float of it overflows
-    return f"{' or '.join(kinds)} expected, not {_json_name(value)}"
+    return f"{' or '.join(kinds)} expected, not {jsontext.type_name(value)}"
 
 
 def status_from_record(value: bytes) -> ReplicaStatus:
@@ -324,27 +309,22 @@ def status_from_record(value: bytes) -> ReplicaStatus:
     object, a required field missing, a field of the wrong type; a field this version
     does not know, from a newer job, is left out). Checked against the record's JSON
     Schema field by field, without a schema validator (one record per replica per batch)."""
-    try:
-        d = json.loads(value)
-    except RecursionError:
-        raise ValueError("not JSON: nested too deeply") from None
-    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise ValueError(f"not JSON: {type(e).__name__}") from None
+    d = jsontext.loads(value)
     if not isinstance(d, dict):
-        raise ValueError(f"not a JSON object: {_json_name(d)}")
+        raise ValueError(f"not a JSON object: {jsontext.type_name(d)}")
     missing = sorted(_REQUIRED - d.keys())
     if missing:
         raise ValueError(f"missing fields: {', '.join(missing)}")
     known = {}
     for name, v in d.items():
-        allowed = _ALLOWED.get(name)
-        if allowed is None:
+        types = _TYPES.get(name)
+        if types is None:
             continue  # a field of a newer job
         kind = type(v)
         if (
-            kind not in allowed
-            or (kind is int and not _INT64[0] <= v < _INT64[1])
-            or (kind is str and v not in allowed[str])
+            kind not in types
+            or (kind is int and not jsontext.INT64[0] <= v < jsontext.INT64[1])
+            or (kind is str and name in _STATE_FIELD_TYPES and v not in _STATES)
         ):
             raise ValueError(f"field {name}: {_field_problem(v, _FIELD_TYPES[name])}")
         known[name] = v

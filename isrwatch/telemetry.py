@@ -48,10 +48,14 @@ is version 2 with the observations as columns. The machine-readable schemas are
 from __future__ import annotations
 
 import json
+import types
+import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from importlib import resources
 from typing import Any
+
+from isrwatch import jsontext
 
 __all__ = [
     "VERSION",
@@ -213,17 +217,14 @@ def encode_record(record: TelemetryRecord) -> bytes:
 
 
 def decode_record(data: bytes | str) -> TelemetryRecord:
-    """Parse one record. Raises ValueError with the reason when it is not valid.
-
-    The streaming job validates in Spark (the same checks, as SQL); this is for
-    tests, tools and the what-if replay.
+    """Parse one record. Raises ValueError with the reason when it does not have the
+    format's shape: not JSON, not an object, an unknown version, a field missing, or a
+    field of the wrong JSON type (a number where an integer belongs, text for a number,
+    an integer past 64 bits). The values themselves (negative offsets, times in the
+    future, an offset going backwards) are the streaming job's checks (``streaming.parse``,
+    in Spark), not made here. For tests and tools (``isrwatch doctor``).
     """
-    try:
-        body = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"not JSON: {e}") from None
-    except RecursionError:  # nesting deeper than Python's parser goes: no record of ours
-        raise ValueError("not JSON: nested too deeply") from None
+    body = jsontext.loads(data)
     if not isinstance(body, dict):
         raise ValueError("not a JSON object")
     version = body.get("version")
@@ -246,10 +247,10 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
             for c in body.get("isr_changes") or ()
         )
         brokers = tuple(BrokerCounters(**b) for b in body.get("brokers") or ())
-        return TelemetryRecord(
-            cluster=str(body["cluster"]),
-            source=str(body.get("source", "")),
-            sent_ms=int(body["sent_ms"]),
+        record = TelemetryRecord(
+            cluster=body["cluster"],
+            source=body.get("source", ""),
+            sent_ms=body["sent_ms"],
             observations=obs,
             isr_changes=changes,
             brokers=brokers,
@@ -257,6 +258,45 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
         )
     except (KeyError, TypeError) as e:
         raise ValueError(f"missing or unexpected field: {e}") from None
+    return _typed(record)
+
+
+def _type_problem(value: Any, hint: Any) -> str | None:
+    """What keeps ``value`` from the annotated type ``hint`` (None: nothing). JSON's
+    types as Python's ``json`` gives them: a bool is not an integer, nor a float."""
+    if typing.get_origin(hint) is tuple:  # tuple[X, ...]
+        item = typing.get_args(hint)[0]
+        return next((f"[{i}] {p}" for i, v in enumerate(value) if (p := _type_problem(v, item))), None)
+    if isinstance(hint, types.UnionType):  # X | None
+        if value is None:
+            return None
+        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+    if is_dataclass(hint):
+        return None  # checked field by field itself (_typed)
+    name = {int: "integer", str: "string"}[hint]
+    if type(value) is not hint:
+        return f"{name} expected, not {jsontext.type_name(value)}"
+    if hint is int and not jsontext.INT64[0] <= value < jsontext.INT64[1]:
+        return "outside the 64-bit range"
+    return None
+
+
+def _typed(record: Any, where: str = "") -> Any:
+    """``record`` (a dataclass of this module, and the ones it holds) with each field
+    checked against its annotation: ValueError naming the first that does not fit. A
+    number where text belongs is read as its text, as the job's parse reads it."""
+    hints = typing.get_type_hints(type(record))
+    changes: dict[str, Any] = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if hints[f.name] is str and type(value) in (int, float):
+            value = changes[f.name] = str(value)
+        problem = _type_problem(value, hints[f.name])
+        if problem is not None:
+            raise ValueError(f"field {where}{f.name}: {problem}")
+        if isinstance(value, tuple) and value and is_dataclass(value[0]):
+            changes[f.name] = tuple(_typed(item, f"{where}{f.name}[{i}].") for i, item in enumerate(value))
+    return replace(record, **changes) if changes else record
 
 
 def json_schema(version: int = VERSION) -> dict[str, Any]:

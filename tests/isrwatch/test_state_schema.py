@@ -95,6 +95,9 @@ def _with(**changes: object) -> bytes:
         (_with(state=["ok"]), "field state: a state expected"),
         (_with(lag_state=3), "field lag_state: a state expected"),
         (_with(eval_ms=10**30), "field eval_ms: outside the 64-bit range"),
+        # Python's json reads these by default; they are not JSON, and a NaN gauge says nothing
+        (json.dumps({**GOOD, "lag_ratio": float("nan")}).encode(), "not JSON: NaN is not a JSON number"),
+        (json.dumps({**GOOD, "lag_ratio": float("inf")}).encode(), "not JSON: Infinity is not a JSON number"),
     ],
 )
 def test_a_bad_state_record_is_refused_with_its_reason(value: bytes, reason: str) -> None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import jsonschema
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from isrwatch.telemetry import (
@@ -135,6 +135,28 @@ def _v3(**over: object) -> bytes:
         (_v3(**{"partitions.hw": []}), "partitions.hw has 0 entries"),
         (_v3(**{"followers.p": [0, 1]}), r"followers.p\[1\] is 1, not an index of partitions"),
         (_v3(**{"partitions.topic": [3]}), r"partitions.topic\[0\] is 3, not an index of topics"),
+        # Each field of its JSON type, as the job's parse reads it (isrwatch doctor took a
+        # sent_ms of 1e400 for infinity and stopped with an OverflowError; NaN was an offset)
+        (_v3(**{"followers.leo": [float("nan"), 3]}), "not JSON: NaN is not a JSON number"),
+        (_v3(**{"followers.leo": [float("-inf"), 3]}), "not JSON: -Infinity is not a JSON number"),
+        (_v3(**{"followers.leo": [1.5, 3]}), r"field observations\[0\].leo: integer expected, not number"),
+        (_v3(**{"followers.t_ms": [5, True]}), r"field observations\[1\].t_ms: integer expected, not boolean"),
+        (_v3(**{"followers.leo": [2**64, 3]}), r"field observations\[0\].leo: outside the 64-bit range"),
+        (_v3(**{"partitions.isr": [[1, "2"]]}), r"field observations\[0\].isr: \[1\] integer expected, not string"),
+        (b'{"version": 1, "cluster": "c", "sent_ms": 1e400, "observations": []}', "field sent_ms: integer expected"),
+        (b'{"version": 1, "cluster": "c", "sent_ms": "1", "observations": []}', "field sent_ms: integer expected"),
+        (b'{"version": 1, "cluster": [], "sent_ms": 1, "observations": []}', "field cluster: string expected"),
+        (b'{"version": true, "cluster": "c", "sent_ms": 1, "observations": []}', "field version: integer expected"),
+        (
+            b'{"version": 2, "cluster": "c", "sent_ms": 1, "observations": [], "brokers": [{"broker_id": 1, '
+            b'"t_ms": 1, "isr_shrinks_total": false}]}',
+            r"field brokers\[0\].isr_shrinks_total: integer expected, not boolean",
+        ),
+        (
+            b'{"version": 2, "cluster": "c", "sent_ms": 1, "observations": [], "isr_changes": [{"t_ms": 1, '
+            b'"topic": "t", "partition": 0, "isr_before": [1, 2.0], "isr_after": [1]}]}',
+            r"field isr_changes\[0\].isr_before: \[1\] integer expected, not number",
+        ),
     ],
 )
 def test_bad_records_say_why(data: bytes, reason: str) -> None:
@@ -211,3 +233,39 @@ def test_the_spark_schema_and_the_json_schema_name_the_dataclasses_fields() -> N
         counters = [f.name for f in fields(BrokerCounters)]
         assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "brokers")) == counters
         assert list(schema["$defs"]["broker_counters"]["properties"]) == counters
+
+
+# Any JSON value, NaN and the infinities included (json.dumps writes them as Python reads them)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+_FIELDS = ("sent_ms", "cluster", "followers.leo", "followers.t_ms", "partitions.isr", "partitions.partition")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.binary(max_size=300)
+    | _json.map(lambda v: json.dumps(v).encode())
+    | st.tuples(st.sampled_from(_FIELDS), _json).map(
+        lambda fv: _v3(**{fv[0]: fv[1]}) if "." in fv[0] else json.dumps({**json.loads(_v3()), fv[0]: fv[1]}).encode()
+    )
+)
+def test_any_bytes_make_a_record_or_a_reason_never_another_error(data: bytes) -> None:
+    """What ``isrwatch doctor`` reads from the telemetry topic: a record whose fields have
+    their types, or a ValueError; never another exception."""
+    try:
+        record = decode_record(data)
+    except ValueError as e:
+        assert str(e)
+    else:
+        assert type(record.sent_ms) is int and all(type(o.t_ms) is int for o in record.observations)
+
+
+def test_a_number_where_text_belongs_is_read_as_its_text_as_the_job_reads_it() -> None:
+    """(docs/streaming.md, ``bad_type``: ``"cluster": 5`` is the cluster "5" to the job.)"""
+    body = json.loads(_v3())
+    body["cluster"], body["topics"] = 5, [17]
+    record = decode_record(json.dumps(body).encode())
+    assert record.cluster == "5" and {o.topic for o in record.observations} == {"17"}

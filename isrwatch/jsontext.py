@@ -1,0 +1,39 @@
+"""Reading a record's JSON the way every isrwatch reader does.
+
+One rule for the telemetry (``isrwatch.telemetry.decode_record``) and the state topic
+(``isrwatch.status.status_from_record``): any bytes either parse or raise ``ValueError``
+whose text starts ``not JSON:``. ``NaN``, ``Infinity`` and ``-Infinity``, which Python's
+``json`` reads by default, are not JSON (RFC 8259), and the streaming job's parser in
+Spark refuses them too (``not_json``); JSON nested deeper than Python's parser goes is
+refused with the same prefix rather than a ``RecursionError``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["loads", "type_name", "INT64"]
+
+# The integers a field may hold: what Kafka's offsets and times fit in (Spark's BIGINT).
+INT64 = (-(2**63), 2**63)
+_NAMES = {dict: "object", list: "array", str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _refuse(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def loads(data: bytes | str) -> Any:
+    """``data`` parsed, or ``ValueError("not JSON: <why>")``."""
+    try:
+        return json.loads(data, parse_constant=_refuse)
+    except RecursionError:
+        raise ValueError("not JSON: nested too deeply") from None
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"not JSON: {e}") from None
+
+
+def type_name(value: object) -> str:
+    """The JSON type of a parsed value, for a reason: ``null``, ``integer``, ``array``..."""
+    return "null" if value is None else _NAMES.get(type(value), type(value).__name__)
