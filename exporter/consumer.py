@@ -81,6 +81,7 @@ class StateTopicConsumer:
         self._assigned: set[int] = set()
         self.records = 0
         self.bad_records = 0
+        store.health.count_unreadable(0)  # isrwatch_state_records_unreadable_total, served from 0
         self.errors = 0  # unexpected errors the consuming loop survived (run)
         self._last_error: str | None = None
 
@@ -135,6 +136,7 @@ class StateTopicConsumer:
             key = msg.key()
             if key is None:
                 self.bad_records += 1
+                self.store.health.count_unreadable()
                 log.warning(kv(event="state_record_without_key", partition=msg.partition(), offset=msg.offset()))
                 continue
             k = key.decode("utf-8", "replace")
@@ -147,6 +149,7 @@ class StateTopicConsumer:
                 latest[k] = status_from_record(value)
             except ValueError as e:
                 self.bad_records += 1
+                self.store.health.count_unreadable()
                 log.warning(
                     kv(
                         event="state_record_unreadable",

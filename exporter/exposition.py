@@ -28,6 +28,7 @@ from exporter.families import (
     STATES,
     TELEMETRY_FAMILY,
     UNFOLLOWED_FAMILY,
+    UNREADABLE_FAMILY,
     UP_FAMILY,
     UPDATED_FAMILY,
     MetricsView,
@@ -135,6 +136,10 @@ def render(snap: StoreSnapshot, view: MetricsView) -> str:
     name, help_text = UP_FAMILY
     _header(out, name, help_text, "gauge")
     out.append(f"{name} {_value(1.0 if snap.up else 0.0)}\n")
+    if snap.unreadable is not None:  # the exporter's store
+        name, help_text = UNREADABLE_FAMILY
+        _header(out, name + "_total", help_text, "counter")
+        out.append(f"{name}_total {_value(snap.unreadable)}\n")
 
     if snap.batches:
         for kind, fname, help_text, labelnames, rows in job_families(snap):

@@ -145,6 +145,10 @@ CLUSTER_CHANGES_FAMILY = (
     "ISR shrinks and expands observed in the cluster, every partition counted",
 )
 UP_FAMILY = ("isrwatch_up", "1 while isrwatch's input (state topic or telemetry) is healthy")
+UNREADABLE_FAMILY = (
+    "isrwatch_state_records_unreadable",
+    "Records on the state topic the exporter skipped: not state records (each logged with its reason)",
+)
 # The broker's truth, live (isrwatch.outcomes): the job's own, served after its first batch.
 SHRINKS_FAMILY = (
     "isrwatch_isr_shrinks",
@@ -321,6 +325,10 @@ class StoreCollector(Collector):
         up = GaugeMetricFamily(*UP_FAMILY)
         up.add_metric([], 1.0 if snap.up else 0.0)
         yield from (partitions, changes, last, up)
+        if snap.unreadable is not None:  # the exporter's store
+            unreadable = CounterMetricFamily(*UNREADABLE_FAMILY)
+            unreadable.add_metric([], snap.unreadable)
+            yield unreadable
 
     def _job_families(self, snap: StoreSnapshot) -> Iterator[Metric]:
         for kind, name, help_text, labels, rows in job_families(snap):

@@ -3,7 +3,8 @@
 ``isrwatch_up`` (the job runs; the exporter reaches the state topic), and for the
 streaming job: micro-batches and observations done, the last batch's duration,
 dead letters by reason, and its output topics' pending and lost records (read
-from the producer at every scrape). Kept apart from the replicas' statuses
+from the producer at every scrape); for the exporter, the state records it could
+not read. Kept apart from the replicas' statuses
 (``exporter.store``): one says what the cluster does, this what isrwatch does.
 """
 
@@ -24,6 +25,7 @@ class HealthSnapshot:
     last_batch_s: float | None
     deadletters: dict[str, int]  # reason -> count
     outputs: dict[str, tuple[int, int]]  # output topic -> (pending, lost)
+    unreadable: int | None = None  # state records skipped (the exporter's; None elsewhere)
 
 
 @dataclass
@@ -37,6 +39,7 @@ class Health:
     _last_batch_s: float | None = None
     _deadletters: dict[str, int] = field(default_factory=dict, repr=False)
     _outputs: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
+    _unreadable: int | None = None
     # read at every snapshot when set (the job's producer: pending now, not as of the last batch)
     _outputs_source: Callable[[], dict[str, tuple[int, int]]] | None = field(default=None, repr=False)
 
@@ -61,6 +64,11 @@ class Health:
         with self._lock:
             for reason in reasons:
                 self._deadletters.setdefault(reason, 0)
+
+    def count_unreadable(self, n: int = 1) -> None:
+        """``n`` more state records the exporter could not read (0: served from 0)."""
+        with self._lock:
+            self._unreadable = (self._unreadable or 0) + n
 
     def set_outputs(self, outputs: dict[str, tuple[int, int]]) -> None:
         """The job's output topics: topic -> (records pending, records lost so far)."""
@@ -87,4 +95,5 @@ class Health:
                 last_batch_s=self._last_batch_s,
                 deadletters=dict(self._deadletters),
                 outputs=dict(self._outputs),
+                unreadable=self._unreadable,
             )

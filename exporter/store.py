@@ -101,6 +101,7 @@ class StoreSnapshot:
     outputs: dict[str, tuple[int, int]] = field(default_factory=dict)  # output topic -> (pending, lost)
     outcomes: dict[str, OutcomeCounts] = field(default_factory=dict)  # cluster -> shrinks warned or missed
     wall_offset_s: float = 0.0  # the wall clock minus the store's monotonic clock, at its newest update
+    unreadable: int | None = None  # state records the exporter skipped (None: not an exporter's store)
 
     def received_at(self, view: PartitionView, broker_id: int) -> float | None:
         """When the store last received the replica's status, in Unix seconds (its age on the
@@ -267,4 +268,5 @@ class StatusStore:
                 outputs=health.outputs,
                 outcomes=self.outcomes.snapshot(self._telemetry_ms),
                 wall_offset_s=self._wall_offset_s,
+                unreadable=health.unreadable,
             )

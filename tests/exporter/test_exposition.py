@@ -43,6 +43,7 @@ replicas = replica_statuses()
     statuses=st.lists(replicas, max_size=25),
     changes=st.lists(st.tuples(st.sampled_from(["shrink", "expand"]), st.integers(1, 5)), max_size=3),
     batches=st.lists(st.tuples(st.floats(0, 10), st.integers(0, 1000)), max_size=2),
+    unreadable=st.none() | st.integers(0, 10),  # None: not the exporter's store
     view=st.builds(
         MetricsView,
         default_min_isr=st.integers(1, 3),
@@ -51,7 +52,7 @@ replicas = replica_statuses()
         partition_series=st.sampled_from(["all", "at-risk"]),
     ),
 )
-def test_render_matches_the_collector(statuses, changes, batches, view) -> None:
+def test_render_matches_the_collector(statuses, changes, batches, unreadable, view) -> None:
     store = StatusStore(derive_isr_changes=True)
     store.update(statuses)
     for change, n in changes:
@@ -60,6 +61,8 @@ def test_render_matches_the_collector(statuses, changes, batches, view) -> None:
         store.health.record_batch(duration, observations, {"bad_json": 1, "unknown version": observations % 3})
     if len(statuses) % 2:
         store.health.set_up(False)
+    if unreadable is not None:
+        store.health.count_unreadable(unreadable)
     fast, reference = both(store, view)
     assert fast == reference
 

@@ -292,3 +292,13 @@ def test_lag_time_evidence_is_served_by_cluster_and_direction(store: StatusStore
     get = registry(store).get_sample_value
     assert get("isrwatch_lag_time_evidence_total", {"cluster": "prod", "direction": "shorter"}) == 1
     assert get("isrwatch_lag_time_evidence_total", {"cluster": "prod", "direction": "longer"}) == 0
+
+
+def test_unreadable_state_records_are_the_exporters_counter_served_from_zero(store: StatusStore) -> None:
+    reg = registry(store)
+    assert reg.get_sample_value("isrwatch_state_records_unreadable_total") is None  # the job's store: not served
+    store.health.count_unreadable(0)  # the exporter's state-topic consumer, at its start
+    assert reg.get_sample_value("isrwatch_state_records_unreadable_total") == 0
+    store.health.count_unreadable()
+    store.health.count_unreadable()
+    assert reg.get_sample_value("isrwatch_state_records_unreadable_total") == 2

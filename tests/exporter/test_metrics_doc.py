@@ -21,6 +21,7 @@ def served_names() -> set[str]:
     store.update([replica(2, State.NEARING, ratio=0.6), replica(3)])
     store.add_isr_changes("prod", "orders", 0, "shrink")
     store.health.record_batch(1.0, 10, {"bad_json": 1})
+    store.health.count_unreadable(0)  # what the exporter's state-topic consumer does
     reg = CollectorRegistry(auto_describe=False)
     reg.register(StoreCollector(store))
     text = generate_latest(reg).decode()
