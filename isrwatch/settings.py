@@ -269,6 +269,17 @@ def positive(v: Any) -> str | None:
     return None if v is None or v > 0 else f"{v} must be greater than 0"
 
 
+def cluster_name(v: str) -> str | None:
+    """A cluster name the job accepts in telemetry (else every record is a dead letter)."""
+    from isrwatch.telemetry import MAX_CLUSTER_CHARS
+
+    if not v:
+        return "must not be empty (telemetry without a cluster is rejected: missing_cluster)"
+    if len(v) > MAX_CLUSTER_CHARS:
+        return f"{len(v)} characters, at most {MAX_CLUSTER_CHARS} (a longer one is rejected: name_too_long)"
+    return None
+
+
 def kafka_config_pairs(items: list[str]) -> dict[str, str]:
     """``--kafka-config KEY=VALUE`` items as a dict; ConfigError on a bad item."""
     out = {}

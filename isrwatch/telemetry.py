@@ -69,6 +69,8 @@ __all__ = [
     "observation_fields",
     "encode_record",
     "decode_record",
+    "MAX_TOPIC_CHARS",
+    "MAX_CLUSTER_CHARS",
     "json_schema",
     "OBSERVATION_DDL",
     "SPARK_SCHEMA_DDL",
@@ -76,6 +78,11 @@ __all__ = [
 
 VERSION = 3  # what isrwatch writes
 SUPPORTED_VERSIONS = frozenset({1, 2, 3})  # what the job reads
+# The longest names a record may carry: a topic as Kafka allows (249 characters), a cluster
+# as isrwatch collect allows. Every name becomes a label of the gauges and alerts, so a
+# record with a longer one is a dead letter (``name_too_long``), not megabytes of labels.
+MAX_TOPIC_CHARS = 249
+MAX_CLUSTER_CHARS = 255
 
 # Version 3 carries the observations as columns: a partition's fields once per partition
 # (the topic as an index into ``topics``), a follower's fields once per observation, with

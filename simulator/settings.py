@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from isrwatch.rule import Rule
-from isrwatch.settings import option, positive
+from isrwatch.settings import cluster_name, option, positive
 
 __all__ = ["SCENARIOS", "MODES", "SimulateSettings", "EmbeddedSimulatorSettings"]
 
@@ -44,7 +44,7 @@ class SimulateSettings:
     brokers: int = option(3, "brokers in the simulated cluster", check=positive)
     topics: int = option(2, "topics in the simulated cluster", check=positive)
     partitions: int = option(3, "partitions per topic (replication factor 3, or fewer brokers)", check=positive)
-    cluster: str = option("sim", "cluster name in the telemetry")
+    cluster: str = option("sim", "cluster name in the telemetry", check=cluster_name)
     bootstrap_servers: str | None = option(None, "publish telemetry to this Kafka cluster", metavar="HOSTS")
     kafka_config: list[str] = option([], "librdkafka property KEY=VALUE (repeatable)", metavar="KEY=VALUE")
     telemetry_topic: str = option("isr.telemetry", "telemetry topic")
@@ -71,4 +71,4 @@ class EmbeddedSimulatorSettings:
     )
     speed: float = option(1.0, "embedded simulator speed (1 = real time)", check=positive)
     seed: int = option(1, "embedded simulator random seed")
-    cluster: str = option("sim", "cluster name of the embedded simulator")
+    cluster: str = option("sim", "cluster name of the embedded simulator", check=cluster_name)

@@ -27,6 +27,8 @@ from pyspark.sql import Column, DataFrame
 
 from isrwatch.telemetry import (
     FOLLOWER_FIELDS,
+    MAX_CLUSTER_CHARS,
+    MAX_TOPIC_CHARS,
     PARTITION_FIELDS,
     SPARK_SCHEMA_DDL,
     SUPPORTED_VERSIONS,
@@ -57,6 +59,8 @@ REASONS = {
     "not_object": "the record is JSON but not an object",
     "unknown_version": "version is missing or not one this job reads",
     "missing_cluster": "cluster is missing or empty",
+    "name_too_long": f"cluster is longer than {MAX_CLUSTER_CHARS} characters, or an observation's topic longer "
+    f"than Kafka allows ({MAX_TOPIC_CHARS})",
     "bad_observations": "observations is missing or not an array",
     "bad_columns": "a version-3 record's topics, partitions or followers are missing, their arrays differ in "
     "length, or an index (followers.p, partitions.topic) is out of range",
@@ -67,7 +71,8 @@ REASONS = {
     "prev_after_t": "prev_t_ms is after t_ms",
     "leader_leo_backwards": "prev_leader_leo is above leader_leo",
     "future_t": "t_ms is too far in the future of the job's clock",
-    "bad_isr_change": "an isr_changes entry lacks t_ms, topic, partition, isr_before or isr_after",
+    "bad_isr_change": "an isr_changes entry lacks t_ms, topic, partition, isr_before or isr_after, or its "
+    f"topic is longer than {MAX_TOPIC_CHARS} characters",
     "bad_broker_counters": "a brokers entry lacks broker_id or t_ms, or has a negative id, time or count",
 }
 
@@ -80,6 +85,7 @@ RECORD_REASONS = frozenset(
         "not_object",
         "unknown_version",
         "missing_cluster",
+        "name_too_long",
         "bad_observations",
         "bad_type",
         "bad_columns",
@@ -156,6 +162,7 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column, Column]:
     columns_bad = columnar & _columns_bad(r)
     bad_columns = F.col(_COLUMNS_BAD)
     looks_like_object = F.ltrim(F.col("value")).startswith("{")
+    cluster_too_long = F.length(r["cluster"]) > MAX_CLUSTER_CHARS
     # CASE evaluates lazily: the second JSON parse only runs for records
     # already found wanting.
     reason = (
@@ -167,6 +174,7 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column, Column]:
             r.isNull() | ~F.coalesce(F.array_contains(versions, r["version"]), F.lit(False)), F.lit("unknown_version")
         )
         .when(F.coalesce(F.length(r["cluster"]), F.lit(0)) == 0, F.lit("missing_cluster"))
+        .when(cluster_too_long, F.lit("name_too_long"))
         .when(no_observations, F.lit("bad_observations"))
         .when(r[CORRUPT].isNotNull(), F.lit("bad_type"))
         .when(bad_columns, F.lit("bad_columns"))
@@ -179,6 +187,7 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column, Column]:
         | ~F.array_contains(versions, r["version"])
         | r["cluster"].isNull()
         | (r["cluster"] == "")
+        | cluster_too_long
         | no_observations
         | r[CORRUPT].isNotNull()
         | bad_columns,
@@ -191,6 +200,10 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column, Column]:
             F.concat(F.lit("version="), F.coalesce(r["version"].cast("string"), F.lit("null"))),
         )
         .when(given == "not_json", F.lit("cannot parse as JSON"))
+        .when(
+            given == "name_too_long",
+            F.concat(F.lit("cluster of "), F.length(r["cluster"]).cast("string"), F.lit(" characters")),
+        )
         .when(given == "bad_type", F.lit("a field of the wrong type or out of range"))
         .when(given == "bad_columns", F.lit("version 3's columns do not fit together"))
         .when(given == "not_utf8", F.concat(F.lit("bytes="), size.cast("string")))
@@ -266,6 +279,7 @@ def _observation_reason(o: Column, now_ms: Column, future_tolerance_ms: int | No
         negative = negative | (F.coalesce(o[name], F.lit(0)) < 0)
     reason = (
         F.when(missing, F.lit("missing_ids"))
+        .when(F.length(o["topic"]) > MAX_TOPIC_CHARS, F.lit("name_too_long"))
         .when(negative, F.lit("negative_value"))
         .when(o["prev_t_ms"] > o["t_ms"], F.lit("prev_after_t"))
         .when(o["prev_leader_leo"] > o["leader_leo"], F.lit("leader_leo_backwards"))
@@ -347,6 +361,7 @@ def _isr_change_bad(c: Column) -> Column:
         c["t_ms"].isNull()
         | c["topic"].isNull()
         | (c["topic"] == "")
+        | (F.length(c["topic"]) > MAX_TOPIC_CHARS)
         | c["partition"].isNull()
         | c["isr_before"].isNull()
         | c["isr_after"].isNull()
@@ -471,7 +486,9 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
         F.col("reason").isNotNull(),
         F.array(_item("deadletter", F.col("reason"), payload, encoding, detail=F.col("detail"))),
     ).otherwise(F.concat(obs_items, change_items, counter_items))
-    cluster = F.when(F.col("reason").isin("not_json", "not_object"), F.lit(None).cast("string")).otherwise(r["cluster"])
+    # (a cluster name past the bound is not repeated into the dead letter's own field; the payload has it)
+    no_cluster = F.col("reason").isin("not_json", "not_object", "name_too_long")
+    cluster = F.when(no_cluster, F.lit(None).cast("string")).otherwise(r["cluster"])
     return (
         cluster.alias("cluster"),
         F.explode(items).alias("i"),

@@ -48,6 +48,8 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
         (["--simulate", "steady", "--spool-dir", "/tmp"], {}, "exclude each other"),
         (["--replica-series-top", "-1"], {}, "--replica-series-top: -1 must be 0"),  # the exporter's group
         (["--speed", "0"], {}, "--speed: 0.0 must be greater than 0"),  # the simulator's group
+        (["--cluster", "c" * 256], {}, "--cluster: 256 characters, at most 255"),  # the job would refuse it
+        (["--cluster", ""], {}, "--cluster: must not be empty"),
         (["--checkpoint-dir", "s3a://bucket/ck"], {}, "--checkpoint-dir: s3a://bucket/ck is a URI"),
         (["--spark-conf", "executor.memory=2g"], {}, "--spark-conf: 'executor.memory=2g' is not spark.KEY=VALUE"),
         (["--bootstrap-servers", "127.0.0.1:9092", "--kafka-config", "acks"], {}, "'acks' is not KEY=VALUE"),
@@ -72,6 +74,16 @@ def test_cli_prints_one_line_and_exits_2(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["run", "--lag-time-max-ms", "-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["isrwatch run: error: --lag-time-max-ms: -1 must be greater than 0"]
+
+
+def test_the_collectors_cluster_name_is_checked_at_start(capsys: pytest.CaptureFixture[str]) -> None:
+    """A name the job would refuse (``name_too_long``) stops ``isrwatch collect`` before it
+    publishes a record; the longest allowed passes the check (and stops later, at no broker)."""
+    assert main(["collect", "--bootstrap-servers", "127.0.0.1:9", "--cluster", "k" * 256]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "isrwatch collect: error: --cluster: 256 characters, at most 255 (a longer one is rejected: name_too_long)"
+    ]
 
 
 def test_settings_kafka_python_cannot_use_are_refused_at_start_naming_keys_not_values(

@@ -39,6 +39,19 @@ def test_reasons(spark) -> None:
         (b"[1, 2]", "not_object"),
         (_record([_obs()], version=7), "unknown_version"),
         (_record([_obs()], cluster=""), "missing_cluster"),
+        # names past the bounds (every name becomes labels of the gauges and alerts)
+        (_record([_obs()], cluster="c" * 256), "name_too_long"),
+        (_record([_obs(topic="t" * 250)]), "name_too_long"),
+        (
+            encode_record(TelemetryRecord("c", "test", now, (Observation("t" * 250, 1, 2, 1, now, 5, 5),))),
+            "name_too_long",
+        ),
+        (
+            _record(
+                [], isr_changes=[{"t_ms": now, "topic": "t" * 250, "partition": 0, "isr_before": [1], "isr_after": [1]}]
+            ),
+            "bad_isr_change",
+        ),
         (_record({"a": 1}), "bad_observations"),
         (_record([_obs(broker_id=None)]), "missing_ids"),
         (_record([_obs(leo=-5)]), "negative_value"),
@@ -60,7 +73,9 @@ def test_reasons(spark) -> None:
     rows = [(None, v, "spool", 0, i, None) for i, (v, _) in enumerate(values)]
     # One good record with one bad observation among good ones: only that one is rejected.
     mixed = _record([_obs(), _obs(partition=None), _obs(partition=3)])
+    longest = _record([_obs(partition=7, topic="t" * 249)], cluster="k" * 255)  # the longest names allowed
     rows += [(None, good, "spool", 0, 100, None), (None, mixed, "spool", 0, 101, None)]
+    rows += [(None, longest, "spool", 0, 102, None)]
     batch = spark.createDataFrame(rows, RAW)
 
     out = rare_rows(batch, future_tolerance_ms=60_000)
@@ -70,7 +85,9 @@ def test_reasons(spark) -> None:
         assert d["reason"] in parse.REASONS
         by_offset.setdefault(d["source_offset"], []).append(d["reason"])
     assert {i: [r] for i, (_, r) in enumerate(values)} == {k: v for k, v in by_offset.items() if k < 100}
-    assert by_offset.get(100) is None
+    assert by_offset.get(100) is None and by_offset.get(102) is None
+    too_long = next(d for d in out["deadletters"] if d["reason"] == "name_too_long" and d["detail"])
+    assert too_long["cluster"] is None and too_long["detail"] == "cluster of 256 characters"
     assert by_offset[101] == ["missing_ids"]
     bad_obs = next(d for d in out["deadletters"] if d["source_offset"] == 101)
     assert json.loads(bad_obs["payload"]).get("partition") is None
@@ -81,7 +98,7 @@ def test_reasons(spark) -> None:
 
     # The aggregation path sees exactly the good observations.
     obs = parse.good_observations(parse.observations(parse.parse_records(batch), 60_000)).collect()
-    assert sorted((o["partition"], o["cluster"]) for o in obs) == [(0, "c"), (1, "c"), (3, "c")]
+    assert sorted((o["partition"], o["cluster"]) for o in obs) == [(0, "c"), (1, "c"), (3, "c"), (7, "k" * 255)]
 
 
 def test_future_check_off_for_fast_simulators(spark) -> None:
