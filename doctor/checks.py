@@ -9,7 +9,6 @@ read with confluent-kafka, one bounded poll over every partition at once.
 
 from __future__ import annotations
 
-import json
 import socket
 import ssl
 import time
@@ -20,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from collector.probe import ClusterProbe, Snapshot
+from isrwatch import jsontext
 from isrwatch.clientconfig import kafka_python_config, librdkafka_config
 from isrwatch.exceptions import IsrwatchError
 from isrwatch.settings import kafka_config_pairs
@@ -349,7 +349,7 @@ def _http_check(check: str, url: str, timeout: float, found: Callable[[bytes], t
 
 def _am_found(body: bytes) -> tuple[str, str]:
     try:
-        data = json.loads(body)
+        data = jsontext.loads(body)  # any answer: JSON, or a ValueError (nesting too deep included)
         return OK, f"Alertmanager {data['versionInfo']['version']}, cluster {data['cluster']['status']}"
     except (ValueError, KeyError, TypeError):
         return FAIL, "answered, but not as Alertmanager's v2 status"

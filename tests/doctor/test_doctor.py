@@ -197,3 +197,19 @@ def test_a_metrics_page_is_judged_by_its_isrwatch_up_line(body: bytes, status: s
 
     got, text = _metrics_found(body)
     assert (got.lower(), says in text) == (status, True), (got, text)
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b'{"versionInfo": {"version": "0.27.0"}, "cluster": {"status": "ready"}}', "ok"),
+        (b"<html>a proxy's login page</html>", "fail"),
+        (b"[" * 100_000 + b"]" * 100_000, "fail"),  # (was a RecursionError out of isrwatch doctor)
+        (b'{"versionInfo": NaN}', "fail"),
+        (b"[1, 2]", "fail"),
+    ],
+)
+def test_an_alertmanager_answer_is_judged_without_a_traceback(body: bytes, status: str) -> None:
+    from doctor.checks import _am_found
+
+    assert _am_found(body)[0].lower() == status
