@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from isrwatch.clientconfig import kafka_config_problem
-from isrwatch.settings import Secret, cluster_name, option, positive
+from isrwatch.settings import Secret, cluster_name, option, positive, topic_name
 from isrwatch.telemetry import SUPPORTED_VERSIONS, VERSION
 
 __all__ = ["CollectSettings", "SOURCES"]
@@ -31,7 +31,7 @@ class CollectSettings:
         "(with --telemetry-bootstrap-servers; repeatable)",
         metavar="KEY=VALUE",
     )
-    telemetry_topic: str = option("isr.telemetry", "telemetry topic")
+    telemetry_topic: str = option("isr.telemetry", "telemetry topic", check=topic_name)
     interval: float = option(1.0, "seconds between polling rounds (sub-second allowed)", check=positive)
     cluster: str = option("default", "cluster name written into the telemetry", check=cluster_name)
     duration: float | None = option(None, "stop after this many seconds", check=positive, metavar="SECONDS")

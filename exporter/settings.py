@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isrwatch.settings import group, option, positive
+from isrwatch.settings import group, option, positive, topic_name
 
 __all__ = ["ExporterSettings", "SeriesSettings", "REPLICA_SERIES", "PARTITION_SERIES"]
 
@@ -40,7 +40,7 @@ class ExporterSettings:
     kafka_config: list[str] = option(
         [], "librdkafka property KEY=VALUE for every Kafka client (repeatable)", metavar="KEY=VALUE"
     )
-    state_topic: str = option("isr.replica-state", "replica state topic")
+    state_topic: str = option("isr.replica-state", "replica state topic", check=topic_name)
     host: str = option("0.0.0.0", "address to serve /metrics on")
     port: int = option(9743, "port to serve /metrics on (0: pick a free one)")
     startup_timeout: float = option(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -277,6 +278,21 @@ def cluster_name(v: str) -> str | None:
         return "must not be empty (telemetry without a cluster is rejected: missing_cluster)"
     if len(v) > MAX_CLUSTER_CHARS:
         return f"{len(v)} characters, at most {MAX_CLUSTER_CHARS} (a longer one is rejected: name_too_long)"
+    return None
+
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def topic_name(v: str) -> str | None:
+    """A name Kafka accepts for a topic: 1 to 249 of letters, digits, ``.``, ``_``, ``-``,
+    neither ``.`` nor ``..`` (otherwise every produce or read of it fails later)."""
+    from isrwatch.telemetry import MAX_TOPIC_CHARS
+
+    if not _TOPIC.fullmatch(v) or v in (".", ".."):
+        return f"{v!r} is not a Kafka topic name (letters, digits, '.', '_' and '-' only)"
+    if len(v) > MAX_TOPIC_CHARS:
+        return f"{len(v)} characters, Kafka allows at most {MAX_TOPIC_CHARS}"
     return None
 
 

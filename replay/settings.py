@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from isrwatch.rule import Rule
-from isrwatch.settings import option, positive
+from isrwatch.settings import option, positive, topic_name
 from simulator.settings import MODES, SCENARIOS  # the names only (a cheap module): --simulate is demo wiring
 
 __all__ = ["ReplaySettings", "FORMATS", "DEFAULT_LAG_MAX_MESSAGES", "parse_time_ms", "split_list"]
@@ -61,7 +61,7 @@ class ReplaySettings:
     bootstrap_servers: str | None = option(
         None, "read the telemetry topic of this Kafka cluster (as the job does), start to end", metavar="HOSTS"
     )
-    telemetry_topic: str = option("isr.telemetry", "telemetry topic (with --bootstrap-servers)")
+    telemetry_topic: str = option("isr.telemetry", "telemetry topic (with --bootstrap-servers)", check=topic_name)
     kafka_config: list[str] = option([], "librdkafka property KEY=VALUE (repeatable)", metavar="KEY=VALUE")
     since: str | None = option(
         None, "replay observations from this time on: ISO 8601 (UTC unless it says) or epoch ms", metavar="TIME"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from isrwatch.rule import Rule
-from isrwatch.settings import cluster_name, option, positive
+from isrwatch.settings import cluster_name, option, positive, topic_name
 
 __all__ = ["SCENARIOS", "MODES", "SimulateSettings", "EmbeddedSimulatorSettings"]
 
@@ -47,7 +47,7 @@ class SimulateSettings:
     cluster: str = option("sim", "cluster name in the telemetry", check=cluster_name)
     bootstrap_servers: str | None = option(None, "publish telemetry to this Kafka cluster", metavar="HOSTS")
     kafka_config: list[str] = option([], "librdkafka property KEY=VALUE (repeatable)", metavar="KEY=VALUE")
-    telemetry_topic: str = option("isr.telemetry", "telemetry topic")
+    telemetry_topic: str = option("isr.telemetry", "telemetry topic", check=topic_name)
     spool_dir: str | None = option(None, "write telemetry to this spool directory instead", metavar="DIR")
     truth_file: str | None = option(
         None, "write the true ISR changes the simulated leaders made (JSON lines)", metavar="FILE"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from isrwatch.clientconfig import kafka_config_problem
 from isrwatch.rule import Rule
-from isrwatch.settings import Secret, option, positive
+from isrwatch.settings import Secret, option, positive, topic_name
 
 __all__ = ["JobSettings", "AlertingSettings"]
 
@@ -55,10 +55,10 @@ class JobSettings:
     kafka_config: list[str] = option(
         [], "librdkafka property KEY=VALUE for every Kafka client (repeatable)", metavar="KEY=VALUE"
     )
-    telemetry_topic: str = option("isr.telemetry", "telemetry topic (input)")
-    state_topic: str = option("isr.replica-state", "replica state topic (output, compacted)")
-    alerts_topic: str = option("isr.alerts", "alert transitions topic (output)")
-    deadletter_topic: str = option("isr.deadletter", "rejected telemetry topic (output)")
+    telemetry_topic: str = option("isr.telemetry", "telemetry topic (input)", check=topic_name)
+    state_topic: str = option("isr.replica-state", "replica state topic (output, compacted)", check=topic_name)
+    alerts_topic: str = option("isr.alerts", "alert transitions topic (output)", check=topic_name)
+    deadletter_topic: str = option("isr.deadletter", "rejected telemetry topic (output)", check=topic_name)
     max_records_per_trigger: int = option(100_000, "most telemetry records read per micro-batch", check=positive)
     partition_answer_ms: int = option(
         1000,

@@ -50,6 +50,11 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
         (["--speed", "0"], {}, "--speed: 0.0 must be greater than 0"),  # the simulator's group
         (["--cluster", "c" * 256], {}, "--cluster: 256 characters, at most 255"),  # the job would refuse it
         (["--cluster", ""], {}, "--cluster: must not be empty"),
+        # topics Kafka would refuse at the first produce or read, not at start
+        (["--telemetry-topic", "isr telemetry"], {}, "--telemetry-topic: 'isr telemetry' is not a Kafka topic name"),
+        ([], {"ISRWATCH_STATE_TOPIC": "isr/state"}, "--state-topic: 'isr/state' is not a Kafka topic name"),
+        (["--deadletter-topic", ".."], {}, "--deadletter-topic: '..' is not a Kafka topic name"),
+        (["--alerts-topic", "a" * 250], {}, "--alerts-topic: 250 characters, Kafka allows at most 249"),
         (["--checkpoint-dir", "s3a://bucket/ck"], {}, "--checkpoint-dir: s3a://bucket/ck is a URI"),
         (["--spark-conf", "executor.memory=2g"], {}, "--spark-conf: 'executor.memory=2g' is not spark.KEY=VALUE"),
         (["--bootstrap-servers", "127.0.0.1:9092", "--kafka-config", "acks"], {}, "'acks' is not KEY=VALUE"),
