@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import operator
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -272,18 +273,22 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _field_rules() -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
+def _field_rules() -> tuple[dict[str, tuple[str, ...]], frozenset[str], dict[str, int]]:
     """(field -> the JSON types its schema allows, ``state`` for the two state fields;
-    the required fields), read from the schema file once."""
+    the required fields; field -> its longest text), read from the schema file once."""
     schema = json_schema()
     kinds: dict[str, tuple[str, ...]] = {}
     for name, spec in schema["properties"].items():
         kind = spec.get("type", "state")
         kinds[name] = tuple(kind) if isinstance(kind, list) else (kind,)
-    return kinds, frozenset(schema["required"])
+    # every text field's bound (none: as long as a record may be)
+    longest = {name: spec.get("maxLength", sys.maxsize) for name, spec in schema["properties"].items()}
+    return kinds, frozenset(schema["required"]), longest
 
 
-_FIELD_TYPES, _REQUIRED = _field_rules()
+# (The names' bounds, as the telemetry's: a label of every gauge, not megabytes of one.)
+_FIELD_TYPES, _REQUIRED, _LONGEST = _field_rules()
+_INT64_LOW, _INT64_HIGH = jsontext.INT64
 _STATES = frozenset(st.value for st in State)
 # A state field holds one of the states (``lag_state`` may be null: an older job's record).
 _STATE_FIELD_TYPES: dict[str, set[type]] = {"state": {str}, "lag_state": {str, type(None)}}
@@ -294,10 +299,12 @@ _TYPES: dict[str, set[type]] = {
 }
 
 
-def _field_problem(value: object, kinds: tuple[str, ...]) -> str:
+def _field_problem(name: str, value: object, kinds: tuple[str, ...]) -> str:
     """What is wrong with ``value``, refused for a field of the JSON types ``kinds``."""
     if kinds == ("state",):
         return f"a state expected, not {repr(value)[:40]}"
+    if type(value) is str and "string" in kinds:
+        return f"{len(value)} characters, at most {_LONGEST[name]}"
     if type(value) is int and ("integer" in kinds or "number" in kinds):
         return "outside the 64-bit range"  # what Kafka's offsets and times fit in; a float of it overflows
     return f"{' or '.join(kinds)} expected, not {jsontext.type_name(value)}"
@@ -321,11 +328,15 @@ def status_from_record(value: bytes) -> ReplicaStatus:
         if types is None:
             continue  # a field of a newer job
         kind = type(v)
-        if (
-            kind not in types
-            or (kind is int and not jsontext.INT64[0] <= v < jsontext.INT64[1])
-            or (kind is str and name in _STATE_FIELD_TYPES and v not in _STATES)
-        ):
-            raise ValueError(f"field {name}: {_field_problem(v, _FIELD_TYPES[name])}")
+        if kind not in types:
+            bad = True
+        elif kind is int:
+            bad = not _INT64_LOW <= v < _INT64_HIGH
+        elif kind is str:
+            bad = v not in _STATES if name in _STATE_FIELD_TYPES else len(v) > _LONGEST[name]
+        else:
+            bad = False
+        if bad:
+            raise ValueError(f"field {name}: {_field_problem(name, v, _FIELD_TYPES[name])}")
         known[name] = v
     return status_from_json(known)

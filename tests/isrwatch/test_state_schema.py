@@ -95,6 +95,9 @@ def _with(**changes: object) -> bytes:
         (_with(state=["ok"]), "field state: a state expected"),
         (_with(lag_state=3), "field lag_state: a state expected"),
         (_with(eval_ms=10**30), "field eval_ms: outside the 64-bit range"),
+        (_with(topic="t" * 250), "field topic: 250 characters, at most 249"),  # a label of every gauge
+        (_with(cluster="c" * 256), "field cluster: 256 characters, at most 255"),
+        (_with(cluster=5), "field cluster: string expected, not integer"),
         # Python's json reads these by default; they are not JSON, and a NaN gauge says nothing
         (json.dumps({**GOOD, "lag_ratio": float("nan")}).encode(), "not JSON: NaN is not a JSON number"),
         (json.dumps({**GOOD, "lag_ratio": float("inf")}).encode(), "not JSON: Infinity is not a JSON number"),
@@ -135,3 +138,20 @@ def test_any_bytes_make_a_status_or_a_reason_never_another_error(value: bytes) -
         assert str(e)
     else:
         assert isinstance(s, ReplicaStatus) and isinstance(s.lag_ratio, (int, float))
+
+
+def test_the_names_bounds_are_the_telemetrys() -> None:
+    """One bound for a name wherever isrwatch reads it (the job's parse uses the constants)."""
+    from isrwatch.telemetry import MAX_CLUSTER_CHARS, MAX_TOPIC_CHARS
+    from isrwatch.telemetry import json_schema as telemetry_schema
+
+    assert (SCHEMA["properties"]["cluster"]["maxLength"], SCHEMA["properties"]["topic"]["maxLength"]) == (
+        MAX_CLUSTER_CHARS,
+        MAX_TOPIC_CHARS,
+    )
+    for version in (1, 2, 3):
+        text = json.dumps(telemetry_schema(version))
+        assert text.count(f'"maxLength": {MAX_TOPIC_CHARS}') == 2, version  # the observations' topics, the changes'
+        assert telemetry_schema(version)["properties"]["cluster"]["maxLength"] == MAX_CLUSTER_CHARS
+    longest = status_from_record(_with(cluster="c" * MAX_CLUSTER_CHARS, topic="t" * MAX_TOPIC_CHARS))
+    assert (len(longest.cluster), len(longest.topic)) == (MAX_CLUSTER_CHARS, MAX_TOPIC_CHARS)
