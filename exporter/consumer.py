@@ -80,7 +80,6 @@ class StateTopicConsumer:
         self._consumer = Consumer(config, logger=_LIBRDKAFKA)
         self._assigned: set[int] = set()
         self.records = 0
-        self.bad_records = 0
         store.health.count_unreadable(0)  # isrwatch_state_records_unreadable_total, served from 0
         self.errors = 0  # unexpected errors the consuming loop survived (run)
         self._last_error: str | None = None
@@ -135,9 +134,7 @@ class StateTopicConsumer:
                 continue
             key = msg.key()
             if key is None:
-                self.bad_records += 1
-                self.store.health.count_unreadable()
-                log.warning(kv(event="state_record_without_key", partition=msg.partition(), offset=msg.offset()))
+                self._skip("state_record_without_key", partition=msg.partition(), offset=msg.offset())
                 continue
             k = key.decode("utf-8", "replace")
             value = msg.value()
@@ -148,17 +145,7 @@ class StateTopicConsumer:
                 # any bytes: a status, or ValueError with the reason (fields of a newer job are left out)
                 latest[k] = status_from_record(value)
             except ValueError as e:
-                self.bad_records += 1
-                self.store.health.count_unreadable()
-                log.warning(
-                    kv(
-                        event="state_record_unreadable",
-                        key=k,
-                        partition=msg.partition(),
-                        offset=msg.offset(),
-                        reason=str(e),
-                    )
-                )
+                self._skip("state_record_unreadable", key=k, partition=msg.partition(), offset=msg.offset(), reason=e)
         if any(m.error() is None for m in messages):
             self._reachable()
         if latest:
@@ -167,6 +154,12 @@ class StateTopicConsumer:
             self.store.update([s for s in latest.values() if s is not None])
             self.records += len(latest)
         return len(latest)
+
+    def _skip(self, event: str, **where: object) -> None:
+        """A record that is not a state record: counted once (the metric, which the
+        progress line reads too) and said with where it is."""
+        self.store.health.count_unreadable()
+        log.warning(kv(event=event, **where))
 
     def _reachable(self) -> None:
         if self._last_error is not None:
@@ -209,7 +202,7 @@ class StateTopicConsumer:
                 event="exporter_progress",
                 topic=self.topic,
                 records=self.records,
-                bad_records=self.bad_records,
+                bad_records=snap.unreadable or 0,  # isrwatch_state_records_unreadable_total
                 replicas=len(snap),
                 partitions=len(snap.partitions),
                 expired=len(expired),

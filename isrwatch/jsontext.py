@@ -13,11 +13,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["loads", "type_name", "INT64"]
+__all__ = ["loads", "type_name", "INT64", "PYTHON_TYPES"]
 
 # The integers a field may hold: what Kafka's offsets and times fit in (Spark's BIGINT).
 INT64 = (-(2**63), 2**63)
-_NAMES = {dict: "object", list: "array", str: "string", int: "integer", float: "number", bool: "boolean"}
+# Each JSON type as the exact Python types ``loads`` gives for it (a bool is not an integer
+# here, though Python's bool is an int; a number may be written without a fraction).
+PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+# ...and back, for a reason: each Python type's own JSON name (int: integer, float: number).
+_NAMES = {kinds[-1]: name for name, kinds in PYTHON_TYPES.items()}
 
 
 def _refuse(constant: str) -> Any:
@@ -44,4 +56,4 @@ def loads(data: bytes | bytearray | str) -> Any:
 
 def type_name(value: object) -> str:
     """The JSON type of a parsed value, for a reason: ``null``, ``integer``, ``array``..."""
-    return "null" if value is None else _NAMES.get(type(value), type(value).__name__)
+    return _NAMES.get(type(value), type(value).__name__)

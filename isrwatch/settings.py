@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import tomllib
 
 from isrwatch.exceptions import ConfigError
+from isrwatch.telemetry import MAX_CLUSTER_CHARS, MAX_TOPIC_CHARS
 
 __all__ = ["option", "group", "build", "add_options", "load", "env_name", "flag_name", "describe", "Secret"]
 
@@ -272,8 +273,6 @@ def positive(v: Any) -> str | None:
 
 def cluster_name(v: str) -> str | None:
     """A cluster name the job accepts in telemetry (else every record is a dead letter)."""
-    from isrwatch.telemetry import MAX_CLUSTER_CHARS
-
     if not v:
         return "must not be empty (telemetry without a cluster is rejected: missing_cluster)"
     if len(v) > MAX_CLUSTER_CHARS:
@@ -287,8 +286,6 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]+")
 def topic_name(v: str) -> str | None:
     """A name Kafka accepts for a topic: 1 to 249 of letters, digits, ``.``, ``_``, ``-``,
     neither ``.`` nor ``..`` (otherwise every produce or read of it fails later)."""
-    from isrwatch.telemetry import MAX_TOPIC_CHARS
-
     if not _TOPIC.fullmatch(v) or v in (".", ".."):
         return f"{v!r} is not a Kafka topic name (letters, digits, '.', '_' and '-' only)"
     if len(v) > MAX_TOPIC_CHARS:

@@ -262,17 +262,6 @@ def json_schema() -> dict[str, Any]:
     return dict(json.loads(resources.files("isrwatch").joinpath("schema/state-v1.schema.json").read_text()))
 
 
-# What each field of a state record may hold, from its JSON Schema's types, as the exact
-# Python types json.loads gives (so a bool is not an integer, though Python's bool is an int).
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "null": (type(None),),
-}
-
-
 def _field_rules() -> tuple[dict[str, tuple[str, ...]], frozenset[str], dict[str, int]]:
     """(field -> the JSON types its schema allows, ``state`` for the two state fields;
     the required fields; field -> its longest text), read from the schema file once."""
@@ -292,9 +281,9 @@ _INT64_LOW, _INT64_HIGH = jsontext.INT64
 _STATES = frozenset(st.value for st in State)
 # A state field holds one of the states (``lag_state`` may be null: an older job's record).
 _STATE_FIELD_TYPES: dict[str, set[type]] = {"state": {str}, "lag_state": {str, type(None)}}
-# The fast check of ``status_from_record``: each field's exact Python types (bool is not an int here).
+# The fast check of ``status_from_record``: each field's exact Python types (jsontext.PYTHON_TYPES).
 _TYPES: dict[str, set[type]] = {
-    name: _STATE_FIELD_TYPES[name] if kinds == ("state",) else {t for k in kinds for t in _JSON_TYPES[k]}
+    name: _STATE_FIELD_TYPES[name] if kinds == ("state",) else {t for k in kinds for t in jsontext.PYTHON_TYPES[k]}
     for name, kinds in _FIELD_TYPES.items()
 }
 

@@ -233,7 +233,7 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
     """
     body = jsontext.loads(data)
     if not isinstance(body, dict):
-        raise ValueError("not a JSON object")
+        raise ValueError(f"not a JSON object: {jsontext.type_name(body)}")
     version = body.get("version")
     if version not in SUPPORTED_VERSIONS:
         raise ValueError(f"unknown schema version {version!r}")

@@ -125,7 +125,8 @@ def _v3(**over: object) -> bytes:
     [
         (b"\xff\xfe", "not JSON"),
         (b"{not json", "not JSON"),
-        (b"[1, 2]", "not a JSON object"),
+        (b"[1, 2]", "not a JSON object: array"),
+        (b"null", "not a JSON object: null"),
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),  # (isrwatch doctor read it with a traceback)
         (b'{"version": 7, "cluster": "c", "sent_ms": 1, "observations": []}', "unknown schema version 7"),
         (b'{"version": 1, "sent_ms": 1, "observations": []}', "missing or unexpected field"),
