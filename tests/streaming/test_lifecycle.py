@@ -5,6 +5,7 @@ it made; a failing micro-batch ends ``await_stop`` with the reason."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -84,13 +85,18 @@ def test_a_job_that_finds_a_spark_session_running_uses_it_and_leaves_it_running(
     assert spark.range(3).count() == 3
 
 
-def test_a_failing_micro_batch_ends_the_job_with_the_reason(spark, tmp_path, monkeypatch) -> None:
+def test_a_failing_micro_batch_ends_the_job_with_the_reason(spark, tmp_path, monkeypatch, caplog) -> None:
     from streaming import handler
+    from streaming import job as job_module
 
     def fail(self, raw_batch, batch_id):
         raise RuntimeError("a batch that cannot be handled")
 
     monkeypatch.setattr(handler.BatchHandler, "__call__", fail)
+    # The restarts' waits (2 s doubled: a minute in all) are not what is tested here, their
+    # count and the end are; shortened so the test does not spend a minute waiting.
+    monkeypatch.setattr(job_module, "QUERY_RESTART_BACKOFF_S", 0.05)
+    caplog.set_level(logging.INFO, logger="streaming.job")
     spool = str(tmp_path / "spool")
     _spool_with_telemetry(spool)
     settings = JobSettings(spool_dir=spool, checkpoint_dir=str(tmp_path / "ck"), metrics_port=0, trigger_seconds=0.5)
@@ -99,3 +105,5 @@ def test_a_failing_micro_batch_ends_the_job_with_the_reason(spark, tmp_path, mon
         with pytest.raises(IsrwatchError, match="query isrwatch stopped"):
             job.await_stop()
         assert job.events.ended.wait(10) and job.events.error  # Spark's terminated event, with its reason
+    restarted = [r for r in caplog.records if r.getMessage().startswith("query_restarted ")]
+    assert len(restarted) == job_module.QUERY_RESTARTS  # tried again as often as it says, then ended

@@ -81,6 +81,9 @@ def test_stale_telemetry_raises_one_alert_and_freezes_ages(tmp_path) -> None:
     assert m.statuses[("c", "t", 0, 2)].time_since_caught_up_s == 1.0
     _apply(m, 1, [_row(101_000, 100_500, 6)])
     assert [a.name.value for a in m.check_stale().resolved] == ["IsrwatchTelemetryStale"]
+    clock.t += 20  # a second gap: a second episode, once
+    assert [a.name.value for a in m.check_stale().started] == ["IsrwatchTelemetryStale"]
+    assert not m.check_stale().started
 
 
 def test_a_replayed_batch_announces_nothing_again(tmp_path) -> None:
