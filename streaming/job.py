@@ -23,17 +23,15 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, NamedTuple
+from typing import IO, TYPE_CHECKING, Any
 
 from isrwatch.exceptions import ConfigError, IsrwatchError
 from isrwatch.logs import kv
-from isrwatch.rule import Rule, RuleConfig
-from isrwatch.settings import kafka_config_pairs
-from isrwatch.status import Thresholds
-from streaming.brokerwatch import BrokerWatch
-from streaming.endpoints import alert_sinks, metrics_port, runbook_base, serve_metrics
+from streaming.assembly import make_monitor, make_outputs, rule_config
+from streaming.endpoints import serve_metrics
 from streaming.feeder import DEFAULT_SCENARIO, Feeder, embedded_simulator
 from streaming.origin import check_checkpoint, default_checkpoint_dir
+from streaming.restarts import RestartPolicy
 from streaming.settings import AlertingSettings, JobSettings
 from streaming.stopping import (
     install_signals,
@@ -48,11 +46,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from exporter.settings import SeriesSettings
-    from exporter.store import StatusStore
     from simulator.settings import EmbeddedSimulatorSettings
-    from streaming.checkpoint import DriverCheckpoint
-    from streaming.monitor import Monitor
-    from streaming.outputs import KafkaStates
 
 __all__ = ["run", "Job", "serve_metrics", "JobHandles", "FUTURE_TOLERANCE_MS", "DEFAULT_SCENARIO"]
 
@@ -64,15 +58,6 @@ FUTURE_TOLERANCE_MS = 300_000
 FORGET_AFTER_MS = 15 * 60_000
 # Seconds the job waits for the telemetry cluster at start-up.
 STARTUP_TIMEOUT_S = 15.0
-# A query that fails is started again from its checkpoint in the same process (Spark gives a
-# Python worker 10 s to connect back, which a loaded machine can miss; an executor can be
-# lost): at most QUERY_RESTARTS times within QUERY_RESTART_WINDOW_S, the first after
-# QUERY_RESTART_BACKOFF_S, each wait doubled. Then, or on a full disk, the job stops with why.
-QUERY_RESTARTS = 5
-QUERY_RESTART_WINDOW_S = 600.0
-QUERY_RESTART_BACKOFF_S = 2.0
-# The collector's default round (``isrwatch collect --interval``): the telemetry's granularity.
-COLLECTOR_ROUND_MS = 1_000
 
 
 @dataclass
@@ -87,27 +72,6 @@ class JobHandles:
     deadletter_file: str | None = None
     ready: threading.Event = field(default_factory=threading.Event)
     side_counts: dict[str, int] = field(default_factory=dict)
-
-
-class _Outputs(NamedTuple):
-    """Where a job's results go (``Job._outputs``)."""
-
-    store: StatusStore
-    deadletters: Any  # streaming.outputs.DeadLetterFile or KafkaDeadLetters
-    sinks: list[Any]  # isrwatch.alerts' sinks: stdout, Alertmanager, the alerts topic
-    states: KafkaStates | None  # the state topic (Kafka mode)
-    checkpoint: DriverCheckpoint
-
-
-def _rule_config(settings: JobSettings) -> tuple[RuleConfig, Thresholds]:
-    embedded = not settings.bootstrap_servers
-    lag = settings.lag_time_max_ms or (10_000 if embedded else 30_000)
-    try:
-        cfg = RuleConfig(Rule.parse(settings.rule), lag, settings.lag_max_messages)
-        th = Thresholds(settings.nearing_ratio, settings.critical_ratio, settings.stall_after_ms)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return cfg, th
 
 
 def run(settings: JobSettings, **options: Any) -> int:
@@ -162,7 +126,7 @@ class Job:
         self._on_close("signal handlers", restore_signals, install_signals(self))
         self.truth_file = truth_file
         self.sinks = sinks
-        self.cfg, self.th = _rule_config(settings)
+        self.cfg, self.th = rule_config(settings)
         self.kafka_mode = bool(settings.bootstrap_servers)
         self.embedded = not self.kafka_mode and not settings.spool_dir
         self.events: Any = None  # streaming.listener.QueryEvents
@@ -172,23 +136,14 @@ class Job:
         self._stopping_query = threading.Event()  # set just before the job stops its query
         self.feeder: Feeder | None = None
         self._start_query: Any = None  # starts the job's query (again) from its checkpoint
-        self._restarts: list[float] = []  # when the query was restarted (monotonic)
+        # A failed query is started again from its checkpoint, a bounded number of times.
+        self.restarts = RestartPolicy()
 
     def __enter__(self) -> Job:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _broker_watch(self, settings: JobSettings) -> BrokerWatch | None:
-        """The telemetry cluster's brokers as the job sees them (``streaming.brokerwatch``)."""
-        off = _watch_off(settings)
-        if off:
-            log.info("broker_watch_off %s", kv(reason=off))
-            return None
-        watch = BrokerWatch(settings.bootstrap_servers or "", settings.telemetry_topic).start()
-        self._on_close("broker watch", watch.stop)
-        return watch
 
     def _on_close(self, what: str, fn: Any, *args: Any, jvm: bool = False) -> None:
         """Release with ``fn(*args)`` on ``close``: a failure is logged, the rest still
@@ -225,8 +180,11 @@ class Job:
         settings = self.settings
         checkpoint_dir, spool = self._checkpoint()
         spark = self._spark()
-        outputs = self._outputs(checkpoint_dir)
-        self.monitor = self.handles.monitor = self._monitor(spark, checkpoint_dir, outputs)
+        outputs = make_outputs(
+            settings, checkpoint_dir, self._on_close, self.handles, self.series, self.alerting, self.sinks
+        )
+        self.monitor = make_monitor(spark, settings, (self.cfg, self.th), checkpoint_dir, outputs, self._on_close)
+        self.handles.monitor = self.monitor
         if self.kafka_mode:
             raw = kafka_stream(spark, settings, checkpoint_dir)
         else:
@@ -269,109 +227,6 @@ class Job:
         if self.embedded:
             self._start_simulator(spool or "")
         self.handles.ready.set()
-
-    def _outputs(self, checkpoint_dir: str) -> _Outputs:
-        """Where the job's results go: the exporter store (served over HTTP unless
-        ``--metrics-port 0``), dead letters (a topic in Kafka mode, else a file), the alert
-        sinks, the state topic (Kafka mode), and the driver's checkpoint of its alerts."""
-        from exporter.store import StatusStore
-        from isrwatch.outcomes import ShrinkOutcomes
-        from streaming.checkpoint import DriverCheckpoint
-        from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer
-        from streaming.parse import REASONS
-        from streaming.producer import OutputProducer
-
-        settings, handles = self.settings, self.handles
-        producer = None
-        if self.kafka_mode:
-            producer = OutputProducer(
-                make_producer(settings.bootstrap_servers or "", settings.kafka_config),
-                latest_wins={settings.state_topic},
-            )
-        # the lag-time evidence's margin: one collector round (its default interval) plus the stall time
-        store = StatusStore(outcomes=ShrinkOutcomes(lag_margin_ms=COLLECTOR_ROUND_MS + settings.stall_after_ms))
-        store.health.declare_deadletter_reasons(REASONS)  # the counter by reason starts at 0
-        if producer is not None:
-            out = producer
-            store.health.read_outputs_from(
-                lambda: {t: (o.pending, o.dropped + o.failed) for t, o in out.stats().items()}
-            )
-        handles.store = store
-        # The job serves what it computes itself, in Kafka mode too: the state topic (and the
-        # exporter reading it) waits on its partitions' leaders, this does not (docs/deploy.md).
-        if metrics_port(settings) != 0:
-            server = serve_metrics(store, settings, self.series)
-            self._on_close("metrics server", server.close)
-            handles.metrics_port = server.port
-        if producer is not None:
-            deadletters: Any = KafkaDeadLetters(producer, settings.deadletter_topic)
-        else:
-            handles.deadletter_file = settings.deadletter_file or os.path.join(checkpoint_dir, "deadletter.jsonl")
-            deadletters = DeadLetterFile(handles.deadletter_file)
-        self._on_close("dead letters", deadletters.close)
-        sinks = (
-            list(self.sinks)
-            if self.sinks is not None
-            else alert_sinks(
-                settings,
-                self.alerting,
-                producer,
-                runbook_base(self.alerting, settings, handles.metrics_port),
-                checkpoint_dir,
-            )
-        )
-        for sink in sinks:
-            self._on_close(type(sink).__name__, sink.close)
-        states = KafkaStates(producer, settings.state_topic) if producer is not None else None
-        if states is not None:
-            self._on_close("state topic", states.close)
-        return _Outputs(store, deadletters, sinks, states, DriverCheckpoint(checkpoint_dir))
-
-    def _monitor(self, spark: SparkSession, checkpoint_dir: str, outputs: _Outputs) -> Monitor:
-        """The driver's monitor on ``outputs``, with the lookahead and the broker watch for
-        Kafka telemetry, and the statuses and alerts of the run before (the checkpoint)."""
-        from streaming import query
-        from streaming.lookahead import Lookahead
-        from streaming.monitor import Monitor
-
-        settings = self.settings
-        # Between batches the clock runs on for Kafka telemetry, stamped as it happens; the
-        # embedded simulator and spools (replays, faster than real time) wait for evidence.
-        lookahead = (
-            Lookahead(
-                self.cfg,
-                self.th,
-                live_ms=int(settings.stale_after_seconds * 1000),
-                horizon_ms=settings.lookahead_ms,
-            )
-            if self.kafka_mode and settings.lookahead_ms != 0
-            else None
-        )
-        monitor = Monitor(
-            self.cfg,
-            self.th,
-            default_min_isr=settings.min_insync_replicas,
-            stale_after_s=settings.stale_after_seconds,
-            store=outputs.store,
-            sinks=outputs.sinks,
-            state_topic=outputs.states,
-            checkpoint=outputs.checkpoint,
-            lookahead=lookahead,
-            broker_watch=self._broker_watch(settings) if lookahead is not None else None,
-        )
-        restored = query.restore_statuses(spark, checkpoint_dir, self.cfg, self.th)
-        if restored:
-            monitor.restore(restored)
-            log.info(
-                "restored %s",
-                kv(
-                    checkpoint=checkpoint_dir,
-                    replicas=len(restored),
-                    alerts=len(monitor.book.active),
-                    batch_id=monitor.handled_batch,
-                ),
-            )
-        return monitor
 
     def _start_simulator(self, spool: str) -> None:
         """The embedded default's simulated cluster, writing to ``spool``. It starts once Spark
@@ -503,17 +358,14 @@ class Job:
 
     def _restart_query(self, failure: str) -> bool:
         """Start the failed query again from its checkpoint (its batches resume after the last
-        committed one, which the monitor and the outputs have already handled); False when it
-        has failed ``QUERY_RESTARTS`` times within ``QUERY_RESTART_WINDOW_S``."""
-        now = time.monotonic()
-        self._restarts = [t for t in self._restarts if now - t < QUERY_RESTART_WINDOW_S]
-        if self._start_query is None or len(self._restarts) >= QUERY_RESTARTS:
+        committed one, which the monitor and the outputs have already handled); False when
+        ``self.restarts`` says it has been started again often enough (``streaming.restarts``)."""
+        wait_s = self.restarts.next_wait(time.monotonic()) if self._start_query is not None else None
+        if wait_s is None:
             return False
-        self._restarts.append(now)
-        wait_s = QUERY_RESTART_BACKOFF_S * 2 ** (len(self._restarts) - 1)
         log.warning(
             "query_restarting %s",
-            kv(reason=f'"{failure}"', attempt=len(self._restarts), of=QUERY_RESTARTS, in_s=wait_s),
+            kv(reason=f'"{failure}"', attempt=self.restarts.count, of=self.restarts.attempts, in_s=wait_s),
         )
         if self.stop_event.wait(wait_s):
             return True  # asked to stop meanwhile: the job stops as asked
@@ -521,20 +373,12 @@ class Job:
             self.query.stop()  # ended already; this only releases what Spark still holds of it
         self.events.restart()
         self.query = self._start_query()
-        log.info("query_restarted %s", kv(query=self.query.name, attempt=len(self._restarts)))
+        log.info("query_restarted %s", kv(query=self.query.name, attempt=self.restarts.count))
         return True
 
     def _stop_query(self, drain_s: float) -> None:
         if self.query is not None:
             stop_query(self.query, drain_s, self._stopping_query)
-
-
-def _watch_off(settings: JobSettings) -> str | None:
-    """Why the job cannot watch its telemetry cluster's brokers itself; None when it can."""
-    protocol = kafka_config_pairs(settings.kafka_config).get("security.protocol", "PLAINTEXT")
-    if protocol.upper() != "PLAINTEXT":
-        return f"security.protocol={protocol} (the watch speaks PLAINTEXT only)"
-    return None
 
 
 def _stopped(checkpoint_dir: str, temporary: bool) -> None:

@@ -87,7 +87,7 @@ def test_a_job_that_finds_a_spark_session_running_uses_it_and_leaves_it_running(
 
 def test_a_failing_micro_batch_ends_the_job_with_the_reason(spark, tmp_path, monkeypatch, caplog) -> None:
     from streaming import handler
-    from streaming import job as job_module
+    from streaming.restarts import RestartPolicy
 
     def fail(self, raw_batch, batch_id):
         raise RuntimeError("a batch that cannot be handled")
@@ -95,15 +95,16 @@ def test_a_failing_micro_batch_ends_the_job_with_the_reason(spark, tmp_path, mon
     monkeypatch.setattr(handler.BatchHandler, "__call__", fail)
     # The restarts' waits (2 s doubled: a minute in all) are not what is tested here, their
     # count and the end are; shortened so the test does not spend a minute waiting.
-    monkeypatch.setattr(job_module, "QUERY_RESTART_BACKOFF_S", 0.05)
+    restarts = RestartPolicy(backoff_s=0.05)
     caplog.set_level(logging.INFO, logger="streaming.job")
     spool = str(tmp_path / "spool")
     _spool_with_telemetry(spool)
     settings = JobSettings(spool_dir=spool, checkpoint_dir=str(tmp_path / "ck"), metrics_port=0, trigger_seconds=0.5)
     with Job(settings, spark=spark) as job:
+        job.restarts = restarts
         job.start()
         with pytest.raises(IsrwatchError, match="query isrwatch stopped"):
             job.await_stop()
         assert job.events.ended.wait(10) and job.events.error  # Spark's terminated event, with its reason
     restarted = [r for r in caplog.records if r.getMessage().startswith("query_restarted ")]
-    assert len(restarted) == job_module.QUERY_RESTARTS  # tried again as often as it says, then ended
+    assert len(restarted) == restarts.attempts  # tried again as often as it says, then ended

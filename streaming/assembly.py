@@ -1,0 +1,194 @@
+"""What a job is made of, from its settings: the rule, the outputs, the monitor.
+
+``streaming.job.Job`` calls these in ``start`` and owns what they make: each resource
+that must be released is handed to ``on_close`` (``Job._on_close``: released in one
+place, newest first) as soon as it exists, so a start that fails half-way releases
+what it made.
+
+* ``rule_config``: the KIP-16 rule and the alert thresholds the flags ask for;
+* ``make_outputs``: the exporter store (served over HTTP unless ``--metrics-port 0``),
+  dead letters (a topic in Kafka mode, else a file), the alert sinks, the state topic
+  (Kafka mode), the driver's checkpoint of its alerts;
+* ``make_monitor``: the driver's ``streaming.monitor.Monitor`` on those outputs, with the
+  lookahead and the job's own watch of the brokers for Kafka telemetry, restored from
+  the checkpoint of the run before.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from isrwatch.exceptions import ConfigError
+from isrwatch.logs import kv
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.settings import kafka_config_pairs
+from isrwatch.status import Thresholds
+from streaming.brokerwatch import BrokerWatch
+from streaming.endpoints import alert_sinks, metrics_port, runbook_base, serve_metrics
+from streaming.settings import AlertingSettings, JobSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from exporter.settings import SeriesSettings
+    from exporter.store import StatusStore
+    from streaming.checkpoint import DriverCheckpoint
+    from streaming.monitor import Monitor
+    from streaming.outputs import KafkaStates
+
+__all__ = ["Outputs", "rule_config", "make_outputs", "make_monitor", "COLLECTOR_ROUND_MS"]
+
+log = logging.getLogger("streaming.job")  # the job's lines, as its users read them
+
+# The collector's default round (``isrwatch collect --interval``): the telemetry's granularity.
+COLLECTOR_ROUND_MS = 1_000
+
+# What ``on_close`` takes: what it is (for the log), the call that releases it, its arguments.
+OnClose = Callable[..., None]
+
+
+class Outputs(NamedTuple):
+    """Where a job's results go (``make_outputs``)."""
+
+    store: StatusStore
+    deadletters: Any  # streaming.outputs.DeadLetterFile or KafkaDeadLetters
+    sinks: list[Any]  # isrwatch.alerts' sinks: stdout, Alertmanager, the alerts topic
+    states: KafkaStates | None  # the state topic (Kafka mode)
+    checkpoint: DriverCheckpoint
+
+
+def rule_config(settings: JobSettings) -> tuple[RuleConfig, Thresholds]:
+    """The rule and thresholds of ``settings`` (ConfigError with the reason when they do not fit)."""
+    embedded = not settings.bootstrap_servers
+    lag = settings.lag_time_max_ms or (10_000 if embedded else 30_000)
+    try:
+        cfg = RuleConfig(Rule.parse(settings.rule), lag, settings.lag_max_messages)
+        th = Thresholds(settings.nearing_ratio, settings.critical_ratio, settings.stall_after_ms)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return cfg, th
+
+
+def make_outputs(
+    settings: JobSettings,
+    checkpoint_dir: str,
+    on_close: OnClose,
+    handles: Any,  # streaming.job.JobHandles: filled with the store, the port, the dead-letter file
+    series: SeriesSettings,
+    alerting: AlertingSettings,
+    sinks: Sequence[Any] | None = None,
+) -> Outputs:
+    """The job's outputs; ``sinks`` replaces the alert sinks the settings ask for (tests)."""
+    from exporter.store import StatusStore
+    from isrwatch.outcomes import ShrinkOutcomes
+    from streaming.checkpoint import DriverCheckpoint
+    from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer
+    from streaming.parse import REASONS
+    from streaming.producer import OutputProducer
+
+    producer = None
+    if settings.bootstrap_servers:
+        producer = OutputProducer(
+            make_producer(settings.bootstrap_servers, settings.kafka_config),
+            latest_wins={settings.state_topic},
+        )
+    # the lag-time evidence's margin: one collector round (its default interval) plus the stall time
+    store = StatusStore(outcomes=ShrinkOutcomes(lag_margin_ms=COLLECTOR_ROUND_MS + settings.stall_after_ms))
+    store.health.declare_deadletter_reasons(REASONS)  # the counter by reason starts at 0
+    if producer is not None:
+        out = producer
+        store.health.read_outputs_from(lambda: {t: (o.pending, o.dropped + o.failed) for t, o in out.stats().items()})
+    handles.store = store
+    # The job serves what it computes itself, in Kafka mode too: the state topic (and the
+    # exporter reading it) waits on its partitions' leaders, this does not (docs/deploy.md).
+    if metrics_port(settings) != 0:
+        server = serve_metrics(store, settings, series)
+        on_close("metrics server", server.close)
+        handles.metrics_port = server.port
+    if producer is not None:
+        deadletters: Any = KafkaDeadLetters(producer, settings.deadletter_topic)
+    else:
+        handles.deadletter_file = settings.deadletter_file or os.path.join(checkpoint_dir, "deadletter.jsonl")
+        deadletters = DeadLetterFile(handles.deadletter_file)
+    on_close("dead letters", deadletters.close)
+    if sinks is None:
+        base = runbook_base(alerting, settings, handles.metrics_port)
+        sinks = alert_sinks(settings, alerting, producer, base, checkpoint_dir)
+    for sink in sinks:
+        on_close(type(sink).__name__, sink.close)
+    states = KafkaStates(producer, settings.state_topic) if producer is not None else None
+    if states is not None:
+        on_close("state topic", states.close)
+    return Outputs(store, deadletters, list(sinks), states, DriverCheckpoint(checkpoint_dir))
+
+
+def make_monitor(
+    spark: SparkSession,
+    settings: JobSettings,
+    rule: tuple[RuleConfig, Thresholds],
+    checkpoint_dir: str,
+    outputs: Outputs,
+    on_close: OnClose,
+) -> Monitor:
+    """The driver's monitor on ``outputs``, with the lookahead and the broker watch for
+    Kafka telemetry, and the statuses and alerts of the run before (the checkpoint)."""
+    from streaming import query
+    from streaming.lookahead import Lookahead
+    from streaming.monitor import Monitor
+
+    cfg, th = rule
+    # Between batches the clock runs on for Kafka telemetry, stamped as it happens; the
+    # embedded simulator and spools (replays, faster than real time) wait for evidence.
+    live = bool(settings.bootstrap_servers) and settings.lookahead_ms != 0
+    lookahead = (
+        Lookahead(cfg, th, live_ms=int(settings.stale_after_seconds * 1000), horizon_ms=settings.lookahead_ms)
+        if live
+        else None
+    )
+    monitor = Monitor(
+        cfg,
+        th,
+        default_min_isr=settings.min_insync_replicas,
+        stale_after_s=settings.stale_after_seconds,
+        store=outputs.store,
+        sinks=outputs.sinks,
+        state_topic=outputs.states,
+        checkpoint=outputs.checkpoint,
+        lookahead=lookahead,
+        broker_watch=_broker_watch(settings, on_close) if live else None,
+    )
+    restored = query.restore_statuses(spark, checkpoint_dir, cfg, th)
+    if restored:
+        monitor.restore(restored)
+        log.info(
+            "restored %s",
+            kv(
+                checkpoint=checkpoint_dir,
+                replicas=len(restored),
+                alerts=len(monitor.book.active),
+                batch_id=monitor.handled_batch,
+            ),
+        )
+    return monitor
+
+
+def _broker_watch(settings: JobSettings, on_close: OnClose) -> BrokerWatch | None:
+    """The telemetry cluster's brokers as the job sees them (``streaming.brokerwatch``)."""
+    off = _watch_off(settings)
+    if off:
+        log.info("broker_watch_off %s", kv(reason=off))
+        return None
+    watch = BrokerWatch(settings.bootstrap_servers or "", settings.telemetry_topic).start()
+    on_close("broker watch", watch.stop)
+    return watch
+
+
+def _watch_off(settings: JobSettings) -> str | None:
+    """Why the job cannot watch its telemetry cluster's brokers itself; None when it can."""
+    protocol = kafka_config_pairs(settings.kafka_config).get("security.protocol", "PLAINTEXT")
+    if protocol.upper() != "PLAINTEXT":
+        return f"security.protocol={protocol} (the watch speaks PLAINTEXT only)"
+    return None
