@@ -102,6 +102,7 @@ class Collector:
             self.settings.max_observations_per_record,
             source=self.settings.source,
             brokers=snap.counters,
+            gone=result.gone,
             version=self.settings.telemetry_version,
         )
         self.publisher.unreachable = set(snap.unreachable)
@@ -113,6 +114,14 @@ class Collector:
         for c in result.isr_changes:
             log.info(
                 kv(event="isr_change", topic=c.topic, partition=c.partition, before=c.isr_before, after=c.isr_after)
+            )
+        if result.gone:
+            log.info(
+                kv(
+                    event="replicas_gone",
+                    count=len(result.gone),
+                    replicas=",".join(f"{g.topic}/{g.partition}/{g.broker_id}" for g in result.gone[:20]),
+                )
             )
         if self.rounds == 1 or self.rounds % max(1, int(30 / self.settings.interval)) == 0:
             log.info(

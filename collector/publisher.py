@@ -32,7 +32,16 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from isrwatch.logs import kv
-from isrwatch.telemetry import VERSION, BrokerCounters, IsrChange, Observation, TelemetryRecord, encode_record
+from isrwatch.telemetry import (
+    GONE_FROM,
+    VERSION,
+    BrokerCounters,
+    GoneReplica,
+    IsrChange,
+    Observation,
+    TelemetryRecord,
+    encode_record,
+)
 
 __all__ = ["TelemetryPublisher", "PartitionChooser", "TelemetryPartition", "batch_records"]
 
@@ -53,13 +62,15 @@ def batch_records(
     source: str = "fetch",
     brokers: Sequence[BrokerCounters] = (),
     version: int = VERSION,
+    gone: Sequence[GoneReplica] = (),
 ) -> list[TelemetryRecord]:
-    """The round as few records as fit: ``max_observations`` per record, ISR changes and the
-    brokers' own counts in the first (``version`` 1 has no place for the counts). ``source``:
-    how the collector read the offsets (``fetch`` or ``jmx``)."""
+    """The round as few records as fit: ``max_observations`` per record, ISR changes, the
+    brokers' own counts and the replicas gone in the first (``version`` 1 has no place for
+    the counts, versions before 4 none for the gone). ``source``: how the collector read the
+    offsets (``fetch`` or ``jmx``)."""
     sent = int(time.time() * 1000) if sent_ms is None else sent_ms
     chunks = [observations[i : i + max_observations] for i in range(0, len(observations), max_observations)]
-    if not chunks and (isr_changes or brokers):
+    if not chunks and (isr_changes or brokers or (gone and version >= GONE_FROM)):
         chunks = [[]]
     return [
         TelemetryRecord(
@@ -69,6 +80,7 @@ def batch_records(
             observations=tuple(chunk),
             isr_changes=tuple(isr_changes) if i == 0 else (),
             brokers=tuple(brokers) if i == 0 else (),
+            gone=tuple(gone) if i == 0 else (),
             version=version,
         )
         for i, chunk in enumerate(chunks)

@@ -58,7 +58,7 @@ class CollectSettings:
     )
     telemetry_version: int = option(
         VERSION,
-        f"telemetry format written: {VERSION} (observations as columns) or an older one for a job that does not "
+        f"telemetry format written: {VERSION} (observations as columns, the replicas gone) or an older one for a job that does not "
         f"read {VERSION} yet (docs/telemetry.md, Compatibility)",
         check=lambda v: (
             None if v in SUPPORTED_VERSIONS else f"must be one of {', '.join(map(str, sorted(SUPPORTED_VERSIONS)))}"

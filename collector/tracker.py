@@ -12,6 +12,15 @@ from before its silence, and the job reads that interval as a gap in its
 telemetry (docs/rule.md), not as time out of sync. A leader LEO below the
 previous one (a new leader truncated its log) leaves nothing to compare against:
 ``prev_*`` are left out then.
+
+A replica the cluster no longer has (its topic deleted, or the replica moved to other
+brokers) is said ``gone`` once, so the job forgets it and resolves its alerts at once
+rather than after its forget time. Only fresh metadata that lists partitions can say so
+(a round whose metadata request failed, or an answer with no partitions at all, as a
+broker just started may give, says nothing), and only once the replica has been left out
+of every such answer for ``GONE_AFTER_ROUNDS`` rounds and ``GONE_AFTER_MS``. A partition
+without a leader is still listed (its replicas too: ``isrwatch.kafkawire.kept_replicas``),
+so an offline partition is never gone.
 """
 
 from __future__ import annotations
@@ -19,15 +28,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from collector.probe import Snapshot
-from isrwatch.telemetry import IsrChange, Observation
+from isrwatch.telemetry import GoneReplica, IsrChange, Observation
 
-__all__ = ["ReplicaTracker", "RoundResult"]
+__all__ = ["ReplicaTracker", "RoundResult", "GONE_AFTER_ROUNDS", "GONE_AFTER_MS"]
+
+# How long a replica must be missing from fresh metadata before it is said gone: a
+# metadata answer that leaves it out once (a broker whose cache is being updated) is
+# not enough.
+GONE_AFTER_ROUNDS = 3
+GONE_AFTER_MS = 5_000
+
+RKey = tuple[str, int, int]  # topic, partition, broker
 
 
 @dataclass(frozen=True)
 class RoundResult:
     observations: list[Observation]
     isr_changes: list[IsrChange]
+    gone: list[GoneReplica]
 
 
 class ReplicaTracker:
@@ -39,6 +57,10 @@ class ReplicaTracker:
         # (topic, partition, follower) -> t_ms of its newest observation
         self._last_t: dict[tuple[str, int, int], int] = {}
         self._isr: dict[tuple[str, int], tuple[int, ...]] = {}
+        # every replica (leaders too) of the newest fresh metadata that listed partitions
+        self._listed: set[RKey] = set()
+        # replicas missing from it: (first round's t_ms, rounds missing)
+        self._missing: dict[RKey, tuple[int, int]] = {}
 
     def observe(self, snap: Snapshot) -> RoundResult:
         observations: list[Observation] = []
@@ -95,4 +117,22 @@ class ReplicaTracker:
             self._prev.pop(rkey, None)
         for key in set(self._isr) - live:
             del self._isr[key]
-        return RoundResult(observations, changes)
+        return RoundResult(observations, changes, self._gone(snap))
+
+    def _gone(self, snap: Snapshot) -> list[GoneReplica]:
+        """The replicas found gone this round (see the module's docstring)."""
+        if not snap.metadata_fresh or not snap.partitions:
+            return []
+        listed = {(ps.topic, ps.partition, b) for ps in snap.partitions for b in ps.replicas}
+        for rkey in [k for k in self._missing if k in listed]:
+            del self._missing[rkey]  # listed again
+        gone = []
+        for rkey in sorted(self._listed - listed):
+            since, rounds = self._missing.get(rkey, (snap.t_ms, 0))
+            if rounds + 1 >= GONE_AFTER_ROUNDS and snap.t_ms - since >= GONE_AFTER_MS:
+                gone.append(GoneReplica(snap.t_ms, *rkey))
+                del self._missing[rkey]
+            else:
+                self._missing[rkey] = (since, rounds + 1)
+        self._listed = listed | set(self._missing)
+        return gone

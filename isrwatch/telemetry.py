@@ -1,12 +1,12 @@
 """The telemetry format: what the collector and the simulator publish.
 
 One telemetry record (a Kafka record, or one line of the embedded spool) holds
-many observations of one cluster, JSON encoded. Version 3 (what isrwatch writes) holds
+many observations of one cluster, JSON encoded. Version 4 (what isrwatch writes) holds
 them as columns: a partition's fields once per partition, a follower's once per
 observation, ``p`` the index of its partition entry, a partition's ``topic`` an index
 into ``topics``::
 
-    {"version": 3, "cluster": "prod-eu", "source": "jmx",
+    {"version": 4, "cluster": "prod-eu", "source": "jmx",
      "sent_ms": 1732190000123,
      "topics": ["orders"],
      "partitions": {"topic": [0], "partition": [3], "leader_id": [1], "hw": [5118],
@@ -22,7 +22,8 @@ into ``topics``::
      ],
      "brokers": [
         {"broker_id": 1, "t_ms": 1732190000100, "isr_shrinks_total": 4, "isr_expands_total": 3}
-     ]}
+     ],
+     "gone": [{"t_ms": 1732190000100, "topic": "old-orders", "partition": 0, "broker_id": 2}]}
 
 Versions 1 and 2 hold one object per observation instead (``"observations": [{"topic":
 "orders", "partition": 3, "broker_id": 2, "leader_id": 1, "t_ms": ..., "leo": 5120, ...}]``,
@@ -40,9 +41,12 @@ observation, so the refined KIP-16 rule becomes a per-observation max (see
 it, so one format serves both collector modes. ``brokers`` (version 2) holds what each
 broker says of its own replication: its ``IsrShrinksPerSec``/``IsrExpandsPerSec`` counts (the
 JMX collector reads them), so the job counts the shrinks metadata never showed
-(``isrwatch.outcomes``). Version 1 is version 2 without ``brokers`` and an ISR change's ``leader_id``; version 3
-is version 2 with the observations as columns. The machine-readable schemas are
-``isrwatch/schema/telemetry-v{1,2,3}.schema.json``; docs/telemetry.md explains them.
+(``isrwatch.outcomes``). ``gone`` (version 4) names the replicas the cluster no longer has (a
+deleted topic, a replica moved to other brokers), so the job forgets them, and resolves their
+alerts, at once (``collector.tracker``). Version 1 is version 2 without ``brokers`` and an ISR
+change's ``leader_id``; version 3 is version 2 with the observations as columns; version 4 is
+version 3 with ``gone``. The machine-readable schemas are
+``isrwatch/schema/telemetry-v{1,2,3,4}.schema.json``; docs/telemetry.md explains them.
 """
 
 from __future__ import annotations
@@ -60,9 +64,12 @@ from isrwatch import jsontext
 __all__ = [
     "VERSION",
     "SUPPORTED_VERSIONS",
+    "COLUMNS_FROM",
+    "GONE_FROM",
     "Observation",
     "IsrChange",
     "BrokerCounters",
+    "GoneReplica",
     "TelemetryRecord",
     "PARTITION_FIELDS",
     "FOLLOWER_FIELDS",
@@ -76,8 +83,10 @@ __all__ = [
     "SPARK_SCHEMA_DDL",
 ]
 
-VERSION = 3  # what isrwatch writes
-SUPPORTED_VERSIONS = frozenset({1, 2, 3})  # what the job reads
+VERSION = 4  # what isrwatch writes
+SUPPORTED_VERSIONS = frozenset({1, 2, 3, 4})  # what the job reads
+COLUMNS_FROM = 3  # the first version with the observations as columns
+GONE_FROM = 4  # the first version with ``gone``
 # The longest names a record may carry: a topic as Kafka allows (249 characters), a cluster
 # as isrwatch collect allows. Every name becomes a label of the gauges and alerts, so a
 # record with a longer one is a dead letter (``name_too_long``), not megabytes of labels.
@@ -133,6 +142,17 @@ class BrokerCounters:
 
 
 @dataclass(frozen=True)
+class GoneReplica:
+    """A replica the cluster no longer has (its topic deleted, or the replica moved to
+    other brokers), as the collector found at ``t_ms`` (version 4)."""
+
+    t_ms: int
+    topic: str
+    partition: int
+    broker_id: int
+
+
+@dataclass(frozen=True)
 class TelemetryRecord:
     cluster: str
     source: str
@@ -140,6 +160,7 @@ class TelemetryRecord:
     observations: tuple[Observation, ...]
     isr_changes: tuple[IsrChange, ...] = field(default=())
     brokers: tuple[BrokerCounters, ...] = field(default=())
+    gone: tuple[GoneReplica, ...] = field(default=())
     version: int = VERSION
 
 
@@ -155,7 +176,7 @@ def observation_fields(version: int, observations: Iterable[Mapping[str, Any]]) 
     fields of ``Observation``: ``{"observations": [...]}`` before version 3, else
     ``topics``, ``partitions`` and ``followers`` (the columns). A partition entry is shared
     by the observations that agree on every one of its fields, so nothing is lost."""
-    if version < 3:
+    if version < COLUMNS_FROM:
         return {"observations": list(observations)}
     topics: dict[Any, int] = {}
     entries: dict[tuple[Any, ...], int] = {}
@@ -220,6 +241,8 @@ def encode_record(record: TelemetryRecord) -> bytes:
                 del c["leader_id"]
     if record.brokers and not v1:
         body["brokers"] = [asdict(b) for b in record.brokers]
+    if record.gone and record.version >= GONE_FROM:
+        body["gone"] = [asdict(g) for g in record.gone]
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -238,7 +261,7 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
     if version not in SUPPORTED_VERSIONS:
         raise ValueError(f"unknown schema version {version!r}")
     try:
-        rows = _rows(body) if version >= 3 else body["observations"]
+        rows = _rows(body) if version >= COLUMNS_FROM else body["observations"]
         obs = tuple(
             Observation(
                 **{
@@ -254,6 +277,7 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
             for c in body.get("isr_changes") or ()
         )
         brokers = tuple(BrokerCounters(**b) for b in body.get("brokers") or ())
+        gone = tuple(GoneReplica(**g) for g in body.get("gone") or ())
         record = TelemetryRecord(
             cluster=body["cluster"],
             source=body.get("source", ""),
@@ -261,6 +285,7 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
             observations=obs,
             isr_changes=changes,
             brokers=brokers,
+            gone=gone,
             version=version,
         )
     except (KeyError, TypeError) as e:
@@ -326,6 +351,7 @@ SPARK_SCHEMA_DDL = (
     "isr_changes ARRAY<STRUCT<t_ms: BIGINT, topic: STRING, partition: INT, "
     "isr_before: ARRAY<INT>, isr_after: ARRAY<INT>, leader_id: INT>>, "
     "brokers ARRAY<STRUCT<broker_id: INT, t_ms: BIGINT, isr_shrinks_total: BIGINT, isr_expands_total: BIGINT>>, "
+    "gone ARRAY<STRUCT<t_ms: BIGINT, topic: STRING, partition: INT, broker_id: INT>>, "
     "topics ARRAY<STRING>, "
     "partitions STRUCT<topic: ARRAY<INT>, partition: ARRAY<INT>, leader_id: ARRAY<INT>, hw: ARRAY<BIGINT>, "
     "isr: ARRAY<ARRAY<INT>>, replicas: ARRAY<ARRAY<INT>>, lag_time_max_ms: ARRAY<BIGINT>, min_isr: ARRAY<INT>>, "

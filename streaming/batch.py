@@ -26,6 +26,7 @@ from pyspark import StorageLevel
 from isrwatch.rule import RuleConfig
 from isrwatch.status import ReplicaStatus, Thresholds
 from streaming import evaluate, parse, replicas
+from streaming.monitor import GoneKey
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchOutput", "evaluate_records", "split_driver_rows"]
 
-SIDE = "_side"  # a rare row (dead letter, ISR change, broker count) as JSON, among the driver's rows
+SIDE = "_side"  # a rare row (dead letter, ISR change, broker count, replica gone) as JSON, among the driver's rows
 ISR_CHANGE_KEYS = ("cluster", "topic", "partition", "shrink", "expand", "t_ms", "left", "joined", "leader_id")
 COUNTER_KEYS = ("cluster", "broker_id", "t_ms", "shrinks_total")
 
@@ -45,6 +46,7 @@ class BatchOutput:
     deadletters: list[dict[str, Any]] = field(default_factory=list)
     isr_changes: list[dict[str, Any]] = field(default_factory=list)
     counters: list[dict[str, Any]] = field(default_factory=list)  # the brokers' own ISR shrink counts
+    gone: list[GoneKey] = field(default_factory=list)  # replicas the collector said gone
     table: pa.Table | None = None  # replicas.for_the_driver's rows
     spark_s: float = 0.0
     # Writes the batch's state and releases it: call once the driver has the rows.
@@ -125,6 +127,8 @@ def evaluate_records(
                 out.deadletters.append({k: row.get(k) for k in parse.DEADLETTER_COLUMNS})
             elif row["kind"] == "counters":
                 out.counters.append({k: row.get(k) for k in COUNTER_KEYS})
+            elif row["kind"] == "gone":
+                out.gone.append((row["cluster"], row["topic"], row["partition"], row["broker_id"], row["t_ms"]))
             else:
                 out.isr_changes.append({k: row.get(k) for k in ISR_CHANGE_KEYS})
     except BaseException:
@@ -140,7 +144,7 @@ def evaluate_records(
         """Write the batch's state version (before the batch commits), release the batch."""
         t1 = time.monotonic()
         try:
-            table.write(replicas.next_state(held, idle), batch_id, forget_before)
+            table.write(replicas.next_state(held, idle), batch_id, forget_before, out.gone)
             if version is not None:
                 table.prune(version)  # the version this batch read stays until the next batch
         finally:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from isrwatch.alerts import Alert, AlertBook, AlertName, Transition, partition_alert, replica_alerts, stale_alert
+from isrwatch.logs import kv
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import ReplicaStatus, State, Thresholds, status_key
 from streaming.brokerwatch import BrokerWatch
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 
 ReplicaKey = tuple[str, str, int, int]  # cluster, topic, partition, broker_id
 PartitionKey = tuple[str, str, int]  # cluster, topic, partition
+# A replica the collector said gone (a telemetry record's ``gone``): its key and that time.
+GoneKey = tuple[str, str, int, int, int]
 # One evaluated replica: its status, its newest telemetry time, its observations ever.
 Evaluated = tuple[ReplicaStatus, int, int]
 
@@ -245,13 +248,19 @@ class Monitor:
     # -- per batch --------------------------------------------------------
 
     def apply_statuses(
-        self, batch_id: int, items: Iterable[Evaluated], changes: Sequence[ReplicaStatus] = ()
+        self,
+        batch_id: int,
+        items: Iterable[Evaluated],
+        changes: Sequence[ReplicaStatus] = (),
+        gone: Iterable[GoneKey] = (),
     ) -> BatchReport:
         """Take in one batch: ``changes``, the statuses at which replicas changed state
         within it (``streaming.replicas``), then ``items``, each observed replica's
-        newest status. Each change moves the alerts at its own telemetry time, so an
+        newest status, then ``gone``, the replicas the collector said the cluster no
+        longer has (each with the time it said so: one observed after it stays).
+        Each change moves the alerts at its own telemetry time, so an
         episode that began and ended inside the batch is announced, fired and
-        resolved, with both times."""
+        resolved, with both times; a gone replica's alerts resolve with the batch."""
         report = BatchReport(batch_id)
         with self._lock:
             replay = batch_id <= self.handled_batch
@@ -268,6 +277,12 @@ class Monitor:
                 # Every replica of the batch has new telemetry. The topic has the evaluated
                 # statuses only, so a replica's records are in telemetry-time order.
                 self.state_topic.update(statuses)
+            dropped = [(c, t, p, b) for c, t, p, b, at in gone if self._last_t.get((c, t, p, b), at + 1) <= at]
+            removed = self._drop(dropped)
+            self._remove(removed)  # (after the batch's own records: the tombstone is the last word)
+            if removed:
+                log.info("replicas_gone %s", kv(batch_id=batch_id, count=len(removed), first=removed[0]))
+            clusters |= {k[0] for k in dropped if k[0] in self.cluster_now}
             if replay:
                 report.skipped = True
                 log.info(
@@ -405,30 +420,41 @@ class Monitor:
 
     def forget(self, older_than_ms: int) -> list[str]:
         """Drop replicas whose telemetry stopped while their cluster's went on
-        (a deleted topic, a reassigned replica). Returns the removed keys; their
-        alerts resolve with their cluster's next batch."""
+        (a deleted topic, a reassigned replica, when the collector did not say it
+        gone). Returns the removed keys; their alerts resolve with their cluster's
+        next batch."""
         with self._lock:
-            gone = [k for k, t in self._last_t.items() if self.cluster_now.get(k[0], t) - t > older_than_ms]
-            keys = []
-            for k in gone:
-                del self._last_t[k]
-                self._counts.pop(k, None)
-                if self.lookahead is not None:
-                    self.lookahead.forget(k)
-                self._replica_alerts.get(k[0], {}).pop(k, None)
-                pkey = k[:3]
-                members = tuple(b for b in self._members.get(pkey, ()) if b != k[3])
-                if members:
-                    self._members[pkey] = members
-                else:
-                    self._members.pop(pkey, None)
-                s = self.statuses.pop(k, None)
-                if s is not None:
-                    keys.append(status_key(s))
-            for pkey in {k[:3] for k in gone}:
-                self._update_partition_alert(pkey)
+            keys = self._drop([k for k, t in self._last_t.items() if self.cluster_now.get(k[0], t) - t > older_than_ms])
+        self._remove(keys)
+        return keys
+
+    def _drop(self, gone: Iterable[ReplicaKey]) -> list[str]:
+        """Under the lock: forget the replicas ``gone`` (those held), their alerts and
+        their part of their partitions' alerts. Returns their status keys."""
+        gone = [k for k in gone if k in self._last_t]
+        keys = []
+        for k in gone:
+            del self._last_t[k]
+            self._counts.pop(k, None)
+            if self.lookahead is not None:
+                self.lookahead.forget(k)
+            self._replica_alerts.get(k[0], {}).pop(k, None)
+            pkey = k[:3]
+            members = tuple(b for b in self._members.get(pkey, ()) if b != k[3])
+            if members:
+                self._members[pkey] = members
+            else:
+                self._members.pop(pkey, None)
+            s = self.statuses.pop(k, None)
+            if s is not None:
+                keys.append(status_key(s))
+        for pkey in {k[:3] for k in gone}:
+            self._update_partition_alert(pkey)
+        return keys
+
+    def _remove(self, keys: Sequence[str]) -> None:
+        """The dropped replicas off ``/metrics`` and the state topic."""
         if keys:
             self.store.remove(keys)
             if self.state_topic is not None:
                 self.state_topic.remove(keys)  # tombstones: the exporter forgets them too
-        return keys

@@ -26,6 +26,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame
 
 from isrwatch.telemetry import (
+    COLUMNS_FROM,
     FOLLOWER_FIELDS,
     MAX_CLUSTER_CHARS,
     MAX_TOPIC_CHARS,
@@ -62,7 +63,7 @@ REASONS = {
     "name_too_long": f"cluster is longer than {MAX_CLUSTER_CHARS} characters, or an observation's topic longer "
     f"than Kafka allows ({MAX_TOPIC_CHARS})",
     "bad_observations": "observations is missing or not an array",
-    "bad_columns": "a version-3 record's topics, partitions or followers are missing, their arrays differ in "
+    "bad_columns": "a version-3 or -4 record's topics, partitions or followers are missing, their arrays differ in "
     "length, or an index (followers.p, partitions.topic) is out of range",
     "bad_type": "a field has the wrong type or is out of range (text, a fraction, NaN or more than 64 bits "
     "where a whole number belongs; a list that is not a list)",
@@ -74,6 +75,8 @@ REASONS = {
     "bad_isr_change": "an isr_changes entry lacks t_ms, topic, partition, isr_before or isr_after, or its "
     f"topic is longer than {MAX_TOPIC_CHARS} characters",
     "bad_broker_counters": "a brokers entry lacks broker_id or t_ms, or has a negative id, time or count",
+    "bad_gone": "a gone entry lacks t_ms, topic, partition or broker_id, or has a negative id or time, or its "
+    f"topic is longer than {MAX_TOPIC_CHARS} characters",
 }
 
 # The reasons that reject a whole record (the others reject one observation or ISR change).
@@ -117,6 +120,7 @@ CHANGE_TYPE = (
     "array<struct<t_ms:bigint,topic:string,partition:int,isr_before:array<int>,isr_after:array<int>,leader_id:int>>"
 )
 COUNTERS_TYPE = "array<struct<broker_id:int,t_ms:bigint,isr_shrinks_total:bigint,isr_expands_total:bigint>>"
+GONE_TYPE = "array<struct<t_ms:bigint,topic:string,partition:int,broker_id:int>>"
 
 _OFFSETS = ("leo", "leader_leo", "hw", "prev_leo", "prev_leader_leo")
 # An observation's fields, in the order of its struct (isrwatch.telemetry.Observation).
@@ -157,7 +161,7 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column, Column]:
     rec = F.from_json(F.col("value"), f"{SPARK_SCHEMA_DDL}, {CORRUPT} STRING", {"columnNameOfCorruptRecord": CORRUPT})
     r = F.col("rec")
     size = F.col("value_bytes")
-    columnar = r["version"] == 3
+    columnar = r["version"] >= COLUMNS_FROM
     no_observations = ~columnar & r["observations"].isNull()
     columns_bad = columnar & _columns_bad(r)
     bad_columns = F.col(_COLUMNS_BAD)
@@ -205,7 +209,7 @@ def _record_columns() -> tuple[list[Column], Column, Column, Column, Column]:
             F.concat(F.lit("cluster of "), F.length(r["cluster"]).cast("string"), F.lit(" characters")),
         )
         .when(given == "bad_type", F.lit("a field of the wrong type or out of range"))
-        .when(given == "bad_columns", F.lit("version 3's columns do not fit together"))
+        .when(given == "bad_columns", F.lit("the columns do not fit together"))
         .when(given == "not_utf8", F.concat(F.lit("bytes="), size.cast("string")))
         .when(given == "empty_value", F.when(F.col("raw").isNull(), F.lit("null value")).otherwise(F.lit("0 bytes")))
         .otherwise(F.lit(None).cast("string"))
@@ -339,7 +343,7 @@ def observations(
 def _observation_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[Column, Column, Column, Column]:
     r = F.col("rec")
     good = F.col("reason").isNull()
-    columnar = r["version"] == 3
+    columnar = r["version"] >= COLUMNS_FROM
     # Versions 1 and 2: the observations as they are. Version 3: one row per follower, its
     # position and its partition entry's, the observation read from the columns by position
     # (not a higher-order function: Spark runs those interpreted, and one reading the record
@@ -379,6 +383,20 @@ def _counters_bad(b: Column) -> Column:
     )
 
 
+def _gone_bad(g: Column) -> Column:
+    return (
+        g["t_ms"].isNull()
+        | g["topic"].isNull()
+        | (g["topic"] == "")
+        | (F.length(g["topic"]) > MAX_TOPIC_CHARS)
+        | g["partition"].isNull()
+        | g["broker_id"].isNull()
+        | (g["t_ms"] < 0)
+        | (g["partition"] < 0)
+        | (g["broker_id"] < 0)
+    )
+
+
 def _item(
     kind: str,
     reason: Column,
@@ -391,6 +409,7 @@ def _item(
     expand: Column | None = None,
     change: Column | None = None,
     counters: Column | None = None,
+    gone: Column | None = None,
 ) -> Column:
     def null(t: str) -> Column:
         return F.lit(None).cast(t)
@@ -406,9 +425,7 @@ def _item(
         (shrink if shrink is not None else null("int")).alias("shrink"),
         (expand if expand is not None else null("int")).alias("expand"),
         # an ISR change's time and the followers that left and joined (streaming.handler: isrwatch.outcomes)
-        (change["t_ms"] if change is not None else counters["t_ms"] if counters is not None else null("bigint")).alias(
-            "t_ms"
-        ),
+        next((c["t_ms"] for c in (change, counters, gone) if c is not None), null("bigint")).alias("t_ms"),
         (F.array_except(change["isr_before"], change["isr_after"]) if change is not None else null("array<int>")).alias(
             "left"
         ),
@@ -416,8 +433,9 @@ def _item(
             "joined"
         ),
         (change["leader_id"] if change is not None else null("int")).alias("leader_id"),
-        # a broker's own ISR shrink count (kind "counters"; streaming.handler: isrwatch.outcomes)
-        (counters["broker_id"] if counters is not None else null("int")).alias("broker_id"),
+        # a broker's own ISR shrink count (kind "counters"; streaming.handler: isrwatch.outcomes), or
+        # the broker of a replica gone (kind "gone": the monitor forgets it)
+        next((c["broker_id"] for c in (counters, gone) if c is not None), null("int")).alias("broker_id"),
         (counters["isr_shrinks_total"] if counters is not None else null("bigint")).alias("shrinks_total"),
     )
 
@@ -425,12 +443,14 @@ def _item(
 def side_items(records: DataFrame, future_tolerance_ms: int | None, now_ms: int | None = None) -> DataFrame:
     """The rare rows of a batch, in one pass with no shuffle: every dead
     letter (a bad record; a bad observation or ISR change inside a good one)
-    and every ISR change and broker count. Columns: kind (``deadletter`` | ``isr`` | ``counters``), reason,
+    and every ISR change, broker count and replica gone. Columns: kind (``deadletter`` | ``isr`` |
+    ``counters`` | ``gone``), reason,
     detail, cluster, source_topic, source_partition, source_offset, payload
     (the rejected record or JSON) and payload_encoding (``utf8`` | ``base64``),
     topic, partition, shrink (followers removed), expand (followers added), the
-    change's t_ms, left and joined (those followers' ids) and leader_id, and a broker's
-    broker_id, t_ms and shrinks_total (its own ISR shrink count).
+    change's t_ms, left and joined (those followers' ids) and leader_id, a broker's
+    broker_id, t_ms and shrinks_total (its own ISR shrink count), and a gone replica's
+    topic, partition, broker_id and t_ms.
     """
     cluster, items, columns = _side_columns(future_tolerance_ms, _minute(now_ms))
     exploded = records.select("source_topic", "source_partition", "source_offset", cluster, items)
@@ -452,7 +472,7 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
         positions, lambda i: _observation_reason(_column_observation(r, i), now, future_tolerance_ms).isNotNull()
     )
     columnar_bad = F.transform(bad_positions, lambda i: _column_observation(r, i))
-    bad_obs = F.when(r["version"] == 3, columnar_bad).otherwise(listed_bad)
+    bad_obs = F.when(r["version"] >= COLUMNS_FROM, columnar_bad).otherwise(listed_bad)
     obs_items = F.transform(
         bad_obs,
         lambda o: _item("deadletter", _observation_reason(o, now, future_tolerance_ms), F.to_json(o)),
@@ -481,11 +501,24 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
             _item("counters", F.lit(None).cast("string"), F.lit(None).cast("string"), counters=b)
         ),
     )
+    gone_items = F.transform(
+        F.coalesce(r["gone"], F.array().cast(GONE_TYPE)),
+        lambda g: F.when(_gone_bad(g), _item("deadletter", F.lit("bad_gone"), F.to_json(g))).otherwise(
+            _item(
+                "gone",
+                F.lit(None).cast("string"),
+                F.lit(None).cast("string"),
+                topic=g["topic"],
+                partition=g["partition"],
+                gone=g,
+            )
+        ),
+    )
     payload, encoding = _record_payload()
     items = F.when(
         F.col("reason").isNotNull(),
         F.array(_item("deadletter", F.col("reason"), payload, encoding, detail=F.col("detail"))),
-    ).otherwise(F.concat(obs_items, change_items, counter_items))
+    ).otherwise(F.concat(obs_items, change_items, counter_items, gone_items))
     # (a cluster name past the bound is not repeated into the dead letter's own field; the payload has it)
     no_cluster = F.col("reason").isin("not_json", "not_object", "name_too_long")
     cluster = F.when(no_cluster, F.lit(None).cast("string")).otherwise(r["cluster"])

@@ -36,6 +36,7 @@ from pyspark.sql import Column, Window
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import State, Thresholds
 from streaming import evaluate
+from streaming.monitor import GoneKey
 from streaming.state import KEY_COLUMNS, LATEST_COLUMNS, caught_up_time_expr
 
 if TYPE_CHECKING:
@@ -402,11 +403,19 @@ class StateTable:
             return like.select(*STATE_COLUMNS).limit(0), None
         return self.spark.read.schema(schema).parquet(self.path(older[-1])), older[-1]
 
-    def write(self, state: DataFrame, batch_id: int, forget_before: Mapping[str, int] | None = None) -> None:
+    def write(
+        self,
+        state: DataFrame,
+        batch_id: int,
+        forget_before: Mapping[str, int] | None = None,
+        gone: Collection[GoneKey] = (),
+    ) -> None:
         """Version ``batch_id``. ``forget_before``: per cluster, replicas whose newest
         telemetry (``last_t_ms``) is older than this are left out (a deleted topic, a
         moved replica: what ``Monitor.forget`` drops), so the table does not keep
-        every replica ever seen."""
+        every replica ever seen. ``gone``: replicas the collector said gone (cluster,
+        topic, partition, broker_id, its t_ms), left out unless observed after that time,
+        so a restarted job does not bring them back."""
         if forget_before:
             cutoff: Column | None = None  # null for a cluster not in forget_before: kept
             for cluster, ms in sorted(forget_before.items()):
@@ -414,6 +423,14 @@ class StateTable:
                 cutoff = F.when(same, F.lit(ms)) if cutoff is None else cutoff.when(same, F.lit(ms))
             assert cutoff is not None
             state = state.where(F.col("last_t_ms") >= F.coalesce(cutoff, F.col("last_t_ms")))
+        if gone:
+            g = self.spark.createDataFrame(
+                sorted(gone), "g_cluster string, g_topic string, g_partition int, g_broker_id int, g_t_ms bigint"
+            )
+            said = F.col("last_t_ms") <= F.col("g_t_ms")  # not observed after it was said gone
+            for c in KEY_COLUMNS:
+                said = said & (F.col(c) == F.col(f"g_{c}"))
+            state = state.join(F.broadcast(g), said, "left_anti")
         state.select(*STATE_COLUMNS).write.mode("overwrite").parquet(self.path(batch_id))
 
     def prune(self, keep_from: int) -> None:

@@ -179,3 +179,65 @@ def test_a_kept_follower_is_observed_silent_and_out_of_the_isr():
     assert sorted(by_broker) == [2, 3]
     assert (by_broker[2].leo, by_broker[2].leader_leo, by_broker[2].isr) == (None, 20, (1, 3))
     assert by_broker[2].prev_t_ms == 1000  # its last answer is still what it is compared against
+
+
+def _layout(t_ms, partitions, fresh=True):
+    """A round whose metadata lists ``partitions`` (topic, partition, leader, replicas), every replica answering."""
+    states = [PartitionState(t, p, leader, replicas, replicas) for t, p, leader, replicas in partitions]
+    leo = {(b, ps.topic, ps.partition): 10 for ps in states for b in ps.replicas}
+    return Snapshot(t_ms=t_ms, brokers={1: "a:1", 2: "b:1", 3: "c:1", 4: "d:1"}, partitions=states, leo=leo,
+                    metadata_fresh=fresh)  # fmt: skip
+
+
+def _gone_times(tr, rounds):
+    """Round by round, the replicas found gone: [(t_ms, {(topic, partition, broker)})]."""
+    out = []
+    for t_ms, partitions, fresh in rounds:
+        gone = tr.observe(_layout(t_ms, partitions, fresh)).gone
+        assert all(g.t_ms == t_ms for g in gone)
+        out.append((t_ms, {(g.topic, g.partition, g.broker_id) for g in gone}))
+    return [(t, g) for t, g in out if g]
+
+
+def test_a_deleted_topic_and_a_moved_replica_are_said_gone_once_after_rounds_and_time():
+    both = [("orders", 0, 1, (1, 2, 3)), ("old", 0, 2, (2, 3))]
+    moved = [("orders", 0, 1, (1, 2, 4))]  # "old" deleted; orders-0 moved from broker 3 to 4
+    tr = ReplicaTracker()
+    rounds = [(0, both, True)] + [(1000 * i, moved, True) for i in range(1, 10)]
+    # missing from the round at 1 s: gone at the first round both GONE_AFTER_ROUNDS rounds
+    # and GONE_AFTER_MS after it (6 s), once
+    assert _gone_times(tr, rounds) == [(6000, {("old", 0, 2), ("old", 0, 3), ("orders", 0, 3)})]
+
+
+def test_gone_needs_consecutive_rounds_of_fresh_metadata_that_lists_partitions():
+    one = [("orders", 0, 1, (1, 2, 3))]
+    tr = ReplicaTracker()
+    rounds = [(0, one, True)]
+    rounds += [(1000 * i, [], True) for i in range(1, 8)]  # an answer with no partitions: says nothing
+    rounds += [(1000 * i, [("other", 0, 1, (1, 2))], False) for i in range(8, 16)]  # stale metadata: nothing
+    assert _gone_times(tr, rounds) == []
+    # left out for 4 s, listed again, left out again: the count starts over
+    rounds = [(16000 + 1000 * i, [("other", 0, 1, (1, 2))], True) for i in range(5)]
+    rounds += [(21000, one, True)]
+    rounds += [(22000 + 1000 * i, [("other", 0, 1, (1, 2))], True) for i in range(7)]
+    assert _gone_times(tr, rounds) == [(27000, {("orders", 0, 1), ("orders", 0, 2), ("orders", 0, 3)})]
+
+
+def test_a_partition_without_a_leader_is_not_gone():
+    tr = ReplicaTracker()
+    rounds = [(0, [("orders", 0, 1, (1, 2, 3))], True)]
+    rounds += [(1000 * i, [("orders", 0, -1, (1, 2, 3))], True) for i in range(1, 12)]
+    assert _gone_times(tr, rounds) == []
+
+
+def test_gone_replicas_go_in_the_first_record_of_the_round_and_not_in_version_1():
+    from isrwatch.telemetry import GoneReplica
+
+    g = (GoneReplica(5, "old", 0, 2),)
+    obs = ReplicaTracker().observe(snap(1000, {1: 10, 2: 10, 3: 8})).observations
+    records = batch_records("c", obs, [], 1, gone=g)
+    assert [r.gone for r in records] == [g, ()]
+    only = batch_records("c", [], [], 10, gone=g)
+    assert len(only) == 1 and decode_record(encode_record(only[0])).gone == g
+    jsonschema.validate(__import__("json").loads(encode_record(only[0])), json_schema())
+    assert batch_records("c", [], [], 10, gone=g, version=1) == []

@@ -33,9 +33,9 @@ HEAVY_RATE = 300  # of MESSAGE_BYTES: 300 KB/s against ~10 messages/s copied
 FOLLOWERS = (2, 3)
 
 
-@pytest.mark.parametrize("source", ["fetch", "jmx"])
-def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(source, kafka_cluster_factory, tmp_path):
-    cluster = kafka_cluster_factory(
+def slow_followers_cluster(kafka_cluster_factory):
+    """A cluster whose followers copy at most ~20 KB/s (see the module's docstring)."""
+    return kafka_cluster_factory(
         replica_lag_time_max_ms=LAG_MS,
         zookeeper_session_timeout_ms=ZK_SESSION_MS,
         replica_fetch_max_bytes=FETCH_MAX_BYTES,
@@ -43,6 +43,11 @@ def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(source
         replica_fetch_min_bytes=2 * FETCH_MAX_BYTES,  # never reached: every fetch waits the full wait
         replica_fetch_wait_max_ms=FETCH_WAIT_MS,
     )
+
+
+@pytest.mark.parametrize("source", ["fetch", "jmx"])
+def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(source, kafka_cluster_factory, tmp_path):
+    cluster = slow_followers_cluster(kafka_cluster_factory)
     topic = "firehose"
     # the watched topic: broker 1 leads, 2 and 3 are the slow followers under test; isrwatch's
     # own topics are placed by Kafka (Pipeline.create_topics)

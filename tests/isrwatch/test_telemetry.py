@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import replace
 
@@ -14,6 +15,7 @@ from isrwatch.telemetry import (
     FOLLOWER_FIELDS,
     PARTITION_FIELDS,
     BrokerCounters,
+    GoneReplica,
     IsrChange,
     Observation,
     TelemetryRecord,
@@ -70,6 +72,16 @@ records = st.builds(
         ),
         max_size=3,
     ).map(tuple),
+    gone=st.lists(
+        st.builds(
+            GoneReplica,
+            t_ms=st.integers(0, 2**45),
+            topic=st.text(min_size=1, max_size=5),
+            partition=st.integers(0, 99),
+            broker_id=ids,
+        ),
+        max_size=2,
+    ).map(tuple),
 )
 
 
@@ -85,14 +97,16 @@ def test_version_2_round_trip_and_schema(record: TelemetryRecord) -> None:
     """What collectors before version 3 write, and ``isrwatch collect --telemetry-version 2``."""
     data = encode_record(replace(record, version=2))
     assert "observations" in json.loads(data)
-    assert decode_record(data) == replace(record, version=2)
+    assert decode_record(data) == replace(record, version=2, gone=())
     jsonschema.validate(json.loads(data), json_schema(2))
 
 
 @given(records)
 def test_version_3_is_version_2_as_columns(record: TelemetryRecord) -> None:
     """The same observations, in order; a partition's fields once per distinct partition entry."""
-    body = json.loads(encode_record(record))
+    body = json.loads(encode_record(replace(record, version=3)))
+    jsonschema.validate(body, json_schema(3))
+    assert decode_record(json.dumps(body)) == replace(record, version=3, gone=())
     v2 = json.loads(encode_record(replace(record, version=2)))
     assert body["version"] == 3 and len(body["followers"]["p"]) == len(v2["observations"])
     parts = {tuple((f, str(o[f])) for f in PARTITION_FIELDS) for o in v2["observations"]}
@@ -101,13 +115,23 @@ def test_version_3_is_version_2_as_columns(record: TelemetryRecord) -> None:
 
 
 @given(records)
-def test_version_1_is_version_2_without_leaders_and_brokers(record: TelemetryRecord) -> None:
+def test_version_4_is_version_3_with_the_replicas_gone(record: TelemetryRecord) -> None:
+    """What isrwatch writes: version 3 plus ``gone`` (absent when there is none)."""
+    body = json.loads(encode_record(record))
+    v3 = json.loads(encode_record(replace(record, version=3)))
+    assert body.pop("version") == 4 and v3.pop("version") == 3
+    assert body.pop("gone", []) == [dataclasses.asdict(g) for g in record.gone]
+    assert body == v3
+
+
+@given(records)
+def test_version_1_is_version_2_without_leaders_brokers_and_gone(record: TelemetryRecord) -> None:
     """What an older collector writes: the same record less the version-2 fields."""
     old = replace(record, version=1)
     data = encode_record(old)
     jsonschema.validate(json.loads(data), json_schema(1))
     changes = tuple(replace(c, leader_id=None) for c in record.isr_changes)
-    assert decode_record(data) == replace(old, isr_changes=changes, brokers=())
+    assert decode_record(data) == replace(old, isr_changes=changes, brokers=(), gone=())
 
 
 def _v3(**over: object) -> bytes:
@@ -218,8 +242,13 @@ def test_the_spark_schema_and_the_json_schema_name_the_dataclasses_fields() -> N
     change = [f.name for f in fields(IsrChange)]
     columns = ["topics", "partitions", "followers"]  # version 3's observations
     assert sorted(_ddl_fields(SPARK_SCHEMA_DDL)) == sorted(record + columns)
-    assert sorted(json_schema(2)["properties"]) == sorted(record)
-    assert sorted(json_schema(3)["properties"]) == sorted([f for f in record + columns if f != "observations"])
+    assert sorted(json_schema(2)["properties"]) == sorted(f for f in record if f != "gone")
+    assert sorted(json_schema(3)["properties"]) == sorted(
+        f for f in record + columns if f not in ("observations", "gone")
+    )
+    assert sorted(json_schema(4)["properties"]) == sorted(f for f in record + columns if f != "observations")
+    assert json_schema(4)["properties"]["partitions"] == json_schema(3)["properties"]["partitions"]
+    assert json_schema(4)["properties"]["followers"] == json_schema(3)["properties"]["followers"]
     assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "observations")) == obs
     assert list(json_schema(2)["$defs"]["observation"]["properties"]) == obs
     assert sorted(PARTITION_FIELDS + FOLLOWER_FIELDS) == sorted(obs)
@@ -228,12 +257,15 @@ def test_the_spark_schema_and_the_json_schema_name_the_dataclasses_fields() -> N
     assert list(v3["followers"]["properties"]) == ["p", *FOLLOWER_FIELDS]
     assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "partitions", "STRUCT<")) == list(PARTITION_FIELDS)
     assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "followers", "STRUCT<")) == ["p", *FOLLOWER_FIELDS]
-    for schema in (json_schema(2), json_schema(3)):
+    for schema in (json_schema(2), json_schema(3), json_schema(4)):
         assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "isr_changes")) == change
         assert list(schema["$defs"]["isr_change"]["properties"]) == change
         counters = [f.name for f in fields(BrokerCounters)]
         assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "brokers")) == counters
         assert list(schema["$defs"]["broker_counters"]["properties"]) == counters
+    gone = [f.name for f in fields(GoneReplica)]
+    assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "gone")) == gone
+    assert list(json_schema(4)["$defs"]["gone_replica"]["properties"]) == gone
 
 
 # Any JSON value, NaN and the infinities included (json.dumps writes them as Python reads them)

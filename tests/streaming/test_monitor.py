@@ -245,3 +245,29 @@ def test_the_monitor_hands_the_last_catch_up_and_lag_to_the_shrink_outcomes() ->
         7_000,
     )
     assert m.store.snapshot().outcomes["c"].evidence == {"shorter": 1, "longer": 0}
+
+
+def test_a_replica_said_gone_is_forgotten_and_its_alerts_resolve_with_the_batch(tmp_path) -> None:
+    """A deleted topic's replica (the collector's ``gone``): its alerts resolve with the
+    batch that says so, not its forget time later; the exporter store and the state topic
+    forget it; a gone said before the replica's newest telemetry does not drop it."""
+    from streaming.outputs import KafkaStates
+
+    clock, sink, producer = Clock(), Collect(), Producer()
+    m = _monitor(tmp_path, clock, sink, state_topic=KafkaStates(producer, "isr.replica-state"))
+    assert _apply(m, 0, [_row(100_000, 91_000, 5)]).started == 2  # 9 s behind: nearing + imminent
+    key = ("c", "t", 0, 2)
+    assert "c/t/0/2" in {status_key(s) for s in m.store.snapshot().statuses()}
+    report = m.apply_statuses(1, [], gone=[(*key, 99_999)])  # said before its newest telemetry: kept
+    assert report.resolved == 0 and key in m.statuses
+    report = m.apply_statuses(2, [], gone=[(*key, 100_500), ("c", "other", 0, 3, 100_500)])
+    assert report.resolved == 2 and not m.book.active
+    assert {a.name.value for a in sink.transitions[-1].resolved} == {
+        "KafkaReplicaNearingIsrShrink",
+        "KafkaReplicaIsrShrinkImminent",
+    }
+    assert key not in m.statuses and not m.not_ok_keys()
+    assert "c/t/0/2" not in {status_key(s) for s in m.store.snapshot().statuses()}
+    assert producer.records[-1] == ("isr.replica-state", b"c/t/0/2", None)  # a tombstone
+    again = _monitor(tmp_path, clock, Collect())  # a restarted job: the book holds nothing of it
+    assert not again.book.active

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from isrwatch.telemetry import BrokerCounters, IsrChange, Observation, TelemetryRecord, encode_record
+from isrwatch.telemetry import BrokerCounters, GoneReplica, IsrChange, Observation, TelemetryRecord, encode_record
 from streaming import parse
 from streaming.source_spool import RAW_SCHEMA
 from tests.streaming.rare import rare_rows
@@ -66,9 +66,13 @@ def test_reasons(spark) -> None:
         (_record([_obs(prev_leo=1.5)]), "bad_type"),
         (_record([_obs(isr="1")]), "bad_type"),
         (_record([_obs(partition="x")]), "bad_type"),
+        (_record([], gone=[{"t_ms": now, "topic": "t", "partition": 0}]), "bad_gone"),
+        (_record([], gone=[{"t_ms": now, "topic": "t", "partition": 0, "broker_id": -1}]), "bad_gone"),
+        (_record([], gone=[{"t_ms": now, "topic": "t" * 250, "partition": 0, "broker_id": 2}]), "bad_gone"),
     ]
+    gone = (GoneReplica(now, "deleted", 4, 3),)
     good = encode_record(
-        TelemetryRecord("c", "test", now, (Observation("t", 1, 2, 1, now, 5, 5),), (good_change,), counts)
+        TelemetryRecord("c", "test", now, (Observation("t", 1, 2, 1, now, 5, 5),), (good_change,), counts, gone)
     )
     rows = [(None, v, "spool", 0, i, None) for i, (v, _) in enumerate(values)]
     # One good record with one bad observation among good ones: only that one is rejected.
@@ -95,6 +99,7 @@ def test_reasons(spark) -> None:
     change = {"cluster": "c", "topic": "t", "partition": 0, "shrink": 1, "expand": 0, "t_ms": now}
     assert out["isr_changes"] == [{**change, "left": [2], "joined": [], "leader_id": 1}]
     assert out["counters"] == [{"cluster": "c", "broker_id": 1, "t_ms": now, "shrinks_total": 7}]
+    assert out["gone"] == [("c", "deleted", 4, 3, now)]
 
     # The aggregation path sees exactly the good observations.
     obs = parse.good_observations(parse.observations(parse.parse_records(batch), 60_000)).collect()

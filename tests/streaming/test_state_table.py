@@ -127,3 +127,21 @@ def test_the_job_gives_the_same_rows_and_state_evaluating_only_the_observed_repl
         state = {only: sorted(spark.read.parquet(t.path(batch_id)).collect()) for only, t in tables.items()}
         assert state[True] == state[False]
     assert len(state[True]) == 5
+
+
+def test_a_replica_said_gone_leaves_the_table_unless_observed_after(spark, tmp_path) -> None:
+    """The collector's ``gone`` (a deleted topic): the next version leaves the replica out, so a
+    restarted job does not bring it (and its alerts) back; one observed after that time stays
+    (a topic created again under the same name)."""
+    table = replicas.StateTable(spark, str(tmp_path))
+    t0 = 1_700_000_000_000
+    rows = [_observed("a", "deleted", 2, t0), _observed("a", "deleted", 3, t0), _observed("a", "kept", 2, t0)]
+    _batch(spark, table, 0, rows, {})
+    obs = replicas.observation_rows(
+        spark.createDataFrame([_observed("a", "kept", 2, t0 + 1000)], OBS_SCHEMA), CFG, 5_000
+    )
+    carried, _ = table.read(1, obs)
+    out = replicas.evaluate_batch(obs, carried, CFG, Thresholds(), 5_000)
+    gone = [("a", "deleted", 0, 2, t0 + 500), ("a", "deleted", 0, 3, t0 - 1), ("b", "deleted", 0, 2, t0 + 500)]
+    table.write(out.where(replicas.LAST), 1, {}, gone)
+    assert _replicas(spark, table, 1) == [("a", "deleted", 3), ("a", "kept", 2)]
