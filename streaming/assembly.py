@@ -58,6 +58,8 @@ class Outputs(NamedTuple):
     sinks: list[Any]  # isrwatch.alerts' sinks: stdout, Alertmanager, the alerts topic
     states: KafkaStates | None  # the state topic (Kafka mode)
     checkpoint: DriverCheckpoint
+    metrics_port: int | None  # the job's own /metrics (None: not served)
+    deadletter_file: str | None  # where the dead letters go on the embedded default (None: a topic)
 
 
 def rule_config(settings: JobSettings) -> tuple[RuleConfig, Thresholds]:
@@ -76,7 +78,6 @@ def make_outputs(
     settings: JobSettings,
     checkpoint_dir: str,
     on_close: OnClose,
-    handles: Any,  # streaming.job.JobHandles: filled with the store, the port, the dead-letter file
     series: SeriesSettings,
     alerting: AlertingSettings,
     sinks: Sequence[Any] | None = None,
@@ -101,28 +102,28 @@ def make_outputs(
     if producer is not None:
         out = producer
         store.health.read_outputs_from(lambda: {t: (o.pending, o.dropped + o.failed) for t, o in out.stats().items()})
-    handles.store = store
     # The job serves what it computes itself, in Kafka mode too: the state topic (and the
     # exporter reading it) waits on its partitions' leaders, this does not (docs/deploy.md).
+    port = deadletter_file = None
     if metrics_port(settings) != 0:
         server = serve_metrics(store, settings, series)
         on_close("metrics server", server.close)
-        handles.metrics_port = server.port
+        port = server.port
     if producer is not None:
         deadletters: Any = KafkaDeadLetters(producer, settings.deadletter_topic)
     else:
-        handles.deadletter_file = settings.deadletter_file or os.path.join(checkpoint_dir, "deadletter.jsonl")
-        deadletters = DeadLetterFile(handles.deadletter_file)
+        deadletter_file = settings.deadletter_file or os.path.join(checkpoint_dir, "deadletter.jsonl")
+        deadletters = DeadLetterFile(deadletter_file)
     on_close("dead letters", deadletters.close)
     if sinks is None:
-        base = runbook_base(alerting, settings, handles.metrics_port)
+        base = runbook_base(alerting, settings, port)
         sinks = alert_sinks(settings, alerting, producer, base, checkpoint_dir)
     for sink in sinks:
         on_close(type(sink).__name__, sink.close)
     states = KafkaStates(producer, settings.state_topic) if producer is not None else None
     if states is not None:
         on_close("state topic", states.close)
-    return Outputs(store, deadletters, list(sinks), states, DriverCheckpoint(checkpoint_dir))
+    return Outputs(store, deadletters, list(sinks), states, DriverCheckpoint(checkpoint_dir), port, deadletter_file)
 
 
 def make_monitor(

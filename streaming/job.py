@@ -28,7 +28,6 @@ from typing import IO, TYPE_CHECKING, Any
 from isrwatch.exceptions import ConfigError, IsrwatchError
 from isrwatch.logs import kv
 from streaming.assembly import make_monitor, make_outputs, rule_config
-from streaming.endpoints import serve_metrics
 from streaming.feeder import DEFAULT_SCENARIO, Feeder, embedded_simulator
 from streaming.origin import check_checkpoint, default_checkpoint_dir
 from streaming.restarts import RestartPolicy
@@ -48,7 +47,7 @@ if TYPE_CHECKING:
     from exporter.settings import SeriesSettings
     from simulator.settings import EmbeddedSimulatorSettings
 
-__all__ = ["run", "Job", "serve_metrics", "JobHandles", "FUTURE_TOLERANCE_MS", "DEFAULT_SCENARIO"]
+__all__ = ["run", "Job", "JobHandles", "FUTURE_TOLERANCE_MS", "DEFAULT_SCENARIO"]
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +179,9 @@ class Job:
         settings = self.settings
         checkpoint_dir, spool = self._checkpoint()
         spark = self._spark()
-        outputs = make_outputs(
-            settings, checkpoint_dir, self._on_close, self.handles, self.series, self.alerting, self.sinks
-        )
+        outputs = make_outputs(settings, checkpoint_dir, self._on_close, self.series, self.alerting, self.sinks)
+        self.handles.store, self.handles.metrics_port = outputs.store, outputs.metrics_port
+        self.handles.deadletter_file = outputs.deadletter_file
         self.monitor = make_monitor(spark, settings, (self.cfg, self.th), checkpoint_dir, outputs, self._on_close)
         self.handles.monitor = self.monitor
         if self.kafka_mode:

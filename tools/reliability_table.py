@@ -147,6 +147,7 @@ GOALS = [
     Goal("6 soak (make soak)", "soak", "checkpoint_grows", operator.is_, False, "no"),
     Goal("6 soak (make soak)", "soak", "deleted_still_on_metrics", _none_left, 0, "none"),
     Goal("6 soak (make soak)", "soak", "deleted_still_in_state_table", _none_left, 0, "none"),
+    Goal("6 soak (make soak)", "soak", "gone_without_deletion_or_move", _none_left, 0, "none"),
     Goal("6 soak (make soak)", "soak", "replica_alerts_unexplained", _none_left, 0, "none"),
     Goal("7 secrets", "secrets", "outputs_read", _at_least, 8, ">= 8 outputs"),
     Goal("7 secrets", "secrets", "outputs_holding_a_secret", _none_left, 0, "none"),
