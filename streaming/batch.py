@@ -46,7 +46,8 @@ class BatchOutput:
     deadletters: list[dict[str, Any]] = field(default_factory=list)
     isr_changes: list[dict[str, Any]] = field(default_factory=list)
     counters: list[dict[str, Any]] = field(default_factory=list)  # the brokers' own ISR shrink counts
-    gone: list[GoneKey] = field(default_factory=list)  # replicas the collector said gone
+    # replicas the collector said gone (and, added by the driver, followers elected leader)
+    gone: list[GoneKey] = field(default_factory=list)
     table: pa.Table | None = None  # replicas.for_the_driver's rows
     spark_s: float = 0.0
     # Writes the batch's state and releases it: call once the driver has the rows.

@@ -75,6 +75,8 @@ class BatchReport:
     started: int = 0
     resolved: int = 0
     skipped: bool = False  # transitions of an already handled batch
+    # followers forgotten as their partition's new leader, with their election's telemetry time
+    leading: list[GoneKey] = field(default_factory=list)
     clusters: dict[str, int] = field(default_factory=dict)  # cluster -> telemetry clock
 
 
@@ -152,16 +154,23 @@ class Monitor:
                 self.store.set_telemetry_time(c, now)
         return len(statuses)
 
-    def _merge(self, items: Iterable[Evaluated]) -> tuple[list[ReplicaStatus], list[ReplicaStatus], int]:
+    def _merge(self, items: Iterable[Evaluated]) -> tuple[list[ReplicaStatus], list[ReplicaStatus], int, list[GoneKey]]:
         """Take in evaluated replicas; returns the statuses held for them (``_hold``), the
-        statuses as evaluated, and the observations new to the driver."""
+        statuses as evaluated, the observations new to the driver, and the leaders the
+        statuses name that are held as followers (each with the naming replica's newest
+        telemetry time: its partition's leader then; ``apply_statuses`` forgets those whose
+        own telemetry as a follower is older)."""
         held = []
         statuses = []
+        leaders: list[GoneKey] = []
         n = 0
         wall = int(self._wall() * 1000)
         touched: set[PartitionKey] = set()
         for s, last_t, count in items:
             key = (s.cluster, s.topic, s.partition, s.broker_id)
+            lead = (s.cluster, s.topic, s.partition, s.leader_id)
+            if lead in self._last_t:  # its leader held as a follower
+                leaders.append((*lead, last_t))
             n += max(0, count - self._counts.get(key, 0))
             self._counts[key] = count
             self._last_t[key] = last_t
@@ -175,7 +184,7 @@ class Monitor:
             self._advanced_wall_ms.setdefault(s.cluster, wall)
         for pkey in touched:
             self._update_partition_alert(pkey)
-        return held, statuses, n
+        return held, statuses, n, leaders
 
     def _resume_carried(self, statuses: list[ReplicaStatus]) -> list[ReplicaStatus]:
         """The restored statuses, those the book shows carried to Nearing carried again."""
@@ -265,7 +274,7 @@ class Monitor:
         with self._lock:
             replay = batch_id <= self.handled_batch
             steps = [] if replay else self._steps(changes)
-            held, statuses, report.observations = self._merge(items)
+            held, statuses, report.observations, leaders = self._merge(items)
             report.rows = report.replicas = len(statuses)
             report.statuses = len(self.statuses)
             clusters = {s.cluster for s in statuses}
@@ -279,10 +288,18 @@ class Monitor:
                 self.state_topic.update(statuses)
             dropped = [(c, t, p, b) for c, t, p, b, at in gone if self._last_t.get((c, t, p, b), at + 1) <= at]
             removed = self._drop(dropped)
-            self._remove(removed)  # (after the batch's own records: the tombstone is the last word)
+            # A follower its partition's other replicas now name as their leader, whose newest
+            # telemetry as a follower came before: elected. The collector observes followers only,
+            # so nothing else would ever end its status (and its alerts) as a follower.
+            elected = {g[:4]: g for g in leaders if self._last_t.get(g[:4], g[4]) < g[4]}
+            report.leading = list(elected.values())
+            led = self._drop(elected)
+            self._remove(removed + led)  # (after the batch's own records: the tombstone is the last word)
             if removed:
                 log.info("replicas_gone %s", kv(batch_id=batch_id, count=len(removed), first=removed[0]))
-            clusters |= {k[0] for k in dropped if k[0] in self.cluster_now}
+            if led:
+                log.info("replicas_leading %s", kv(batch_id=batch_id, count=len(led), first=led[0]))
+            clusters |= {k[0] for k in [*dropped, *report.leading] if k[0] in self.cluster_now}
             if replay:
                 report.skipped = True
                 log.info(
@@ -431,7 +448,7 @@ class Monitor:
     def _drop(self, gone: Iterable[ReplicaKey]) -> list[str]:
         """Under the lock: forget the replicas ``gone`` (those held), their alerts and
         their part of their partitions' alerts. Returns their status keys."""
-        gone = [k for k in gone if k in self._last_t]
+        gone = [k for k in dict.fromkeys(gone) if k in self._last_t]  # (once each)
         keys = []
         for k in gone:
             del self._last_t[k]

@@ -413,9 +413,10 @@ class StateTable:
         """Version ``batch_id``. ``forget_before``: per cluster, replicas whose newest
         telemetry (``last_t_ms``) is older than this are left out (a deleted topic, a
         moved replica: what ``Monitor.forget`` drops), so the table does not keep
-        every replica ever seen. ``gone``: replicas the collector said gone (cluster,
-        topic, partition, broker_id, its t_ms), left out unless observed after that time,
-        so a restarted job does not bring them back."""
+        every replica ever seen. ``gone``: replicas the collector said gone and followers
+        the driver found elected leader (cluster, topic, partition, broker_id, that t_ms),
+        left out unless observed after that time, so a restarted job does not bring them
+        back."""
         if forget_before:
             cutoff: Column | None = None  # null for a cluster not in forget_before: kept
             for cluster, ms in sorted(forget_before.items()):

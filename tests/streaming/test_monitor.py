@@ -271,3 +271,42 @@ def test_a_replica_said_gone_is_forgotten_and_its_alerts_resolve_with_the_batch(
     assert producer.records[-1] == ("isr.replica-state", b"c/t/0/2", None)  # a tombstone
     again = _monitor(tmp_path, clock, Collect())  # a restarted job: the book holds nothing of it
     assert not again.book.active
+
+
+def _follower(row: dict, broker: int, leader: int, replicas: list[int]) -> dict:
+    """``row`` as broker ``broker``'s, under ``leader``, of a partition on ``replicas``."""
+    return {**row, "broker_id": broker, "latest": {**row["latest"], "leader_id": leader, "isr": replicas,
+                                                   "replicas": replicas}}  # fmt: skip
+
+
+def test_a_follower_elected_leader_is_forgotten_and_its_alerts_resolve_with_the_batch(tmp_path) -> None:
+    """Broker 2, a follower said nearing, becomes the leader: broker 3's observations name it.
+    The collector observes followers only, so nothing else would end 2's status: its alerts
+    resolve with that batch, the store and the state topic forget it, the report names it
+    (for the state table). A follower naming the leader it named before changes nothing, and
+    one naming a replica observed as a follower after that time does not drop it."""
+    from streaming.outputs import KafkaStates
+
+    clock, sink, producer = Clock(), Collect(), Producer()
+    m = _monitor(tmp_path, clock, sink, state_topic=KafkaStates(producer, "isr.replica-state"))
+    two = _follower(_row(100_000, 91_000, 5), 2, 1, [1, 2, 3])  # 9 s behind: nearing + imminent
+    three = _follower(_row(100_000, 100_000, 5), 3, 1, [1, 2, 3])
+    assert _apply(m, 0, [two, three]).started == 2
+    key = ("c", "t", 0, 2)
+    # broker 3 under leader 1 again: nothing new about 2
+    report = _apply(m, 1, [_follower(_row(101_000, 101_000, 6), 3, 1, [1, 2, 3])])
+    assert report.resolved == 0 and not report.leading and key in m.statuses
+    # a round naming 2 leader, and 2 observed as a follower after it (metadata going back): kept
+    report = _apply(m, 2, [_follower(_row(100_800, 91_000, 6), 2, 1, [1, 2, 3]),
+                           _follower(_row(100_500, 100_500, 7), 3, 2, [2, 3])])  # fmt: skip
+    assert report.resolved == 0 and not report.leading and key in m.statuses
+    # broker 1's leadership moved to 2, as broker 3's newest observation says (and said before)
+    report = _apply(m, 3, [_follower(_row(102_000, 102_000, 8), 3, 2, [2, 3])])
+    assert report.leading == [("c", "t", 0, 2, 102_000)]
+    assert report.resolved == 2 and not m.book.active
+    assert key not in m.statuses and ("c", "t", 0, 3) in m.statuses
+    assert "c/t/0/2" not in {status_key(s) for s in m.store.snapshot().statuses()}
+    assert producer.records[-1] == ("isr.replica-state", b"c/t/0/2", None)  # a tombstone
+    # 2 a follower again later: held again, from its own observations
+    _apply(m, 4, [_follower(_row(110_000, 110_000, 1), 2, 3, [3, 2])])
+    assert key in m.statuses
