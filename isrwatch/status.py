@@ -22,6 +22,9 @@ from isrwatch import jsontext
 from isrwatch.rule import Rule, RuleConfig, check_period_ms
 
 __all__ = [
+    "ReplicaKey",
+    "PartitionKey",
+    "GoneKey",
     "State",
     "Thresholds",
     "ReplicaAggregate",
@@ -37,6 +40,12 @@ __all__ = [
     "status_from_record",
     "json_schema",
 ]
+
+ReplicaKey = tuple[str, str, int, int]  # cluster, topic, partition, broker_id
+PartitionKey = tuple[str, str, int]  # cluster, topic, partition
+# A replica to forget, and the telemetry time from which on it is no follower: said gone by
+# the collector (a telemetry record's ``gone``), or named its partition's leader.
+GoneKey = tuple[str, str, int, int, int]
 
 
 class State(str, enum.Enum):

@@ -24,9 +24,8 @@ import pyspark.sql.functions as F
 from pyspark import StorageLevel
 
 from isrwatch.rule import RuleConfig
-from isrwatch.status import ReplicaStatus, Thresholds
+from isrwatch.status import GoneKey, ReplicaStatus, Thresholds
 from streaming import evaluate, parse, replicas
-from streaming.monitor import GoneKey
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -45,7 +45,7 @@ from typing import Any
 
 from isrwatch.alerts import AlertName, replica_alerts
 from isrwatch.rule import Rule, RuleConfig
-from isrwatch.status import ReplicaStatus, State, Thresholds, lag_state_of, last_caught_up_ms
+from isrwatch.status import ReplicaKey, ReplicaStatus, State, Thresholds, lag_state_of, last_caught_up_ms
 
 __all__ = ["Lookahead", "carry", "last_caught_up_ms", "HORIZON_SHARE", "STALLED_HORIZON_SHARE"]
 
@@ -55,8 +55,6 @@ __all__ = ["Lookahead", "carry", "last_caught_up_ms", "HORIZON_SHARE", "STALLED_
 HORIZON_SHARE = 0.25
 # The horizon of a stalled follower: any crossing of the default nearing ratio.
 STALLED_HORIZON_SHARE = 0.5
-
-ReplicaKey = tuple[str, str, int, int]
 
 
 def carry(s: ReplicaStatus, at_ms: int, th: Thresholds) -> ReplicaStatus:

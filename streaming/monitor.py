@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from isrwatch.alerts import Alert, AlertBook, AlertName, Transition, partition_alert, replica_alerts, stale_alert
 from isrwatch.logs import kv
 from isrwatch.rule import Rule, RuleConfig
-from isrwatch.status import ReplicaStatus, State, Thresholds, status_key
+from isrwatch.status import GoneKey, PartitionKey, ReplicaKey, ReplicaStatus, State, Thresholds, status_key
 from streaming.brokerwatch import BrokerWatch
 from streaming.checkpoint import DriverCheckpoint
 from streaming.lookahead import Lookahead
@@ -50,10 +50,6 @@ __all__ = ["Monitor", "BatchReport", "REPLICA_SCOPE", "STALE_SCOPE"]
 
 log = logging.getLogger(__name__)
 
-ReplicaKey = tuple[str, str, int, int]  # cluster, topic, partition, broker_id
-PartitionKey = tuple[str, str, int]  # cluster, topic, partition
-# A replica the collector said gone (a telemetry record's ``gone``): its key and that time.
-GoneKey = tuple[str, str, int, int, int]
 # One evaluated replica: its status, its newest telemetry time, its observations ever.
 Evaluated = tuple[ReplicaStatus, int, int]
 

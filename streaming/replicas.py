@@ -34,9 +34,8 @@ import pyspark.sql.functions as F
 from pyspark.sql import Column, Window
 
 from isrwatch.rule import Rule, RuleConfig
-from isrwatch.status import State, Thresholds
+from isrwatch.status import GoneKey, State, Thresholds
 from streaming import evaluate
-from streaming.monitor import GoneKey
 from streaming.state import KEY_COLUMNS, LATEST_COLUMNS, caught_up_time_expr
 
 if TYPE_CHECKING:
