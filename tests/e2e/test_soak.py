@@ -54,6 +54,7 @@ from confluent_kafka import Producer
 
 from streaming.replicas import StateTable
 from tests.e2e.kafka_io import ProduceLoad, read_observations
+from tests.e2e.pauses import layout
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline
 from tests.e2e.results import Shrinks, write_result
 
@@ -187,7 +188,7 @@ def test_an_hour_of_churn_leaves_memory_flat_and_raises_nothing_without_cause(ka
                     deleted[old] = time.time()
                 if len(created) >= 2:
                     moved, _ = created[-2]
-                    now_on = _replicas_of(cluster, moved, 0)
+                    now_on = list(layout(cluster, moved)[0][1])
                     target = [b for b in cluster.broker_ids if b not in now_on][:1] + now_on[:1]
                     reassigned.append((moved, 0, target, time.time()))
                     cluster.reassign(moved, 0, target)
@@ -317,13 +318,6 @@ def _listed_replicas(cluster) -> set[Replica]:
 
     md = AdminClient(cluster.client_config()).list_topics(timeout=30)
     return {(t, p.id, b) for t, tm in md.topics.items() for p in tm.partitions.values() for b in p.replicas}
-
-
-def _replicas_of(cluster, topic: str, partition: int) -> list[int]:
-    from confluent_kafka.admin import AdminClient
-
-    md = AdminClient(cluster.client_config()).list_topics(topic, timeout=30)
-    return list(md.topics[topic].partitions[partition].replicas)
 
 
 def _judge(cluster, events, started, reassigned, restarts) -> tuple[list[list], dict[str, int]]:
