@@ -86,7 +86,9 @@ class BatchHandler:
             assert out.table is not None
             changes, finals = split_driver_rows(out.table)
             report = self.monitor.apply_statuses(batch_id, finals, changes, out.gone)
-            out.gone.extend(report.leading)  # the state's next version leaves them out too
+            # the state's next version leaves them out too
+            out.gone.extend(report.leading)
+            out.gone.extend(report.late)
             self._observed_before, self._held_before = report.rows * self.refresh_batches, report.statuses
             dead = self._write_side(out, batch_id) if batch_id > self.side_done else {}
         finally:

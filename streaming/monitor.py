@@ -73,6 +73,8 @@ class BatchReport:
     skipped: bool = False  # transitions of an already handled batch
     # followers forgotten as their partition's new leader, with their election's telemetry time
     leading: list[GoneKey] = field(default_factory=list)
+    # replicas forgotten before whose older telemetry came in this batch (ignored), with that time
+    late: list[GoneKey] = field(default_factory=list)
     clusters: dict[str, int] = field(default_factory=dict)  # cluster -> telemetry clock
 
 
@@ -115,6 +117,11 @@ class Monitor:
         self.statuses: dict[ReplicaKey, ReplicaStatus] = {}
         self._last_t: dict[ReplicaKey, int] = {}  # newest telemetry time of each replica
         self._counts: dict[ReplicaKey, int] = {}  # observations aggregated, ever
+        # Replicas forgotten as gone or elected leader -> that telemetry time, kept for the forget
+        # time: a record older than it read later (the telemetry topic's partitions are read in
+        # no common order) must not bring the replica back (``_late``).
+        self._forgotten: dict[ReplicaKey, int] = {}
+        self._late_in_batch: dict[ReplicaKey, int] = {}
         # followers with a status (a tuple, not a set: ~0.1 KB less a replica)
         self._members: dict[PartitionKey, tuple[int, ...]] = {}
         self.cluster_now: dict[str, int] = {}
@@ -164,6 +171,8 @@ class Monitor:
         touched: set[PartitionKey] = set()
         for s, last_t, count in items:
             key = (s.cluster, s.topic, s.partition, s.broker_id)
+            if self._forgotten and self._late(key, last_t):
+                continue
             lead = (s.cluster, s.topic, s.partition, s.leader_id)
             if lead in self._last_t:  # its leader held as a follower
                 leaders.append((*lead, last_t))
@@ -181,6 +190,19 @@ class Monitor:
         for pkey in touched:
             self._update_partition_alert(pkey)
         return held, statuses, n, leaders
+
+    def _late(self, key: ReplicaKey, t_ms: int) -> bool:
+        """Whether telemetry of ``key`` at ``t_ms`` comes from before the replica was forgotten
+        as gone or elected leader (noted for the batch's report: the state table leaves it out
+        again); telemetry after it ends the forgetting: the replica is a follower again."""
+        at = self._forgotten.get(key)
+        if at is None:
+            return False
+        if t_ms <= at:
+            self._late_in_batch[key] = at
+            return True
+        del self._forgotten[key]
+        return False
 
     def _resume_carried(self, statuses: list[ReplicaStatus]) -> list[ReplicaStatus]:
         """The restored statuses, those the book shows carried to Nearing carried again."""
@@ -268,6 +290,7 @@ class Monitor:
         resolved, with both times; a gone replica's alerts resolve with the batch."""
         report = BatchReport(batch_id)
         with self._lock:
+            self._late_in_batch = {}
             replay = batch_id <= self.handled_batch
             steps = [] if replay else self._steps(changes)
             held, statuses, report.observations, leaders = self._merge(items)
@@ -282,7 +305,8 @@ class Monitor:
                 # Every replica of the batch has new telemetry. The topic has the evaluated
                 # statuses only, so a replica's records are in telemetry-time order.
                 self.state_topic.update(statuses)
-            dropped = [(c, t, p, b) for c, t, p, b, at in gone if self._last_t.get((c, t, p, b), at + 1) <= at]
+            said = [g for g in gone if self._last_t.get(g[:4], g[4]) <= g[4]]  # (not observed after)
+            dropped = [g[:4] for g in said]
             removed = self._drop(dropped)
             # A follower its partition's other replicas now name as their leader, whose newest
             # telemetry as a follower came before: elected. The collector observes followers only,
@@ -290,6 +314,13 @@ class Monitor:
             elected = {g[:4]: g for g in leaders if self._last_t.get(g[:4], g[4]) < g[4]}
             report.leading = list(elected.values())
             led = self._drop(elected)
+            self._forgotten.update({g[:4]: g[4] for g in [*said, *report.leading]})
+            report.late = [(*k, at) for k, at in self._late_in_batch.items()]
+            if report.late:
+                log.info(
+                    "late_telemetry_of_forgotten %s",
+                    kv(batch_id=batch_id, count=len(report.late), first="/".join(map(str, report.late[0][:4]))),
+                )
             self._remove(removed + led)  # (after the batch's own records: the tombstone is the last word)
             if removed:
                 log.info("replicas_gone %s", kv(batch_id=batch_id, count=len(removed), first=removed[0]))
@@ -316,6 +347,8 @@ class Monitor:
     def _steps(self, changes: Sequence[ReplicaStatus]) -> list[tuple[Transition, int]]:
         """Move the book through ``changes``, one telemetry time of one cluster after another."""
         out = []
+        if self._forgotten:
+            changes = [s for s in changes if not self._late((s.cluster, s.topic, s.partition, s.broker_id), s.eval_ms)]
         ordered = sorted(changes, key=lambda s: (s.cluster, s.eval_ms))
         i = 0
         while i < len(ordered):
@@ -438,6 +471,10 @@ class Monitor:
         next batch."""
         with self._lock:
             keys = self._drop([k for k, t in self._last_t.items() if self.cluster_now.get(k[0], t) - t > older_than_ms])
+            # what a record older than the forget time brings back, this forgets again
+            self._forgotten = {
+                k: t for k, t in self._forgotten.items() if self.cluster_now.get(k[0], t) - t <= older_than_ms
+            }
         self._remove(keys)
         return keys
 

@@ -4,12 +4,18 @@ real Prometheus with the shipped rules (issue 17).
 * ``GaugeWatch``: a thread that every 0.5 s notes which followers each of them shows at lag
   ratio >= 0.5 (Prometheus: ``KafkaReplicaNearingIsrShrink`` firing).
 * ``prometheus_config``: the shipped prometheus.yml and rules, scraping given targets every second.
+* ``prometheus_scraping``: an exporter started for a pipeline and a real Prometheus with the
+  shipped rules scraping it and the job.
+* ``prometheus_followers``: the followers of a topic a real Prometheus has series of now, and
+  those its rules fire an alert for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +23,11 @@ import requests
 import yaml
 
 from isrwatch.alerts import AlertName
+from localservices import prometheus
 from tests.deploy.panels import DEPLOY, RULES_FILE, rules_with_interval
 from tests.e2e_observability.running_job import parse_metrics
 
-__all__ = ["GaugeWatch", "prometheus_config"]
+__all__ = ["GaugeWatch", "prometheus_config", "prometheus_followers", "prometheus_scraping"]
 
 NEARING = AlertName.NEARING.value
 
@@ -87,3 +94,34 @@ def prometheus_config(workdir: Path, targets: list[str]) -> Path:
     path = workdir / "prometheus.yml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def prometheus_followers(prom_url: str, topic: str) -> dict[str, set[tuple[int, int]]]:
+    """(partition, broker) of ``topic``'s followers a Prometheus shows now: ``"series"``, with an
+    ``isrwatch_replica_lag_ratio`` series of any target (a series a target stopped exposing is
+    marked stale at its next scrape, and gone from the answer), and ``"firing"``, with an alert
+    of the shipped rules firing."""
+    query = {"query": f'isrwatch_replica_lag_ratio{{topic="{topic}"}}'}
+    result = requests.get(f"{prom_url}/api/v1/query", params=query, timeout=5).json()["data"]["result"]
+    alerts = requests.get(f"{prom_url}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+    return {
+        "series": {(int(r["metric"]["partition"]), int(r["metric"]["broker_id"])) for r in result},
+        "firing": {
+            (int(a["labels"]["partition"]), int(a["labels"]["broker_id"]))
+            for a in alerts
+            if a["state"] == "firing" and a["labels"].get("topic") == topic and "broker_id" in a["labels"]
+        },
+    }
+
+
+@contextlib.contextmanager
+def prometheus_scraping(pipe: Any, workdir: Path) -> Iterator[Any]:
+    """Start an exporter for ``pipe`` (``Pipeline.start_exporter``: the pipeline stops it) and a
+    real Prometheus with the shipped rules scraping it and the job's /metrics; the Prometheus
+    service (``.url``) while the block runs."""
+    pipe.start_exporter()
+    prom_dir = workdir / "prometheus"
+    prom_dir.mkdir()
+    targets = [f"127.0.0.1:{pipe.metrics_port}", f"127.0.0.1:{pipe.exporter_port}"]
+    with prometheus(prometheus_config(prom_dir, targets), prom_dir) as prom:
+        yield prom

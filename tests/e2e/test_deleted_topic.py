@@ -13,15 +13,19 @@ stops, and the topic is deleted at once: its followers are then megabytes behind
 would stay so for minutes (they copy ~20 KB/s), so nothing but the deletion can resolve
 their alerts within the bound below. Every alert of the topic that fired must resolve
 within ``RESOLVED_WITHIN_S`` of the deletion, and the job's ``/metrics`` must no longer
-show the topic.
+show the topic; nor may a real Prometheus scraping the job and the exporter (which forgets
+the replicas from the job's tombstones on the state topic): neither series of the topic nor
+an alert of the shipped rules for it, within ``PROMETHEUS_CLEAR_S`` of the job's resolution.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.request
 
 from isrwatch.alerts import AlertName
+from tests.e2e.gauges import prometheus_followers, prometheus_scraping
 from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pipeline import Pipeline, until
 from tests.e2e.results import write_result
@@ -30,6 +34,9 @@ from tests.e2e.test_slow_follower import HEAVY_RATE, MESSAGE_BYTES, slow_followe
 # The job's forget time is 15 minutes; the collector says gone after ~5 s and three rounds,
 # the job resolves with its next batch (a few seconds on a loaded 2-core machine).
 RESOLVED_WITHIN_S = 90.0
+# The exporter reads the tombstones within a poll, Prometheus scrapes every second and marks
+# a series no longer exposed stale at the next scrape; its rules evaluate every second.
+PROMETHEUS_CLEAR_S = 60.0
 TOPIC = "doomed"
 
 
@@ -48,8 +55,15 @@ def test_a_deleted_topic_s_alerts_resolve_within_seconds(kafka_cluster_factory, 
     # Kafka (Pipeline.create_topics)
     cluster.create_topic(TOPIC, assignment=[[1, 2, 3]])
     heavy = ProduceLoad(cluster, TOPIC, 1, rate=HEAVY_RATE, size=MESSAGE_BYTES)
-    with Pipeline(cluster, tmp_path) as pipe:
+    with Pipeline(cluster, tmp_path) as pipe, contextlib.ExitStack() as stack:
         pipe.wait_watching(2)
+        prom = stack.enter_context(prometheus_scraping(pipe, tmp_path))
+        until(
+            f"Prometheus to show {TOPIC}'s followers",
+            lambda: {b for _, b in prometheus_followers(prom.url, TOPIC)["series"]} == {2, 3},
+            60,
+            pipe,
+        )
         heavy.start()
         try:
             until(
@@ -71,6 +85,13 @@ def test_a_deleted_topic_s_alerts_resolve_within_seconds(kafka_cluster_factory, 
         unlisted_at = time.time()
         until(f"{TOPIC}'s alerts to resolve", lambda: not _firing(pipe), RESOLVED_WITHIN_S, pipe)
         resolved_at = time.time()
+        until(
+            f"Prometheus to show nothing of {TOPIC}",
+            lambda: not any(prometheus_followers(prom.url, TOPIC).values()),
+            PROMETHEUS_CLEAR_S,
+            pipe,
+        )
+        prometheus_clear_at = time.time()
         with urllib.request.urlopen(f"http://127.0.0.1:{pipe.metrics_port}/metrics", timeout=10) as r:
             metrics = r.read().decode()
         collector_log = pipe.collector.log() if pipe.collector else ""
@@ -84,6 +105,7 @@ def test_a_deleted_topic_s_alerts_resolve_within_seconds(kafka_cluster_factory, 
             "firing_at_deletion": sorted(name for name, _ in firing),
             "deletion_s": round(unlisted_at - deleted_at, 1),
             "resolved_after_deletion_s": round(resolved_at - deleted_at, 1),
+            "prometheus_clear_after_deletion_s": round(prometheus_clear_at - deleted_at, 1),
             "resolutions": [[e.arrived - deleted_at, e.name, *e.replica] for e in resolutions],
         },
     )

@@ -17,16 +17,20 @@ ISR or not (``unclean.leader.election.enable``, its default). The new leader is 
 megabytes behind what the old one had, so nothing but the election can resolve its
 alerts within the bound below. Every alert of the new leader's replica must resolve within
 ``RESOLVED_WITHIN_S`` of the election, and the job's ``/metrics`` must no longer show it as
-a follower; nor may the job, SIGKILLed and started again on its checkpoint, bring it back.
+a follower, nor a real Prometheus scraping the job and the exporter (series, or an alert of
+the shipped rules) within ``PROMETHEUS_CLEAR_S`` of the job's resolution; nor may the job,
+SIGKILLed and started again on its checkpoint, bring it back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import requests
 
 from isrwatch.alerts import AlertName
+from tests.e2e.gauges import prometheus_followers, prometheus_scraping
 from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pauses import layout
 from tests.e2e.pipeline import Pipeline, until
@@ -37,6 +41,7 @@ from tests.e2e_observability.running_job import parse_metrics
 # The job's forget time is 15 minutes; the job learns the election from the first round
 # after it (the collector's metadata), and resolves with the next batch.
 RESOLVED_WITHIN_S = 90.0
+PROMETHEUS_CLEAR_S = 60.0  # (as in test_deleted_topic)
 TOPIC = "handover"
 LEADER = 1
 
@@ -66,8 +71,15 @@ def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(kafka_cluster
     # two slow followers); isrwatch's own topics are placed by Kafka (Pipeline.create_topics)
     cluster.create_topic(TOPIC, assignment=[[LEADER, *FOLLOWERS]])
     heavy = ProduceLoad(cluster, TOPIC, 1, rate=HEAVY_RATE, size=MESSAGE_BYTES)
-    with Pipeline(cluster, tmp_path) as pipe:
+    with Pipeline(cluster, tmp_path) as pipe, contextlib.ExitStack() as stack:
         pipe.wait_watching(len(FOLLOWERS))
+        prom = stack.enter_context(prometheus_scraping(pipe, tmp_path))
+        until(
+            f"Prometheus to show {TOPIC}'s followers",
+            lambda: {b for _, b in prometheus_followers(prom.url, TOPIC)["series"]} == set(FOLLOWERS),
+            60,
+            pipe,
+        )
         heavy.start()
         try:
             until(
@@ -101,6 +113,13 @@ def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(kafka_cluster
             pipe,
         )
         resolved_at = time.time()
+
+        def prometheus_shows() -> bool:
+            return any(b == winner for shown in prometheus_followers(prom.url, TOPIC).values() for _, b in shown)
+
+        until(f"Prometheus to show nothing of broker {winner} on {TOPIC}", lambda: not prometheus_shows(),
+              PROMETHEUS_CLEAR_S, pipe)  # fmt: skip
+        prometheus_clear_at = time.time()
         series = _follower_series(pipe, winner)
         job_log = pipe.job_log()
         # A job killed and started again on its checkpoint must not bring the new leader back
@@ -130,6 +149,7 @@ def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(kafka_cluster
             "election_seen_s": round(elected_at - killed_at, 1),
             "firing_at_election": sorted(name for name, _ in firing),
             "resolved_after_election_s": round(resolved_at - elected_at, 1),
+            "prometheus_clear_after_election_s": round(prometheus_clear_at - elected_at, 1),
             "resolutions": [[e.arrived - killed_at, e.name, *e.replica] for e in resolutions],
         },
     )
