@@ -96,12 +96,14 @@ def prometheus_config(workdir: Path, targets: list[str]) -> Path:
     return path
 
 
-def prometheus_followers(prom_url: str, topic: str) -> dict[str, set[tuple[int, int]]]:
+def prometheus_followers(prom_url: str, topic: str, instance: str | None = None) -> dict[str, set[tuple[int, int]]]:
     """(partition, broker) of ``topic``'s followers a Prometheus shows now: ``"series"``, with an
-    ``isrwatch_replica_lag_ratio`` series of any target (a series a target stopped exposing is
-    marked stale at its next scrape, and gone from the answer), and ``"firing"``, with an alert
-    of the shipped rules firing."""
-    query = {"query": f'isrwatch_replica_lag_ratio{{topic="{topic}"}}'}
+    ``isrwatch_replica_lag_ratio`` series of any target, or of target ``instance`` (host:port)
+    only (a series a target stopped exposing is marked stale at its next scrape, and gone from
+    the answer), and ``"firing"``, with an alert of the shipped rules firing (of any target:
+    the rules aggregate the targets)."""
+    where = f'topic="{topic}"' + (f',instance="{instance}"' if instance else "")
+    query = {"query": f"isrwatch_replica_lag_ratio{{{where}}}"}
     result = requests.get(f"{prom_url}/api/v1/query", params=query, timeout=5).json()["data"]["result"]
     alerts = requests.get(f"{prom_url}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
     return {

@@ -17,9 +17,10 @@ ISR or not (``unclean.leader.election.enable``, its default). The new leader is 
 megabytes behind what the old one had, so nothing but the election can resolve its
 alerts within the bound below. Every alert of the new leader's replica must resolve within
 ``RESOLVED_WITHIN_S`` of the election, and the job's ``/metrics`` must no longer show it as
-a follower, nor a real Prometheus scraping the job and the exporter (series, or an alert of
-the shipped rules) within ``PROMETHEUS_CLEAR_S`` of the job's resolution; nor may the job,
-SIGKILLed and started again on its checkpoint, bring it back.
+a follower, nor a real Prometheus scraping the job's; once the killed broker is back (its
+partitions of isrwatch's own topics with it), nothing of it may be left in Prometheus either
+(the exporter's series, the shipped rules' alerts); nor may the job, SIGKILLed and started
+again on its checkpoint, bring it back.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from tests.e2e_observability.running_job import parse_metrics
 # after it (the collector's metadata), and resolves with the next batch.
 RESOLVED_WITHIN_S = 90.0
 PROMETHEUS_CLEAR_S = 60.0  # (as in test_deleted_topic)
+BACK_S = 60.0  # a killed 0.9 broker's start and log recovery, and its partitions led again
 TOPIC = "handover"
 LEADER = 1
 
@@ -94,6 +96,9 @@ def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(kafka_cluster
         finally:
             heavy.stop()
         heavy.producer = None  # (as in test_deleted_topic: nothing of the load stays)
+        # (taken before the kill: the job may resolve the new leader's alerts before this test
+        # has seen the election in the metadata)
+        firing_at_kill = {b: _firing(pipe, b) for b in FOLLOWERS}
         killed_at = time.time()
         cluster.stop(LEADER)
 
@@ -105,7 +110,7 @@ def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(kafka_cluster
         elected_at = time.time()
         winner = new_leader()
         assert winner is not None
-        firing = _firing(pipe, winner)
+        firing = firing_at_kill[winner]
         until(
             f"broker {winner}'s alerts on {TOPIC} to resolve",
             lambda: not _firing(pipe, winner),
@@ -113,14 +118,31 @@ def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(kafka_cluster
             pipe,
         )
         resolved_at = time.time()
+        # While broker 1 is down, Prometheus must stop showing the new leader from the job's
+        # /metrics. Not from the exporter's yet: the exporter learns it from the job's tombstone
+        # on the state topic, and the partition it goes to may be one the killed broker holds
+        # (isrwatch's topics on the watched cluster have one replica each, docs/deploy.md: offline
+        # until their broker is back), as Kafka's placement decides (a run of 2026-12-01).
+        job_target = f"127.0.0.1:{pipe.metrics_port}"
+        until(
+            f"Prometheus to show no series of broker {winner} on {TOPIC} from the job",
+            lambda: winner not in {b for _, b in prometheus_followers(prom.url, TOPIC, job_target)["series"]},
+            PROMETHEUS_CLEAR_S,
+            pipe,
+        )
+        job_clear_at = time.time()
+        series = _follower_series(pipe, winner)
+        # Broker 1 back: the tombstone gets through, and nothing of the new leader as a follower
+        # is left anywhere a user looks (series of either target, alerts of the shipped rules).
+        back_at = time.time()
+        cluster.start_broker(LEADER)
 
         def prometheus_shows() -> bool:
             return any(b == winner for shown in prometheus_followers(prom.url, TOPIC).values() for _, b in shown)
 
         until(f"Prometheus to show nothing of broker {winner} on {TOPIC}", lambda: not prometheus_shows(),
-              PROMETHEUS_CLEAR_S, pipe)  # fmt: skip
+              PROMETHEUS_CLEAR_S + BACK_S, pipe)  # fmt: skip
         prometheus_clear_at = time.time()
-        series = _follower_series(pipe, winner)
         job_log = pipe.job_log()
         # A job killed and started again on its checkpoint must not bring the new leader back
         # as a follower: the state table's version left it out (StateTable.write's gone).
@@ -149,7 +171,8 @@ def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(kafka_cluster
             "election_seen_s": round(elected_at - killed_at, 1),
             "firing_at_election": sorted(name for name, _ in firing),
             "resolved_after_election_s": round(resolved_at - elected_at, 1),
-            "prometheus_clear_after_election_s": round(prometheus_clear_at - elected_at, 1),
+            "prometheus_job_series_clear_after_election_s": round(job_clear_at - elected_at, 1),
+            "prometheus_clear_after_broker_back_s": round(prometheus_clear_at - back_at, 1),
             "resolutions": [[e.arrived - killed_at, e.name, *e.replica] for e in resolutions],
         },
     )
