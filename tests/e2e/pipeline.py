@@ -376,6 +376,23 @@ class Pipeline:
                 e for e in self.events if (name is None or e.name == name) and (status is None or e.status == status)
             ]
 
+    def newest_alerts(
+        self, topic: str | None = None, broker: int | None = None, since: float = 0.0
+    ) -> dict[Any, AlertEvent]:
+        """Each alert's newest event (by identity) among those that arrived at or after
+        ``since``, of ``topic``'s and ``broker``'s replicas where given."""
+        newest: dict[Any, AlertEvent] = {}
+        for e in self.alerts():
+            t, _, b = e.replica
+            if (topic is None or t == topic) and (broker is None or b == broker) and e.arrived >= since:
+                newest[e.identity] = e
+        return newest
+
+    def firing(self, topic: str | None = None, broker: int | None = None) -> set[Any]:
+        """The identities of the alerts (of ``topic``'s and ``broker``'s replicas where given)
+        whose newest event is firing."""
+        return {k for k, e in self.newest_alerts(topic, broker).items() if e.status == "firing"}
+
     def batches(self) -> list[tuple[int, int, int, int]]:
         """(batch_id, observations, replicas updated, states held) of each batch line of the current job run."""
         assert self.job is not None

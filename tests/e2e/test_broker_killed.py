@@ -76,11 +76,7 @@ def _not_firing_now(pipe: Pipeline, since: float, broker: int) -> list[AlertEven
     a resolution: let go while the broker is still down. (Judged by the newest event: a
     Stalled fired and resolved in one batch when the leader missed a round, seen twice here
     before docs/rule.md's stalled rule stopped it; fired again, it would not fail the test.)"""
-    newest: dict[Any, AlertEvent] = {}
-    for e in pipe.alerts():
-        if e.replica[2] == broker and e.arrived >= since:
-            newest[e.identity] = e
-    return [e for e in newest.values() if e.status == "resolved"]
+    return [e for e in pipe.newest_alerts(broker=broker, since=since).values() if e.status == "resolved"]
 
 
 @dataclass

@@ -40,15 +40,6 @@ PROMETHEUS_CLEAR_S = 60.0
 TOPIC = "doomed"
 
 
-def _firing(pipe: Pipeline) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
-    """The identities of the topic's alerts whose newest event is firing."""
-    newest = {}
-    for e in pipe.alerts():
-        if e.replica[0] == TOPIC:
-            newest[e.identity] = e.status
-    return {k for k, status in newest.items() if status == "firing"}
-
-
 def test_a_deleted_topic_s_alerts_resolve_within_seconds(kafka_cluster_factory, tmp_path):
     cluster = slow_followers_cluster(kafka_cluster_factory)
     # the watched topic: broker 1 leads, 2 and 3 follow; isrwatch's own topics are placed by
@@ -79,11 +70,11 @@ def test_a_deleted_topic_s_alerts_resolve_within_seconds(kafka_cluster_factory, 
         # within seconds (the soak's producer does: docs/reliability.md). A topic created again
         # lists its replicas again: that is another scenario than this one's deletion.
         heavy.producer = None
-        firing = _firing(pipe)
+        firing = pipe.firing(TOPIC)
         deleted_at = time.time()
         cluster.delete_topic(TOPIC)
         unlisted_at = time.time()
-        until(f"{TOPIC}'s alerts to resolve", lambda: not _firing(pipe), RESOLVED_WITHIN_S, pipe)
+        until(f"{TOPIC}'s alerts to resolve", lambda: not pipe.firing(TOPIC), RESOLVED_WITHIN_S, pipe)
         resolved_at = time.time()
         until(
             f"Prometheus to show nothing of {TOPIC}",

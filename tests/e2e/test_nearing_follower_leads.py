@@ -48,15 +48,6 @@ TOPIC = "handover"
 LEADER = 1
 
 
-def _firing(pipe: Pipeline, broker: int) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
-    """The identities of ``broker``'s alerts on TOPIC whose newest event is firing."""
-    newest = {}
-    for e in pipe.alerts():
-        if e.replica[0] == TOPIC and e.replica[2] == broker:
-            newest[e.identity] = e.status
-    return {k for k, status in newest.items() if status == "firing"}
-
-
 def _follower_series(pipe: Pipeline, broker: int) -> list[str]:
     """The job's /metrics series of ``broker``'s replica of TOPIC (partition 0)."""
     text = requests.get(f"http://127.0.0.1:{pipe.metrics_port}/metrics", timeout=10).text
@@ -98,7 +89,7 @@ def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(kafka_cluster
         heavy.producer = None  # (as in test_deleted_topic: nothing of the load stays)
         # (taken before the kill: the job may resolve the new leader's alerts before this test
         # has seen the election in the metadata)
-        firing_at_kill = {b: _firing(pipe, b) for b in FOLLOWERS}
+        firing_at_kill = {b: pipe.firing(TOPIC, b) for b in FOLLOWERS}
         killed_at = time.time()
         cluster.stop(LEADER)
 
@@ -113,7 +104,7 @@ def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(kafka_cluster
         firing = firing_at_kill[winner]
         until(
             f"broker {winner}'s alerts on {TOPIC} to resolve",
-            lambda: not _firing(pipe, winner),
+            lambda: not pipe.firing(TOPIC, winner),
             RESOLVED_WITHIN_S,
             pipe,
         )
@@ -169,15 +160,15 @@ def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(kafka_cluster
             f"{MESSAGE_BYTES} B, followers copying ~20 KB/s)",
             "new_leader": winner,
             "election_seen_s": round(elected_at - killed_at, 1),
-            "firing_at_election": sorted(name for name, _ in firing),
+            "firing_at_kill": sorted(name for name, _ in firing),
             "resolved_after_election_s": round(resolved_at - elected_at, 1),
             "prometheus_job_series_clear_after_election_s": round(job_clear_at - elected_at, 1),
             "prometheus_clear_after_broker_back_s": round(prometheus_clear_at - back_at, 1),
             "resolutions": [[e.arrived - killed_at, e.name, *e.replica] for e in resolutions],
         },
     )
-    assert firing, f"no alert of broker {winner} on {TOPIC} was firing when it was elected"
-    assert {e.identity for e in resolutions} >= firing, "every alert firing at the election resolves after it"
+    assert firing, f"no alert of broker {winner} on {TOPIC} was firing when its leader was killed"
+    assert {e.identity for e in resolutions} >= firing, "each alert firing at the kill resolves after it"
     assert "replicas_leading" in job_log
     assert not series, f"the job's /metrics still shows broker {winner} as a follower of {TOPIC}: {series}"
     assert not again, f"the restarted job fired broker {winner}'s follower alerts again: {again}"
