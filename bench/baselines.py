@@ -149,6 +149,10 @@ def run_naive(
         bound = cap_records * per_record / budget_s
         print(f"  naive: no batch of {cap_records * per_record} observations finished in {budget_s:.0f}s", flush=True)
         return bound, 0
+    if not any(op.get("numRowsUpdated", 0) > 0 for p in ps for op in p.get("stateOperators", [])):
+        # The rate counts the records read: a parse that found no observation in them (a
+        # layout it does not know) would time nothing and look fast.
+        raise RuntimeError(f"the naive design updated no replica from {len(ps)} batches of version-{version} records")
     obs = sum(p["numInputRows"] for p in ps) * per_record
     secs = sum(p["durationMs"]["triggerExecution"] for p in ps) / 1000
     return obs / secs, obs

@@ -331,9 +331,9 @@ def observations(
     # check that reads it: three times slower, and past what Java compiles in one method.)
     # The job passes held records (streaming.batch), so each branch reads them, not the JSON.
     branches = []
-    if set(versions) - {3}:
+    if any(v < COLUMNS_FROM for v in versions):
         branches.append(records.select(*head, listed))
-    if 3 in versions:
+    if any(v >= COLUMNS_FROM for v in versions):
         branches.append(records.select(*head, "rec", columnar).select("source_topic", "source_offset", "cluster", o))
     rows = functools.reduce(DataFrame.unionByName, branches)
     return rows.select("source_topic", "source_offset", "cluster", "o", reason)
