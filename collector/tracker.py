@@ -21,6 +21,12 @@ broker just started may give, says nothing), and only once the replica has been 
 of every such answer for ``GONE_AFTER_ROUNDS`` rounds and ``GONE_AFTER_MS``. A partition
 without a leader is still listed (its replicas too: ``isrwatch.kafkawire.kept_replicas``),
 so an offline partition is never gone.
+
+A follower elected its partition's leader is forgotten by the job when another follower's
+observation names it leader (docs/streaming.md). A partition left with no follower (a topic
+deleted and created again with one replica, a reassignment down to one) has no such
+observation, so the tracker says such a replica ``gone`` itself, in the first round of fresh
+metadata that shows it the partition's only replica: gone as a follower, as it is.
 """
 
 from __future__ import annotations
@@ -61,6 +67,9 @@ class ReplicaTracker:
         self._listed: set[RKey] = set()
         # replicas missing from it: (first round's t_ms, rounds missing)
         self._missing: dict[RKey, tuple[int, int]] = {}
+        # replicas observed as followers, until said gone or seen leading (a topic deleted and
+        # created again keeps them through the rounds it is missing from the metadata)
+        self._followers: set[RKey] = set()
 
     def observe(self, snap: Snapshot) -> RoundResult:
         observations: list[Observation] = []
@@ -83,6 +92,7 @@ class ReplicaTracker:
                     continue
                 rkey = (ps.topic, ps.partition, follower)
                 seen.add(rkey)
+                self._followers.add(rkey)
                 leo = snap.leo.get((follower, ps.topic, ps.partition))
                 if self._last_t.get(rkey, -1) >= snap.t_ms:
                     continue  # no new answer since the last round: nothing new to say
@@ -117,7 +127,22 @@ class ReplicaTracker:
             self._prev.pop(rkey, None)
         for key in set(self._isr) - live:
             del self._isr[key]
-        return RoundResult(observations, changes, self._gone(snap))
+        return RoundResult(observations, changes, self._gone(snap) + self._sole_leaders(snap))
+
+    def _sole_leaders(self, snap: Snapshot) -> list[GoneReplica]:
+        """The followers of earlier rounds that fresh metadata now shows as the only replica,
+        and leader, of their partition (see the module's docstring). A follower elected leader
+        of a partition with followers is only forgotten here: their observations name it."""
+        if not snap.metadata_fresh:
+            return []
+        sole = []
+        for ps in snap.partitions:
+            rkey = (ps.topic, ps.partition, ps.leader)
+            if rkey in self._followers:
+                self._followers.discard(rkey)
+                if set(ps.replicas) <= {ps.leader}:
+                    sole.append(GoneReplica(snap.t_ms, *rkey))
+        return sole
 
     def _gone(self, snap: Snapshot) -> list[GoneReplica]:
         """The replicas found gone this round (see the module's docstring)."""
@@ -132,6 +157,7 @@ class ReplicaTracker:
             if rounds + 1 >= GONE_AFTER_ROUNDS and snap.t_ms - since >= GONE_AFTER_MS:
                 gone.append(GoneReplica(snap.t_ms, *rkey))
                 del self._missing[rkey]
+                self._followers.discard(rkey)
             else:
                 self._missing[rkey] = (since, rounds + 1)
         self._listed = listed | set(self._missing)

@@ -241,3 +241,37 @@ def test_gone_replicas_go_in_the_first_record_of_the_round_and_not_in_version_1(
     assert len(only) == 1 and decode_record(encode_record(only[0])).gone == g
     jsonschema.validate(__import__("json").loads(encode_record(only[0])), json_schema())
     assert batch_records("c", [], [], 10, gone=g, version=1) == []
+
+
+def test_a_follower_left_the_only_replica_of_its_partition_is_said_gone_at_once():
+    # orders-0: broker 2 follows; then the topic is created again (or reassigned) with broker 2
+    # as its only replica. No follower's observation names it leader, so the tracker says it
+    # gone as a follower, in that round, once. Broker 1 (and 3) missing: gone after the wait.
+    tr = ReplicaTracker()
+    rounds = [(0, [("orders", 0, 1, (1, 2, 3))], True)]
+    rounds += [(1000 * i, [("orders", 0, 2, (2,))], True) for i in range(1, 8)]
+    assert _gone_times(tr, rounds) == [(1000, {("orders", 0, 2)}), (6000, {("orders", 0, 1), ("orders", 0, 3)})]
+
+
+def test_a_leader_that_was_never_a_follower_or_stale_metadata_says_nothing_of_a_sole_leader():
+    tr = ReplicaTracker()
+    # broker 1 led orders-0 with followers, then is its only replica: it was never a follower
+    rounds = [(0, [("orders", 0, 1, (1, 2))], True), (1000, [("orders", 0, 1, (1,))], True)]
+    assert _gone_times(tr, rounds) == []
+    # stale metadata showing broker 2 the only replica says nothing; a follower elected leader
+    # with other followers left is named by their observations (the job's rule), not said gone
+    tr = ReplicaTracker()
+    rounds = [(0, [("orders", 0, 1, (1, 2, 3))], True), (1000, [("orders", 0, 2, (2,))], False)]
+    rounds += [(2000, [("orders", 0, 2, (1, 2, 3))], True)]
+    assert _gone_times(tr, rounds) == []
+
+
+def test_a_topic_created_again_with_one_replica_on_a_former_follower_says_it_gone():
+    # deleted (missing from two rounds of fresh metadata, short of the gone wait), then created
+    # again with broker 2, a follower before, its only replica: gone when that shows
+    other = ("other", 0, 1, (1, 3))
+    tr = ReplicaTracker()
+    rounds = [(0, [("orders", 0, 1, (1, 2, 3)), other], True)]
+    rounds += [(1000 * i, [other], True) for i in (1, 2)]
+    rounds += [(1000 * i, [("orders", 0, 2, (2,)), other], True) for i in range(3, 9)]
+    assert _gone_times(tr, rounds) == [(3000, {("orders", 0, 2)}), (6000, {("orders", 0, 1), ("orders", 0, 3)})]
