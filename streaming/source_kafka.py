@@ -140,6 +140,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._planned: Offsets = {}
         # Where partitions first seen after the start begin.
         self._first: Offsets = {}
+        # Partitions whose end offset is behind _planned (_say_behind).
+        self._behind: set[tuple[str, str]] = set()
         self._started = False
 
     # The driver's watermark questions (threads, connections) are not shipped to the tasks.
@@ -176,6 +178,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 first = high[t][p] if self._started and self.starting == "latest" else low[t][p]
                 base.setdefault(t, {})[p] = first
                 self._first.setdefault(t, {})[p] = first
+        self._say_behind(base, high)
         # A partition whose leader did not answer this time is not read from, even up to
         # an end it reported before: reading needs that leader too, and would hold the batch.
         assert self._marks is not None
@@ -189,6 +192,26 @@ class KafkaStreamReader(DataSourceStreamReader):
             for p, off in parts.items():
                 end.setdefault(t, {})[p] = max(end.get(t, {}).get(p, off), off)
         return end
+
+    def _say_behind(self, planned: Offsets, high: Offsets) -> None:
+        """Warn, once per episode, of a partition whose end offset is behind where the job reads
+        it from: its log was cut back (an unclean leader election) or its topic deleted and
+        created again. The job does not go back (its checkpoint's offsets only move forward): it
+        reads the partition again once its end passes that position, and the records written
+        there until then are never read. Logged so that no operator loses them unawares."""
+        late = set(self._marks.late) if self._marks is not None else set()
+        behind = {
+            (t, p): (planned[t][p], hi)
+            for t, parts in high.items()
+            for p, hi in parts.items()
+            if p in planned.get(t, {}) and hi < planned[t][p] and (t, int(p)) not in late
+        }
+        for (t, p), (at, hi) in sorted(behind.items()):
+            if (t, p) not in self._behind:
+                log.warning(kv(event="telemetry_offsets_behind", topic=t, partition=p, reading_from=at, end=hi))
+        for t, p in sorted(self._behind - set(behind)):
+            log.info(kv(event="telemetry_offsets_caught_up", topic=t, partition=p))
+        self._behind = set(behind)
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         for t, parts in end.items():
