@@ -34,6 +34,7 @@ planned (``partitions`` tells a restarted reader where its checkpoint was).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,8 @@ _SOCKET_TIMEOUT_MS = "10000"
 # How long planning a micro-batch waits for each partition's leader (option partitionAnswerMs).
 _ANSWER_MS = 1000
 _FIRST_ANSWER_S = 10.0
+# How long a partition's end stays behind the job's position before the job says so.
+BEHIND_WARN_S = 10.0
 
 
 def consumer_config(options: dict[str, str]) -> dict[str, Any]:
@@ -140,8 +143,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._planned: Offsets = {}
         # Where partitions first seen after the start begin.
         self._first: Offsets = {}
-        # Partitions whose end offset is behind _planned (_say_behind).
-        self._behind: set[tuple[str, str]] = set()
+        # Partitions whose end offset is behind _planned (_say_behind): since when (monotonic),
+        # None once said.
+        self._behind: dict[tuple[str, str], float | None] = {}
         self._started = False
 
     # The driver's watermark questions (threads, connections) are not shipped to the tasks.
@@ -194,24 +198,28 @@ class KafkaStreamReader(DataSourceStreamReader):
         return end
 
     def _say_behind(self, planned: Offsets, high: Offsets) -> None:
-        """Warn, once per episode, of a partition whose end offset is behind where the job reads
-        it from: its log was cut back (an unclean leader election) or its topic deleted and
+        """Warn of a partition whose end offset has stayed behind where the job reads it from for
+        ``BEHIND_WARN_S``: its log cut back (an unclean leader election) or its topic deleted and
         created again. The job does not go back (its checkpoint's offsets only move forward): it
         reads the partition again once its end passes that position, and the records written
-        there until then are never read. Logged so that no operator loses them unawares."""
+        there until then are never read. (A new leader's high watermark can be a little behind
+        the old one's until its followers fetch again: that passes within the grace, unsaid.)"""
         late = set(self._marks.late) if self._marks is not None else set()
+        now = time.monotonic()
         behind = {
             (t, p): (planned[t][p], hi)
             for t, parts in high.items()
             for p, hi in parts.items()
             if p in planned.get(t, {}) and hi < planned[t][p] and (t, int(p)) not in late
         }
+        for key in set(self._behind) - set(behind):
+            if self._behind.pop(key) is None:  # said: say it is over
+                log.info(kv(event="telemetry_offsets_caught_up", topic=key[0], partition=key[1]))
         for (t, p), (at, hi) in sorted(behind.items()):
-            if (t, p) not in self._behind:
+            since = self._behind.setdefault((t, p), now)
+            if since is not None and now - since >= BEHIND_WARN_S:
                 log.warning(kv(event="telemetry_offsets_behind", topic=t, partition=p, reading_from=at, end=hi))
-        for t, p in sorted(self._behind - set(behind)):
-            log.info(kv(event="telemetry_offsets_caught_up", topic=t, partition=p))
-        self._behind = set(behind)
+                self._behind[(t, p)] = None
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         for t, parts in end.items():

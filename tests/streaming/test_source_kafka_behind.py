@@ -3,8 +3,8 @@
 A telemetry partition's log cut back (an unclean leader election) or its topic deleted and
 created again leaves the partition's end offset below the job's position. The job's offsets
 only move forward, so it reads that partition again once the end passes its position; until
-then what is written there is not read. The reader must say so (``telemetry_offsets_behind``),
-and say when it is over. Real Kafka (the session's shared cluster: a topic of this test's own is
+then what is written there is not read. The reader must say so (``telemetry_offsets_behind``,
+once it has lasted ``BEHIND_WARN_S``), and say when it is over. Real Kafka (the session's shared cluster: a topic of this test's own is
 deleted and created again), the reader driven as Spark drives it, without Spark.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Producer
 
 from localkafka import COMPAT_CONFIG
-from streaming.source_kafka import KafkaStreamReader
+from streaming.source_kafka import BEHIND_WARN_S, KafkaStreamReader
 
 pytestmark = [pytest.mark.kafka]
 
@@ -57,7 +57,7 @@ def test_a_partition_whose_end_went_back_is_said_behind_until_it_passes_again(ka
         with caplog.at_level(logging.INFO, logger="streaming.source_kafka"):
             # (the new partition's leader may answer the reader's first questions late: a late
             # partition keeps its last known end, and is not judged)
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + BEHIND_WARN_S + 30
             while not _said(caplog, "telemetry_offsets_behind") and time.monotonic() < deadline:
                 end = _batch(reader, end)
                 time.sleep(0.2)
