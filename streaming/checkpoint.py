@@ -15,6 +15,10 @@ Alertmanager has not taken yet, so that a job stopped or killed while one is
 down still resolves those alerts once it is back (firing alerts need no file:
 the restored book sends them again).
 
+``forgotten.json`` holds the replicas the driver forgot as gone or elected leader, each with
+its telemetry time, for the forget time (``Monitor._forgotten``): a record from before that,
+read after a restart, does not bring the replica back.
+
 ``alerts-outbox.json`` (``AlertsOutbox``) holds the alerts-topic records of transitions the
 topic has not confirmed yet, written before the book that says they were announced: a job
 killed between the two re-sends them on restart (``streaming.notify.KafkaAlertsSink``).
@@ -89,6 +93,25 @@ class DriverCheckpoint:
     def save_book(self, book: AlertBook, batch_id: int) -> None:
         with self._lock:
             _write_atomic(self.alerts_path, {"batch_id": batch_id, "active": book.to_json()})
+
+    @property
+    def forgotten_path(self) -> Path:
+        return self.dir / "forgotten.json"
+
+    def load_forgotten(self) -> dict[tuple[str, str, int, int], int]:
+        """(cluster, topic, partition, broker) -> the telemetry time it was forgotten at; empty
+        when there is no file. A file that cannot be read is logged and left: the memory only
+        keeps late records out, and the replicas' forget time still ends what they bring back."""
+        try:
+            data = _read(self.forgotten_path) or {}
+            return {(str(c), str(t), int(p), int(b)): int(at) for c, t, p, b, at in data.get("replicas", [])}
+        except (IsrwatchError, TypeError, ValueError) as e:
+            log.warning("forgotten_replicas_unreadable path=%s error=%s", self.forgotten_path, str(e).splitlines()[0])
+            return {}
+
+    def save_forgotten(self, forgotten: dict[tuple[str, str, int, int], int]) -> None:
+        with self._lock:
+            _write_atomic(self.forgotten_path, {"replicas": [[*k, at] for k, at in forgotten.items()]})
 
     def load_side(self) -> int:
         """The last batch id whose dead letters and ISR change counts were written

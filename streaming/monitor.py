@@ -120,7 +120,8 @@ class Monitor:
         # Replicas forgotten as gone or elected leader -> that telemetry time, kept for the forget
         # time: a record older than it read later (the telemetry topic's partitions are read in
         # no common order) must not bring the replica back (``_late``).
-        self._forgotten: dict[ReplicaKey, int] = {}
+        self._forgotten: dict[ReplicaKey, int] = checkpoint.load_forgotten() if checkpoint is not None else {}
+        self._forgotten_changed = False  # since the checkpoint's copy was written
         self._late_in_batch: dict[ReplicaKey, int] = {}
         # followers with a status (a tuple, not a set: ~0.1 KB less a replica)
         self._members: dict[PartitionKey, tuple[int, ...]] = {}
@@ -202,6 +203,7 @@ class Monitor:
             self._late_in_batch[key] = at
             return True
         del self._forgotten[key]
+        self._forgotten_changed = True
         return False
 
     def _resume_carried(self, statuses: list[ReplicaStatus]) -> list[ReplicaStatus]:
@@ -314,7 +316,10 @@ class Monitor:
             elected = {g[:4]: g for g in leaders if self._last_t.get(g[:4], g[4]) < g[4]}
             report.leading = list(elected.values())
             led = self._drop(elected)
-            self._forgotten.update({g[:4]: g[4] for g in [*said, *report.leading]})
+            if said or report.leading:
+                self._forgotten.update({g[:4]: g[4] for g in [*said, *report.leading]})
+                self._forgotten_changed = True
+            self._save_forgotten()
             report.late = [(*k, at) for k, at in self._late_in_batch.items()]
             if report.late:
                 log.info(
@@ -472,11 +477,19 @@ class Monitor:
         with self._lock:
             keys = self._drop([k for k, t in self._last_t.items() if self.cluster_now.get(k[0], t) - t > older_than_ms])
             # what a record older than the forget time brings back, this forgets again
-            self._forgotten = {
-                k: t for k, t in self._forgotten.items() if self.cluster_now.get(k[0], t) - t <= older_than_ms
-            }
+            kept = {k: t for k, t in self._forgotten.items() if self.cluster_now.get(k[0], t) - t <= older_than_ms}
+            if len(kept) < len(self._forgotten):
+                self._forgotten, self._forgotten_changed = kept, True
+                self._save_forgotten()
         self._remove(keys)
         return keys
+
+    def _save_forgotten(self) -> None:
+        """Under the lock: the checkpoint's copy of ``_forgotten``, written when it changed (a
+        batch that says replicas gone or elected, or ends the memory of one; the minute's prune)."""
+        if self._forgotten_changed and self.checkpoint is not None:
+            self.checkpoint.save_forgotten(self._forgotten)
+        self._forgotten_changed = False
 
     def _drop(self, gone: Iterable[ReplicaKey]) -> list[str]:
         """Under the lock: forget the replicas ``gone`` (those held), their alerts and

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -338,3 +340,27 @@ def test_what_the_monitor_forgot_it_remembers_for_the_forget_time_only(tmp_path)
     m.forget(15 * 60_000)
     assert not _apply(m, 4, [_row(100_300, 100_300, 7)]).late  # no longer remembered: held,
     assert m.forget(15 * 60_000) == ["c/t/0/2"]  # and forgotten as any replica that old
+
+
+def test_a_restarted_job_still_keeps_a_late_record_of_a_forgotten_replica_out(tmp_path) -> None:
+    """The memory of forgotten replicas is in the driver's checkpoint: a record from before the
+    gone, read after a restart, is late to the restarted job too; the memory's end is kept too."""
+    m = _monitor(tmp_path, Clock(), Collect())
+    _apply(m, 0, [_row(100_000, 100_000, 5)])
+    m.apply_statuses(1, [], gone=[("c", "t", 0, 2, 100_500)])
+    again = _monitor(tmp_path, Clock(), Collect())  # restarted on the same checkpoint
+    report = _apply(again, 2, [_row(100_200, 100_200, 6)])
+    assert report.late == [("c", "t", 0, 2, 100_500)] and ("c", "t", 0, 2) not in again.statuses
+    # newer telemetry ends the memory, in the checkpoint as well
+    _apply(again, 3, [_row(101_000, 101_000, 7)])
+    third = _monitor(tmp_path, Clock(), Collect())
+    assert not _apply(third, 4, [_row(100_900, 100_900, 8)]).late
+
+
+def test_an_unreadable_memory_of_forgotten_replicas_is_logged_and_left(tmp_path, caplog) -> None:
+    (tmp_path / "isrwatch").mkdir()
+    (tmp_path / "isrwatch" / "forgotten.json").write_text('{"replicas": [["c", "t"]]}')
+    with caplog.at_level(logging.WARNING):
+        m = _monitor(tmp_path, Clock(), Collect())
+    assert "forgotten_replicas_unreadable" in caplog.text
+    assert not _apply(m, 0, [_row(100_000, 100_000, 5)]).late
