@@ -27,8 +27,8 @@ Spark JVM (resident memory), the checkpoint directory's size and the replicas th
   before version 4 this took the job's ``FORGET_AFTER_MS`` (15 min on the cluster's clock). A
   producer that still knows a deleted topic creates it again (``auto.create.topics.enable``, on
   by default; the soak's own producer does, with the brokers' defaults: one partition, one
-  replica): its replicas listed again are the cluster's, not judged, and the result names
-  those topics;
+  replica): its followers listed again are the cluster's, not judged, and the result names
+  those topics (its one replica, the leader, is no follower: judged);
 * every replica the collector said gone was of a deleted topic, or moved off its broker by a
   reassignment: a broker restarting, or answering metadata before it knows every topic, makes
   none gone;
@@ -241,11 +241,12 @@ def test_an_hour_of_churn_leaves_memory_flat_and_raises_nothing_without_cause(ka
     gone_unexplained = sorted(
         (t, int(p), int(b)) for t, p, b in said_gone if t not in deleted and (t, int(p), int(b)) not in moved_off
     )
-    # A deleted topic's replica the cluster lists again at the end is not judged: a producer that
+    # A deleted topic's follower the cluster lists again at the end is not judged: a producer that
     # still knew the topic created it again (auto.create.topics.enable, the brokers' default on
-    # 0.9: the soak's own producer does), and the replica is the cluster's again.
-    listed = _listed_replicas(cluster)
-    recreated = sorted(due & {t for t, _, _ in listed})
+    # 0.9: the soak's own producer does), and the replica is the cluster's again. Created again
+    # with the brokers' defaults, one replica: its leader, a follower before perhaps, is none now.
+    listed_replicas, listed = _listed(cluster)
+    recreated = sorted(due & {t for t, _, _ in listed_replicas})
     still_shown = sorted({r for r in final_replicas if r[0] in due and r not in listed})
     in_state = _replicas_in_state_table(pipe.checkpoint_dir)
     still_in_state = sorted({r for r in in_state if r[0] in due and r not in listed})
@@ -312,12 +313,15 @@ def _replicas_in_state_table(checkpoint_dir) -> set[Replica]:
     return {(r["topic"], r["partition"], r["broker_id"]) for r in rows}
 
 
-def _listed_replicas(cluster) -> set[Replica]:
-    """Every replica of every topic the cluster's metadata lists."""
+def _listed(cluster) -> tuple[set[Replica], set[Replica]]:
+    """Every replica of every partition the cluster's metadata lists, and of those every one
+    but the partition's leader (all of them while it has no leader)."""
     from confluent_kafka.admin import AdminClient
 
     md = AdminClient(cluster.client_config()).list_topics(timeout=30)
-    return {(t, p.id, b) for t, tm in md.topics.items() for p in tm.partitions.values() for b in p.replicas}
+    parts = [(t, p) for t, tm in md.topics.items() for p in tm.partitions.values()]
+    replicas = {(t, p.id, b) for t, p in parts for b in p.replicas}
+    return replicas, {(t, p.id, b) for t, p in parts for b in p.replicas if b != p.leader}
 
 
 def _judge(cluster, events, started, reassigned, restarts) -> tuple[list[list], dict[str, int]]:
