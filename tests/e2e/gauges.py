@@ -8,6 +8,7 @@ real Prometheus with the shipped rules (issue 17).
   shipped rules scraping it and the job.
 * ``prometheus_followers``: the followers of a topic a real Prometheus has series of now, and
   those its rules fire an alert for.
+* ``prometheus_fired``: every alert the shipped rules fired over the last seconds.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from localservices import prometheus
 from tests.deploy.panels import DEPLOY, RULES_FILE, rules_with_interval
 from tests.e2e_observability.running_job import parse_metrics
 
-__all__ = ["GaugeWatch", "prometheus_config", "prometheus_followers", "prometheus_scraping"]
+__all__ = ["GaugeWatch", "prometheus_config", "prometheus_fired", "prometheus_followers", "prometheus_scraping"]
 
 NEARING = AlertName.NEARING.value
 
@@ -114,6 +115,14 @@ def prometheus_followers(prom_url: str, topic: str, instance: str | None = None)
             if a["state"] == "firing" and a["labels"].get("topic") == topic and "broker_id" in a["labels"]
         },
     }
+
+
+def prometheus_fired(prom_url: str, seconds: float) -> list[dict[str, str]]:
+    """The labels of every alert the rules had firing at any evaluation in the last ``seconds``
+    (Prometheus's own ``ALERTS`` series, one per alert and state)."""
+    query = {"query": f'ALERTS{{alertstate="firing"}}[{max(1, round(seconds))}s]'}
+    result = requests.get(f"{prom_url}/api/v1/query", params=query, timeout=10).json()["data"]["result"]
+    return [dict(r["metric"]) for r in result]
 
 
 @contextlib.contextmanager

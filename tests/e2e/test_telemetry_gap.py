@@ -8,7 +8,9 @@ in the campaign run (``make campaign``: 4 more minutes) it is later paused again
 * the job raises ``IsrwatchTelemetryStale`` exactly once per pause, and it
   resolves after the collector is resumed;
 * no replica alert at all (no alert with a ``broker_id`` label), during or after
-  either gap: the first observation after a gap carries the time and leader LEO
+  either gap, from the job nor from a real Prometheus scraping the job and the exporter
+  with the shipped rules (whose ``IsrwatchTelemetryStale`` must fire in each gap instead):
+  the first observation after a gap carries the time and leader LEO
   of the one before it, and a follower a few messages behind under load must
   not read as "not caught up since before the gap" (docs/rule.md, "Gaps in
   telemetry: no evidence is not bad evidence").
@@ -28,6 +30,7 @@ warns instead of failing).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -40,6 +43,7 @@ from confluent_kafka import Consumer, TopicPartition
 from isrwatch.alerts import AlertName
 from isrwatch.rule import Rule
 from isrwatch.telemetry import Observation, decode_record
+from tests.e2e.gauges import prometheus_fired, prometheus_followers, prometheus_scraping
 from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import stale_episodes, stale_firing, write_result
@@ -176,8 +180,18 @@ def test_collector_gaps_raise_one_stale_alert_each_and_no_replica_alert(
     with (
         ProduceLoad(cluster, topic, len(ASSIGNMENT), rate=RATE, size=SIZE) as load,
         Pipeline(cluster, tmp_path, job_args=["--trigger-seconds", str(TRIGGER_S)]) as pipe,
+        contextlib.ExitStack() as stack,
     ):
         pipe.wait_watching(FOLLOWER_REPLICAS)
+        prom = stack.enter_context(prometheus_scraping(pipe, tmp_path))
+        watched_from = time.time()
+        exporter_target = f"127.0.0.1:{pipe.exporter_port}"
+        until(
+            f"Prometheus to show the {FOLLOWER_REPLICAS} followers from the exporter",
+            lambda: len(prometheus_followers(prom.url, topic, exporter_target)["series"]) == FOLLOWER_REPLICAS,
+            120,
+            pipe,
+        )
         # A job slow to start on a loaded machine may call its telemetry stale before it
         # catches up: that episode must be over before the first gap.
         until("no IsrwatchTelemetryStale firing before the first gap", lambda: stale_firing(pipe) is None, 120, pipe)
@@ -188,6 +202,7 @@ def test_collector_gaps_raise_one_stale_alert_each_and_no_replica_alert(
         ended_at = time.time()
         produced = load.sent
         batches = pipe.batches()
+        fired = prometheus_fired(prom.url, time.time() - watched_from)
 
     # in time order: the telemetry topic's partitions are read one after another
     observations = sorted(
@@ -203,6 +218,10 @@ def test_collector_gaps_raise_one_stale_alert_each_and_no_replica_alert(
     events = pipe.alerts()
     episodes = stale_episodes(events)
     replica_alerts = [e for e in events if "broker_id" in e.labels]
+    rules_replica_alerts = sorted(
+        {(a["alertname"], a["topic"], a["partition"], a["broker_id"]) for a in fired if "broker_id" in a}
+    )
+    rules_stale = [a for a in fired if a["alertname"] == STALE]
     write_result(
         f"telemetry_gap_{len(gaps)}",
         {
@@ -222,6 +241,8 @@ def test_collector_gaps_raise_one_stale_alert_each_and_no_replica_alert(
                 (f, r) for f, r in episodes if f > started_at and not any(a < f <= b for a, b in pauses)
             ],
             "replica_alerts": len(replica_alerts),
+            "prometheus_rules_replica_alerts": rules_replica_alerts,
+            "prometheus_rules_stale_fired": bool(rules_stale),
             "observations_after_gaps": sum(
                 1 for o in observations if o.prev_t_ms is not None and o.t_ms - o.prev_t_ms > GAP_BOUND_MS
             ),
@@ -249,6 +270,8 @@ def test_collector_gaps_raise_one_stale_alert_each_and_no_replica_alert(
         assert len(mine) == 1, f"IsrwatchTelemetryStale episodes {mine} in the pause {paused_at}..{resumed_at}"
         resolved = mine[0][1]
         assert resolved is not None and resolved > resumed_at, f"stale resolved at {resolved}, resumed {resumed_at}"
+    assert rules_stale, f"the shipped rules' {STALE} never fired in Prometheus during the gaps"
+    assert not rules_replica_alerts, f"the shipped rules fired replica alerts in Prometheus: {rules_replica_alerts}"
     assert not replica_alerts, "replica alerts across a telemetry gap: " + "; ".join(
         f"{e.name} {e.status} {e.replica} offset_lag={e.offset_lag} at +{e.arrived - pauses[0][0]:.1f}s"
         for e in replica_alerts
