@@ -67,8 +67,9 @@ class ReplicaTracker:
         self._listed: set[RKey] = set()
         # replicas missing from it: (first round's t_ms, rounds missing)
         self._missing: dict[RKey, tuple[int, int]] = {}
-        # replicas observed as followers, until said gone or seen leading (a topic deleted and
-        # created again keeps them through the rounds it is missing from the metadata)
+        # replicas observed as followers, until said gone (a topic deleted and created again
+        # keeps them through the rounds it is missing from the metadata); bounded by the
+        # cluster's replicas
         self._followers: set[RKey] = set()
 
     def observe(self, snap: Snapshot) -> RoundResult:
@@ -131,17 +132,17 @@ class ReplicaTracker:
 
     def _sole_leaders(self, snap: Snapshot) -> list[GoneReplica]:
         """The followers of earlier rounds that fresh metadata now shows as the only replica,
-        and leader, of their partition (see the module's docstring). A follower elected leader
-        of a partition with followers is only forgotten here: their observations name it."""
+        and leader, of their partition (see the module's docstring)."""
         if not snap.metadata_fresh:
             return []
         sole = []
         for ps in snap.partitions:
+            if len(ps.replicas) != 1 or ps.replicas[0] != ps.leader:
+                continue
             rkey = (ps.topic, ps.partition, ps.leader)
             if rkey in self._followers:
                 self._followers.discard(rkey)
-                if set(ps.replicas) <= {ps.leader}:
-                    sole.append(GoneReplica(snap.t_ms, *rkey))
+                sole.append(GoneReplica(snap.t_ms, *rkey))
         return sole
 
     def _gone(self, snap: Snapshot) -> list[GoneReplica]:
