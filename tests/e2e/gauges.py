@@ -117,12 +117,13 @@ def prometheus_followers(prom_url: str, topic: str, instance: str | None = None)
     }
 
 
-def prometheus_fired(prom_url: str, seconds: float) -> list[dict[str, str]]:
-    """The labels of every alert the rules had firing at any evaluation in the last ``seconds``
-    (Prometheus's own ``ALERTS`` series, one per alert and state)."""
+def prometheus_fired(prom_url: str, seconds: float) -> list[tuple[dict[str, str], list[float]]]:
+    """Every alert the rules had firing at any evaluation in the last ``seconds`` (Prometheus's
+    own ``ALERTS`` series, one per alert and state): (its labels, the evaluation times, epoch
+    seconds, at which it was firing)."""
     query = {"query": f'ALERTS{{alertstate="firing"}}[{max(1, round(seconds))}s]'}
     result = requests.get(f"{prom_url}/api/v1/query", params=query, timeout=10).json()["data"]["result"]
-    return [dict(r["metric"]) for r in result]
+    return [(dict(r["metric"]), [float(t) for t, _ in r["values"]]) for r in result]
 
 
 @contextlib.contextmanager
