@@ -323,10 +323,13 @@ class LocalKafka:
         config: Mapping[str, Any] | None = None,
         assignment: list[list[int]] | None = None,
         timeout_s: float = 60.0,
+        exist_ok: bool = False,
     ) -> None:
         """Create a topic through ZooKeeper (0.9 has no CreateTopics API) and wait for its leaders.
 
         ``assignment`` lists the replicas of each partition, preferred leader first.
+        ``exist_ok``: a topic already there is fine (a client asking for it after its deletion
+        created it again, ``auto.create.topics.enable``, with the cluster's defaults).
         """
         args = ["--zookeeper", self.zookeeper_connect, "--create", "--topic", name]
         if assignment:
@@ -336,7 +339,12 @@ class LocalKafka:
             args += ["--partitions", str(partitions), "--replication-factor", str(replication_factor)]
         for k, v in (config or {}).items():
             args += ["--config", f"{k}={v}"]
-        self._admin("kafka.admin.TopicCommand", args, f"creating topic {name}", timeout_s)
+        try:
+            self._admin("kafka.admin.TopicCommand", args, f"creating topic {name}", timeout_s)
+        except LocalKafkaError as e:
+            if not (exist_ok and "already exists" in str(e)):
+                raise
+            partitions = int(self.settings["num.partitions"])  # as the brokers created it
         self.wait_topic(name, partitions, timeout_s)
         log.info(kv(event="topic_created", topic=name, partitions=partitions))
 
@@ -352,6 +360,15 @@ class LocalKafka:
         while name in admin.list_topics(timeout=10).topics:
             if time.monotonic() > deadline:
                 raise LocalKafkaError(f"topic {name} still listed {timeout_s:.0f} s after its deletion")
+            time.sleep(0.5)
+        # The controller removes the topic from ZooKeeper after the brokers' metadata drops it:
+        # until then creating it again fails ("already exists"). (A client asking for the topic
+        # meanwhile creates it again at once, auto.create.topics.enable: listed, not marked.)
+        listing = ["--zookeeper", self.zookeeper_connect, "--list", "--topic", name]
+        marked = f"{name} - marked for deletion"
+        while marked in self._admin("kafka.admin.TopicCommand", listing, f"listing topic {name}", timeout_s):
+            if time.monotonic() > deadline:
+                raise LocalKafkaError(f"topic {name} still in ZooKeeper {timeout_s:.0f} s after its deletion")
             time.sleep(0.5)
         log.info(kv(event="topic_deleted", topic=name))
 

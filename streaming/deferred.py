@@ -122,11 +122,18 @@ class Deferred:
     # -- the driver -----------------------------------------------------------
 
     def plan(
-        self, start: Offsets, end: Offsets, late: set[tuple[str, int]], first: Offsets | None = None
+        self,
+        start: Offsets,
+        end: Offsets,
+        late: set[tuple[str, int]],
+        first: Offsets | None = None,
+        back: dict[str, int] | None = None,
     ) -> tuple[list[Range], dict[str, int]]:
         """The ranges of the batch (start, end] and the partitions still owed from earlier
         ones (``"topic/partition" -> offset``). The same answer every time for the same start.
-        ``first``: where a partition missing from ``start`` (new in this batch) begins (else 0)."""
+        ``first``: where a partition missing from ``start`` (new in this batch) begins (else 0).
+        ``back``: partitions whose log went back, read from there (``"topic/partition" -> offset``;
+        what an earlier batch still owed there is gone with the old log)."""
         digest = offsets_digest(start)
         if digest == offsets_digest(end):
             # Nothing new (Spark asked for an empty range: the restarted job did, once, before
@@ -144,6 +151,9 @@ class Deferred:
                 key = f"{topic}/{p}"
                 begin = start.get(topic, {}).get(p, (first or {}).get(topic, {}).get(p, 0))
                 lo = resume.get(key, int(begin))
+                if back and key in back:
+                    lo = back[key]
+                    resume.pop(key, None)
                 if hi <= lo:
                     continue
                 if key in resume and (topic, int(p)) in late:

@@ -11,7 +11,9 @@ Kafka telemetry is identified by its topic and its cluster: the cluster id
 where the brokers report one (0.10.1+), otherwise the bootstrap servers (two
 lists naming a common broker are the same cluster). ``check_offsets`` then
 compares the checkpoint's last offsets with the topic: offsets past a
-partition's end (the topic was deleted and created again) stop the job;
+partition's end (the topic deleted and created again, or its log cut back; or a
+new leader's high watermark trailing for a moment) are logged, and the source
+reads that partition from its new end if it stays behind (``streaming.source_kafka``);
 offsets before its start (retention deleted telemetry the job never read) are
 logged with the count and reading resumes at the start.
 """
@@ -146,16 +148,23 @@ def check_offsets(
     high: dict[str, dict[str, int]],
     checkpoint_dir: str,
 ) -> None:
-    """Stop when the checkpoint is past a partition's end; log what retention deleted unread."""
+    """Log a checkpoint past a partition's end, and what retention deleted unread."""
     for topic, parts in checkpointed.items():
         for p, off in parts.items():
             hi = high.get(topic, {}).get(p)
             lo = low.get(topic, {}).get(p)
             if hi is not None and off > hi:
-                raise ConfigError(
-                    f"--checkpoint-dir {checkpoint_dir} is at offset {off} of {topic}[{p}], which ends at {hi}: "
-                    "the topic was deleted and created again (or truncated); use another --checkpoint-dir, "
-                    f"or delete {checkpoint_dir} to start fresh"
+                log.warning(
+                    kv(
+                        event="telemetry_checkpoint_past_end",
+                        topic=topic,
+                        partition=p,
+                        checkpoint_offset=off,
+                        end=hi,
+                        checkpoint_dir=checkpoint_dir,
+                        hint="the topic was created again or its log cut back: if the end stays behind, "
+                        "the job reads the partition from there (telemetry_offsets_went_back)",
+                    )
                 )
             if lo is not None and off < lo:
                 log.warning(

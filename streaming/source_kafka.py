@@ -18,7 +18,9 @@ source, so ``format("kafka")`` can replace it where the connector jar exists:
 
 Offsets are Spark's Kafka offset JSON, ``{"topic": {"0": 123}}`` (the next
 offset to read per partition), checkpointed by Spark: a restarted query resumes
-exactly where its checkpoint stopped. Each partition range is one task
+exactly where its checkpoint stopped. A partition whose end stays below the job's
+position (its log cut back, its topic created again) is read again from its new end
+(``KafkaStreamReader._go_back``), the one time the offsets go back. Each partition range is one task
 (``streaming.range_read``: a kept consumer hands Spark Arrow record batches with
 the Kafka source's columns, raw bytes, parsed by Spark in the JVM, not here).
 
@@ -74,8 +76,9 @@ _SOCKET_TIMEOUT_MS = "10000"
 # How long planning a micro-batch waits for each partition's leader (option partitionAnswerMs).
 _ANSWER_MS = 1000
 _FIRST_ANSWER_S = 10.0
-# How long a partition's end stays behind the job's position before the job says so.
-BEHIND_WARN_S = 10.0
+# How long a partition's end stays behind the job's position before the job reads it from there
+# (a new leader's high watermark can trail the old one's for a moment after a clean election).
+GO_BACK_AFTER_S = 10.0
 
 
 def consumer_config(options: dict[str, str]) -> dict[str, Any]:
@@ -143,9 +146,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._planned: Offsets = {}
         # Where partitions first seen after the start begin.
         self._first: Offsets = {}
-        # Partitions whose end offset is behind _planned (_say_behind): since when (monotonic),
-        # None once said.
-        self._behind: dict[tuple[str, str], float | None] = {}
+        # Partitions whose end offset is behind _planned (_go_back): since when (monotonic), and
+        # the lowest end seen since.
+        self._behind: dict[tuple[str, str], tuple[float, int]] = {}
+        # Partitions planned back (_go_back), until the batch that reads them from there
+        # commits: where that batch reads them from, and where the job was before.
+        self._back: dict[tuple[str, str], tuple[int, int]] = {}
         self._started = False
 
     # The driver's watermark questions (threads, connections) are not shipped to the tasks.
@@ -182,7 +188,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 first = high[t][p] if self._started and self.starting == "latest" else low[t][p]
                 base.setdefault(t, {})[p] = first
                 self._first.setdefault(t, {})[p] = first
-        self._say_behind(base, high)
+        self._go_back(base, high)
         # A partition whose leader did not answer this time is not read from, even up to
         # an end it reported before: reading needs that leader too, and would hold the batch.
         assert self._marks is not None
@@ -197,46 +203,75 @@ class KafkaStreamReader(DataSourceStreamReader):
                 end.setdefault(t, {})[p] = max(end.get(t, {}).get(p, off), off)
         return end
 
-    def _say_behind(self, planned: Offsets, high: Offsets) -> None:
-        """Warn of a partition whose end offset has stayed behind where the job reads it from for
-        ``BEHIND_WARN_S``: its log cut back (an unclean leader election) or its topic deleted and
-        created again. The job does not go back (its checkpoint's offsets only move forward): it
-        reads the partition again once its end passes that position, and the records written
-        there until then are never read. (A new leader's high watermark can be a little behind
-        the old one's until its followers fetch again: that passes within the grace, unsaid.)"""
+    def _go_back(self, planned: Offsets, high: Offsets) -> None:
+        """Read a partition again from its new end when that end has stayed behind where the job
+        reads it from for ``GO_BACK_AFTER_S``: its log cut back (an unclean leader election) or
+        its topic deleted and created again. Without it the job would read nothing there until
+        the end passed its old position, and never what was written meanwhile. It goes back to
+        the lowest end seen while behind (``planned`` and the reader's plan lowered): what the
+        new log held before that, written before the job first saw it, is lost, and said.
+        (A new leader's high watermark behind the old one's for less than the grace, until its
+        followers fetch again, is waited out: going back then would read records twice.)"""
         late = set(self._marks.late) if self._marks is not None else set()
         now = time.monotonic()
         behind = {
-            (t, p): (planned[t][p], hi)
+            (t, p): hi
             for t, parts in high.items()
             for p, hi in parts.items()
             if p in planned.get(t, {}) and hi < planned[t][p] and (t, int(p)) not in late
         }
         for key in set(self._behind) - set(behind):
-            if self._behind.pop(key) is None:  # said: say it is over
-                log.info(kv(event="telemetry_offsets_caught_up", topic=key[0], partition=key[1]))
-        for (t, p), (at, hi) in sorted(behind.items()):
-            since = self._behind.setdefault((t, p), now)
-            if since is not None and now - since >= BEHIND_WARN_S:
-                log.warning(kv(event="telemetry_offsets_behind", topic=t, partition=p, reading_from=at, end=hi))
-                self._behind[(t, p)] = None
+            del self._behind[key]
+        for (t, p), hi in sorted(behind.items()):
+            since, lowest = self._behind.get((t, p), (now, hi))
+            lowest = min(lowest, hi)
+            if now - since < GO_BACK_AFTER_S:
+                self._behind[(t, p)] = (since, lowest)
+                continue
+            self._behind.pop((t, p), None)
+            was = planned[t][p]
+            log.warning(
+                kv(
+                    event="telemetry_offsets_went_back",
+                    topic=t,
+                    partition=p,
+                    reading_from=was,
+                    end=hi,
+                    now_reading_from=lowest,
+                    hint="the partition's log was cut back or its topic created again; "
+                    "what it held below the new position is not read",
+                )
+            )
+            self._back[(t, p)] = (lowest, was)
+            planned[t][p] = self._planned[t][p] = lowest
+
+    def _backs(self, start: Offsets, end: Offsets) -> dict[str, int]:
+        """The partitions this batch reads from where ``_go_back`` put them (its end before its
+        start): ``"topic/partition" -> offset``."""
+        return {
+            f"{t}/{p}": lo
+            for (t, p), (lo, _) in self._back.items()
+            if p in end.get(t, {}) and int(end[t][p]) < int(start.get(t, {}).get(p, 0))
+        }
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         for t, parts in end.items():
             for p, hi in parts.items():
                 cur = self._planned.setdefault(t, {}).get(p)
                 self._planned[t][p] = hi if cur is None else max(cur, hi)
+        back = self._backs(start, end)
         if self.state_dir is None:
             ranges = []
             for t, parts in end.items():
                 for p, hi in parts.items():
                     # a partition new in this batch: from where its first answer put it
                     lo = int(start.get(t, {}).get(p, self._first.get(t, {}).get(p, 0)))
+                    lo = back.get(f"{t}/{p}", lo)
                     if hi > lo:
                         ranges.append(KafkaRange(t, int(p), lo, int(hi)))
             return ranges
         late = set(self._marks.late) if self._marks is not None else set()
-        planned, owed = Deferred(self.state_dir).plan(start, end, late, self._first)
+        planned, owed = Deferred(self.state_dir).plan(start, end, late, self._first, back)
         if set(owed) != self._owed:
             self._owed = set(owed)
             owing = ",".join(f"{k}@{o}" for k, o in sorted(owed.items())) or "none"
@@ -259,6 +294,11 @@ class KafkaStreamReader(DataSourceStreamReader):
             Deferred(self.state_dir).tidy()
         for t, parts in end.items():
             for p, off in parts.items():
+                back = self._back.get((t, p))
+                if back is not None:
+                    if off >= back[1]:
+                        continue  # a batch from before the partition went back (Spark commits late)
+                    del self._back[(t, p)]
                 cur = self._planned.setdefault(t, {}).get(p)
                 self._planned[t][p] = off if cur is None else max(cur, off)
 

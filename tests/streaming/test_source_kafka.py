@@ -115,3 +115,64 @@ def test_latest_starts_after_what_is_already_there(spark, kafka_cluster, unique_
     finally:
         q.stop()
     assert keys == list(range(50, 80))
+
+
+def test_a_topic_created_again_is_read_again_while_running_and_after_a_restart(
+    spark, kafka_cluster, unique_name, tmp_path
+):
+    """The telemetry topic deleted and created again under the query (its partitions' ends go
+    back below the checkpoint's offsets): the query reads what is written there from the time
+    it sees the new ends, running and after a restart on the same checkpoint
+    (``streaming.source_kafka``'s going back; tests/streaming/test_source_kafka_behind.py has the
+    reader alone). The source's stateDir as the job sets it (``streaming.source``)."""
+    topic = unique_name("again")
+    kafka_cluster.create_topic(topic, partitions=1, replication_factor=1)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def values() -> set[bytes]:
+        try:
+            return {r.value for r in spark.read.parquet(out).select("value").collect()}
+        except Exception:  # no file written yet
+            return set()
+
+    def start():
+        return (
+            stream(spark, kafka_cluster, topic, "earliest")
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0.5 seconds")
+            .start()
+        )
+
+    def created_again(first: int) -> None:
+        """Delete the topic, create it again, and write ``first`` records to it, before the query
+        can see its new end: the source does not read those (values 0.., as the old log's)."""
+        kafka_cluster.delete_topic(topic)
+        # (the running query's source asking for it may have created it again already)
+        kafka_cluster.create_topic(topic, partitions=1, replication_factor=1, exist_ok=True)
+        produce(kafka_cluster, topic, 0, first, 1)
+
+    def written_after(base: int, n: int) -> set[bytes]:
+        """``n`` records written once the source has seen the new end (its metadata refresh and
+        grace, GO_BACK_AFTER_S: 10 s each at most, so 12 s is after the first): their values."""
+        time.sleep(12)
+        produce(kafka_cluster, topic, base, base + n, 1)
+        return {b"value-%d" % i for i in range(base, base + n)}
+
+    produce(kafka_cluster, topic, 0, 30, 1)
+    q = start()
+    try:
+        wait_for(lambda: len(values()) >= 30)
+        created_again(5)
+        running = written_after(1000, 20)  # the new end, 25, below the query's 30
+        wait_for(lambda: running <= values(), timeout_s=90)
+    finally:
+        q.stop()
+    created_again(5)
+    q = start()
+    try:
+        restarted = written_after(2000, 10)  # 15, below the checkpoint's 25
+        wait_for(lambda: restarted <= values(), timeout_s=90)
+    finally:
+        q.stop()
