@@ -86,6 +86,9 @@ bench: install ## all benchmarks (minutes); results go to docs/benchmarks.md by 
 bench-quick: install ## reduced throughput comparison (< 5 min)
 	$(PY) -m bench.quick
 
+bench-bound: install ## the in-memory ceiling against the job's own Kafka read and parse, side by side (~3 min)
+	$(PY) -m bench.read_bound
+
 bench-fleet: install ## the job on 1M replicas observed every 5 s: batch parts and driver memory (~5 min)
 	$(PY) -m bench.scale
 
@@ -95,4 +98,4 @@ bench-scaling: install ## the job on local[2] and on a standalone cluster of 1 a
 clean: ## remove the virtualenv and caches
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install system-packages run test campaign reliability soak test-unit lint local-kafka local-spark validation bench bench-quick bench-fleet bench-scaling clean
+.PHONY: help install system-packages run test campaign reliability soak test-unit lint local-kafka local-spark validation bench bench-quick bench-bound bench-fleet bench-scaling clean

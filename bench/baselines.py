@@ -16,6 +16,8 @@ import tempfile
 import time
 from typing import Any
 
+from bench import kafka as bkafka
+
 __all__ = ["progress_of", "raw_frame", "raw_parquet", "run_ceiling", "run_naive"]
 
 
@@ -114,21 +116,9 @@ def run_naive(
 
     When no batch finishes within the budget, (an upper bound of the rate, 0)."""
     from bench.naive import start_naive
-    from localkafka import COMPAT_CONFIG
-    from streaming import source_kafka
 
-    source_kafka.register(spark)
     checkpoint = tempfile.mkdtemp(prefix="bench-naive-")
-    reader = (
-        spark.readStream.format(source_kafka.FORMAT)
-        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(cap_records))
-    )
-    for k, v in COMPAT_CONFIG.items():
-        reader = reader.option(f"kafka.{k}", v)
-    q = start_naive(reader.load(), checkpoint, version)
+    q = start_naive(bkafka.job_source(spark, kafka, topic, cap_records), checkpoint, version)
     try:
         t0 = time.monotonic()
         while time.monotonic() - t0 < budget_s and q.isActive:

@@ -7,11 +7,12 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 import isrwatch.logs  # noqa: F401  (lets each librdkafka CONFWARN through once: ConfigWarningsOnce)
-from localkafka import LocalKafka
+from localkafka import COMPAT_CONFIG, LocalKafka
 
-__all__ = ["start_cluster", "new_topic", "produce", "consume_all", "BROKER_SETTINGS"]
+__all__ = ["start_cluster", "new_topic", "produce", "consume_all", "job_source", "BROKER_SETTINGS"]
 
 log = logging.getLogger(__name__)
 # the benchmark's own clients log where the job's do, so their CONFWARN lines are printed once
@@ -111,3 +112,23 @@ def consume_all(
         return n, size, time.perf_counter() - t0
     finally:
         c.close()
+
+
+def job_source(spark: Any, kafka: LocalKafka, topic: str, cap_records: int, state_dir: str | None = None) -> Any:
+    """``topic`` through the job's Kafka source (``isrwatch-kafka``) from its earliest offset, at
+    most ``cap_records`` records a batch; ``state_dir``: the source's stateDir, as the job sets it."""
+    from streaming import source_kafka
+
+    source_kafka.register(spark)
+    reader = (
+        spark.readStream.format(source_kafka.FORMAT)
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(cap_records))
+    )
+    if state_dir is not None:
+        reader = reader.option("stateDir", state_dir)
+    for k, v in COMPAT_CONFIG.items():
+        reader = reader.option(f"kafka.{k}", v)
+    return reader.load()
