@@ -22,6 +22,8 @@ def render() -> str:
         "Layers, later wins: the default, a TOML file given with `--config FILE` (keys as in the",
         "*name* column; an unknown key is an error), the environment variable, the flag.",
         "List options take a comma-separated list in the environment and repeat as flags.",
+        "Every value is checked at start-up: a bad one stops the command with one line naming",
+        "where it was set (the flag, the environment variable, or the file and its key).",
         "A command whose work spans components takes each component's settings (the *declared in*",
         "column; `isrwatch.commands` composes them), with flat names.",
         "",

@@ -140,6 +140,12 @@ def build(cls: type[T], **values: Any) -> T:
 
     ``build(RunSettings, spool_dir=d, replica_series="not-ok")`` is what the flags
     ``--spool-dir d --replica-series not-ok`` give; an unknown name is a TypeError."""
+    return _checked(cls, values, {})
+
+
+def _checked(cls: type[T], values: Mapping[str, Any], where: Mapping[str, str]) -> T:
+    """``build``, a failed check naming where its value came from (``where``: option name ->
+    the flag, environment variable or config file key that set it; else the flag)."""
     names = {f.name for f, _ in _fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
@@ -151,7 +157,7 @@ def build(cls: type[T], **values: Any) -> T:
             if check is not None:
                 problem = check(getattr(part, f.name))
                 if problem:
-                    raise ConfigError(f"{flag_name(f.name)}: {problem}")
+                    raise ConfigError(f"{where.get(f.name, flag_name(f.name))}: {problem}")
         validate = getattr(part, "validate", None)
         if callable(validate):
             problem = validate()
@@ -222,6 +228,7 @@ def load(cls: type[T], args: argparse.Namespace | None = None, env: Mapping[str,
     fields = _fields(cls)
     names = {f.name for f, _ in fields}
     values: dict[str, Any] = {}
+    where: dict[str, str] = {}  # the layer that set each value, for the checks' messages
 
     path = ns.get("config") or env.get("ISRWATCH_CONFIG")
     if path:
@@ -237,15 +244,18 @@ def load(cls: type[T], args: argparse.Namespace | None = None, env: Mapping[str,
             raise ConfigError(f"--config: {path}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(names))}")
         for f, tp in fields:
             if f.name in data:
-                values[f.name] = _convert(f.name, f"{path}: {f.name}", tp, data[f.name], f.metadata["choices"])
+                where[f.name] = f"--config {path}: {f.name}"
+                values[f.name] = _convert(f.name, where[f.name], tp, data[f.name], f.metadata["choices"])
     for f, tp in fields:
         if env_name(f.name) in env:
-            values[f.name] = _convert(f.name, env_name(f.name), tp, env[env_name(f.name)], f.metadata["choices"])
+            where[f.name] = env_name(f.name)
+            values[f.name] = _convert(f.name, where[f.name], tp, env[env_name(f.name)], f.metadata["choices"])
     for f, tp in fields:
         if f.name in ns:
-            values[f.name] = _convert(f.name, flag_name(f.name), tp, ns[f.name], f.metadata["choices"])
+            where[f.name] = flag_name(f.name)
+            values[f.name] = _convert(f.name, where[f.name], tp, ns[f.name], f.metadata["choices"])
 
-    return build(cls, **values)
+    return _checked(cls, values, where)
 
 
 def describe(cls: type) -> list[dict[str, str]]:

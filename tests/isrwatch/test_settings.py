@@ -52,7 +52,8 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
         (["--cluster", ""], {}, "--cluster: must not be empty"),
         # topics Kafka would refuse at the first produce or read, not at start
         (["--telemetry-topic", "isr telemetry"], {}, "--telemetry-topic: 'isr telemetry' is not a Kafka topic name"),
-        ([], {"ISRWATCH_STATE_TOPIC": "isr/state"}, "--state-topic: 'isr/state' is not a Kafka topic name"),
+        # a check names where the value came from: here the environment
+        ([], {"ISRWATCH_STATE_TOPIC": "isr/state"}, "^ISRWATCH_STATE_TOPIC: 'isr/state' is not a Kafka topic name"),
         (["--deadletter-topic", ".."], {}, "--deadletter-topic: '..' is not a Kafka topic name"),
         (["--alerts-topic", "a" * 250], {}, "--alerts-topic: 250 characters, Kafka allows at most 249"),
         (["--checkpoint-dir", "s3a://bucket/ck"], {}, "--checkpoint-dir: s3a://bucket/ck is a URI"),
@@ -73,6 +74,15 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
 def test_bad_values_give_one_clear_message(argv: list[str], env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load(RunSettings, parse(*argv), env)
+
+
+def test_a_failed_check_names_the_config_file_key_or_the_flag_that_set_the_value(tmp_path: Path) -> None:
+    cfg = tmp_path / "isrwatch.toml"
+    cfg.write_text("nearing_ratio = 1.5\n")
+    with pytest.raises(ConfigError, match=rf"^--config {cfg}: nearing_ratio: 1.5 must be between 0 and 1"):
+        load(RunSettings, parse("--config", str(cfg)), {})
+    with pytest.raises(ConfigError, match=r"^--nearing-ratio: 1.2 must be between 0 and 1"):  # the flag wins
+        load(RunSettings, parse("--config", str(cfg), "--nearing-ratio", "1.2"), {"ISRWATCH_NEARING_RATIO": "0.5"})
 
 
 def test_cli_prints_one_line_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
