@@ -31,7 +31,14 @@ from typing import Any
 from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
 
-__all__ = ["Origin", "check_origin", "default_checkpoint_dir", "checkpoint_offsets", "check_offsets"]
+__all__ = [
+    "Origin",
+    "check_origin",
+    "default_checkpoint_dir",
+    "checkpoint_offsets",
+    "check_offsets",
+    "offsets_past_end",
+]
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +149,20 @@ def checkpoint_offsets(checkpoint_dir: str, query_dir: str) -> dict[str, dict[st
     return None
 
 
+def offsets_past_end(
+    checkpointed: dict[str, dict[str, int]], high: dict[str, dict[str, int]]
+) -> list[tuple[str, str, int, int]]:
+    """(topic, partition, checkpoint offset, end) of each partition the checkpoint is past the end
+    of: the topic created again or its log cut back (the source reads it from its new end once
+    that end stays behind, ``streaming.source_kafka``), or a new leader's trailing high watermark."""
+    return [
+        (topic, p, off, high[topic][p])
+        for topic, parts in checkpointed.items()
+        for p, off in parts.items()
+        if p in high.get(topic, {}) and off > high[topic][p]
+    ]
+
+
 def check_offsets(
     checkpointed: dict[str, dict[str, int]],
     low: dict[str, dict[str, int]],
@@ -149,23 +170,22 @@ def check_offsets(
     checkpoint_dir: str,
 ) -> None:
     """Log a checkpoint past a partition's end, and what retention deleted unread."""
+    for topic, p, off, hi in offsets_past_end(checkpointed, high):
+        log.warning(
+            kv(
+                event="telemetry_checkpoint_past_end",
+                topic=topic,
+                partition=p,
+                checkpoint_offset=off,
+                end=hi,
+                checkpoint_dir=checkpoint_dir,
+                hint="the topic was created again or its log cut back: if the end stays behind, "
+                "the job reads the partition from there (telemetry_offsets_went_back)",
+            )
+        )
     for topic, parts in checkpointed.items():
         for p, off in parts.items():
-            hi = high.get(topic, {}).get(p)
             lo = low.get(topic, {}).get(p)
-            if hi is not None and off > hi:
-                log.warning(
-                    kv(
-                        event="telemetry_checkpoint_past_end",
-                        topic=topic,
-                        partition=p,
-                        checkpoint_offset=off,
-                        end=hi,
-                        checkpoint_dir=checkpoint_dir,
-                        hint="the topic was created again or its log cut back: if the end stays behind, "
-                        "the job reads the partition from there (telemetry_offsets_went_back)",
-                    )
-                )
             if lo is not None and off < lo:
                 log.warning(
                     kv(
