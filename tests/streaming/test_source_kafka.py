@@ -27,7 +27,8 @@ def produce(cluster, topic, first, last, partitions):
     assert p.flush(30) == 0
 
 
-def stream(spark, cluster, topic, starting, cap=None):
+def stream(spark, cluster, topic, starting, cap=None, state_dir=None):
+    """The source over ``topic``; ``state_dir``: its stateDir option, as the job sets it (``streaming.source``)."""
     reader = (
         spark.readStream.format("isrwatch-kafka")
         .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
@@ -38,6 +39,8 @@ def stream(spark, cluster, topic, starting, cap=None):
         reader = reader.option(f"kafka.{k}", v)
     if cap:
         reader = reader.option("maxOffsetsPerTrigger", str(cap))
+    if state_dir:
+        reader = reader.option("stateDir", state_dir)
     return reader.load()
 
 
@@ -137,7 +140,7 @@ def test_a_topic_created_again_is_read_again_while_running_and_after_a_restart(
 
     def start():
         return (
-            stream(spark, kafka_cluster, topic, "earliest")
+            stream(spark, kafka_cluster, topic, "earliest", state_dir=f"{checkpoint}-source")
             .writeStream.format("parquet")
             .option("path", out)
             .option("checkpointLocation", checkpoint)
