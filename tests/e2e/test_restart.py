@@ -69,6 +69,15 @@ def _answers(cluster, telemetry_topic: str, broker: int, since: float, until_s: 
     )
 
 
+def _timeline(pipe: Pipeline, since: float) -> str:
+    """Every alert event, one a line (seconds after ``since`` it arrived, the job's run,
+    alert, partition, status): a failure's reading."""
+    return "\n".join(
+        f"{e.arrived - since:7.1f}s run {e.run} {e.identity[0]} partition {e.replica[1]} {e.status}"
+        for e in pipe.alerts()
+    )
+
+
 def test_killed_job_restarted_during_a_broker_pause_keeps_watching_loses_nothing_repeats_nothing(
     kafka_cluster_factory, tmp_path, spark_reader
 ):
@@ -134,11 +143,15 @@ def test_killed_job_restarted_during_a_broker_pause_keeps_watching_loses_nothing
             )
 
         def resolved_all() -> bool:
-            firing = {e.identity for e in pipe.alerts(status="firing")}
-            resolved = {e.identity for e in pipe.alerts(status="resolved")}
-            return bool(firing) and firing <= resolved
+            # each alert's newest event: an alert resolved during the pause and fired again
+            # (the flap below) is not resolved (a CI run on 2026-12-01 drained on that)
+            return bool(pipe.alerts()) and not pipe.firing()
 
-        until("the restarted job to resolve the alerts", resolved_all, 240, pipe)
+        try:
+            until("the restarted job to resolve the alerts", resolved_all, 240, pipe)
+        except BaseException:
+            print(_timeline(pipe, paused_at))
+            raise
         high, expected, got = drain_and_count(cluster, pipe, spark_reader)
 
     events = Counter((e.identity, e.status) for e in pipe.alerts())
@@ -172,7 +185,7 @@ def test_killed_job_restarted_during_a_broker_pause_keeps_watching_loses_nothing
     repeats = repeated_transitions(pipe.alerts())
     assert not repeats, f"a transition was sent twice: {repeats}"
     last = {e.identity: e.status for e in pipe.alerts()}
-    assert set(last.values()) == {"resolved"}, f"an alert was left firing: {last}"
+    assert set(last.values()) == {"resolved"}, f"an alert was left firing:\n{_timeline(pipe, paused_at)}"
     if max(events.values()) > 1:
         # Open finding (docs/validation.md): the restarted job resolves the paused follower's
         # Nearing, which the first run's lookahead fired at its predicted crossing, in its first
