@@ -69,6 +69,28 @@ def _answers(cluster, telemetry_topic: str, broker: int, since: float, until_s: 
     )
 
 
+def _follower_record(cluster, telemetry_topic: str, broker: int, since: float) -> str:
+    """What the telemetry said of ``broker``'s replicas from ``since`` on, in runs of the same
+    (in the ISR, answered, caught up): when an alert fires again, was the follower out of the
+    ISR (and by which leader's word) or behind? A failure's reading."""
+    runs: dict[int, list[list]] = {}
+    for o in sorted(read_observations(cluster, telemetry_topic), key=lambda o: o.t_ms):
+        if o.broker_id != broker or o.t_ms / 1000 < since:
+            continue
+        caught_up = o.leo is not None and o.leader_leo is not None and o.leo >= o.leader_leo
+        fact = (broker in o.isr, o.leo is not None, caught_up, o.leader_id)
+        mine = runs.setdefault(o.partition, [])
+        if mine and mine[-1][0] == fact:
+            mine[-1][2], mine[-1][3] = o.t_ms / 1000 - since, mine[-1][3] + 1
+        else:
+            mine.append([fact, o.t_ms / 1000 - since, o.t_ms / 1000 - since, 1])
+    return "\n".join(
+        f"partition {p} {a:7.1f}s..{b:7.1f}s x{n}: in_isr={f[0]} answered={f[1]} caught_up={f[2]} leader={f[3]}"
+        for p, mine in sorted(runs.items())
+        for f, a, b, n in mine
+    )
+
+
 def _timeline(pipe: Pipeline, since: float) -> str:
     """Every alert event, one a line (seconds after ``since`` it arrived, the job's run,
     alert, partition, status): a failure's reading."""
@@ -151,6 +173,7 @@ def test_killed_job_restarted_during_a_broker_pause_keeps_watching_loses_nothing
             until("the restarted job to resolve the alerts", resolved_all, 240, pipe)
         except BaseException:
             print(_timeline(pipe, paused_at))
+            print(_follower_record(cluster, pipe.telemetry_topic, PAUSED, paused_at))
             raise
         high, expected, got = drain_and_count(cluster, pipe, spark_reader)
 
@@ -185,7 +208,10 @@ def test_killed_job_restarted_during_a_broker_pause_keeps_watching_loses_nothing
     repeats = repeated_transitions(pipe.alerts())
     assert not repeats, f"a transition was sent twice: {repeats}"
     last = {e.identity: e.status for e in pipe.alerts()}
-    assert set(last.values()) == {"resolved"}, f"an alert was left firing:\n{_timeline(pipe, paused_at)}"
+    assert set(last.values()) == {"resolved"}, (
+        f"an alert was left firing:\n{_timeline(pipe, paused_at)}\n"
+        f"the paused follower by the telemetry:\n{_follower_record(cluster, pipe.telemetry_topic, PAUSED, paused_at)}"
+    )
     if max(events.values()) > 1:
         # Open finding (docs/validation.md): the restarted job resolves the paused follower's
         # Nearing, which the first run's lookahead fired at its predicted crossing, in its first
