@@ -116,8 +116,10 @@ def _kill_round(cluster: Any, pipe: Pipeline, victim: int) -> KillRound:
     cluster.start_broker(victim)
 
     def all_resolved() -> bool:
-        fired = {e.identity for e in pipe.alerts(status="firing") if e.replica in mine}
-        return fired <= {e.identity for e in pipe.alerts(status="resolved") if e.arrived >= started_at}
+        # each alert's newest event, resolved since the start: one resolved and fired again
+        # is not resolved
+        newest = [e for e in pipe.newest_alerts().values() if e.replica in mine]
+        return all(e.status == "resolved" and e.arrived >= started_at for e in newest)
 
     until(f"every alert of broker {victim}'s replicas resolved", all_resolved, 120, pipe)
     return KillRound(victim, led, first, second, let_go)
