@@ -165,8 +165,8 @@ def test_killed_job_restarted_during_a_broker_pause_keeps_watching_loses_nothing
             )
 
         def resolved_all() -> bool:
-            # each alert's newest event: an alert resolved during the pause and fired again
-            # (the flap below) is not resolved (a CI run on 2026-12-01 drained on that)
+            # each alert's newest event: an alert resolved once and fired again is not
+            # resolved (a CI run on 2026-12-01 drained on that: docs/validation.md)
             return bool(pipe.alerts()) and not pipe.firing()
 
         try:
