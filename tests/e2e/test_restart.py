@@ -95,8 +95,7 @@ def _timeline(pipe: Pipeline, since: float) -> str:
     """Every alert event, one a line (seconds after ``since`` it arrived, the job's run,
     alert, partition, status): a failure's reading."""
     return "\n".join(
-        f"{e.arrived - since:7.1f}s run {e.run} {e.identity[0]} partition {e.replica[1]} {e.status}"
-        for e in pipe.alerts()
+        f"{e.arrived - since:7.1f}s run {e.run} {e.name} partition {e.replica[1]} {e.status}" for e in pipe.alerts()
     )
 
 
