@@ -104,6 +104,8 @@ class Collector:
             brokers=snap.counters,
             gone=result.gone,
             version=self.settings.telemetry_version,
+            cluster_id=self.probe.cluster_id,
+            endpoints=snap.brokers,
         )
         self.publisher.unreachable = set(snap.unreachable)
         self.publisher.publish(records)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from isrwatch.telemetry import (
     GONE_FROM,
     VERSION,
     BrokerCounters,
+    BrokerEndpoint,
     GoneReplica,
     IsrChange,
     Observation,
@@ -43,7 +44,7 @@ from isrwatch.telemetry import (
     encode_record,
 )
 
-__all__ = ["TelemetryPublisher", "PartitionChooser", "TelemetryPartition", "batch_records"]
+__all__ = ["TelemetryPublisher", "PartitionChooser", "TelemetryPartition", "batch_records", "broker_endpoints"]
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +64,14 @@ def batch_records(
     brokers: Sequence[BrokerCounters] = (),
     version: int = VERSION,
     gone: Sequence[GoneReplica] = (),
+    cluster_id: str | None = None,
+    endpoints: Mapping[int, str] | None = None,
 ) -> list[TelemetryRecord]:
     """The round as few records as fit: ``max_observations`` per record, ISR changes, the
-    brokers' own counts and the replicas gone in the first (``version`` 1 has no place for
-    the counts, versions before 4 none for the gone). ``source``: how the collector read the
-    offsets (``fetch`` or ``jmx``)."""
+    brokers' own counts, the replicas gone and what the collector knows of the cluster
+    (``cluster_id``, ``endpoints``: broker id -> ``host:port``) in the first (``version`` 1
+    has no place for the counts, versions before 4 none for the gone nor the cluster's
+    identity). ``source``: how the collector read the offsets (``fetch`` or ``jmx``)."""
     sent = int(time.time() * 1000) if sent_ms is None else sent_ms
     chunks = [observations[i : i + max_observations] for i in range(0, len(observations), max_observations)]
     if not chunks and (isr_changes or brokers or (gone and version >= GONE_FROM)):
@@ -82,9 +86,22 @@ def batch_records(
             brokers=tuple(brokers) if i == 0 else (),
             gone=tuple(gone) if i == 0 else (),
             version=version,
+            cluster_id=(cluster_id or None) if i == 0 else None,
+            endpoints=broker_endpoints(endpoints or {}) if i == 0 else (),
         )
         for i, chunk in enumerate(chunks)
     ]
+
+
+def broker_endpoints(brokers: Mapping[int, str]) -> tuple[BrokerEndpoint, ...]:
+    """``host:port`` per broker id (the probes' ``brokers``) as the telemetry's endpoints;
+    an address that does not read as one is left out."""
+    out = []
+    for broker_id, address in sorted(brokers.items()):
+        host, _, port = address.rpartition(":")
+        if host and port.isdigit():
+            out.append(BrokerEndpoint(broker_id, host.strip("[]"), int(port)))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

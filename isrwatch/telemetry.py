@@ -45,7 +45,10 @@ JMX collector reads them), so the job counts the shrinks metadata never showed
 deleted topic, a replica moved to other brokers), so the job forgets them, and resolves their
 alerts, at once (``collector.tracker``). Version 1 is version 2 without ``brokers`` and an ISR
 change's ``leader_id``; version 3 is version 2 with the observations as columns; version 4 is
-version 3 with ``gone``. The machine-readable schemas are
+version 3 with ``gone``, and, optional, what the collector knows of the cluster it polls:
+``cluster_id`` (where its brokers give one) and ``endpoints`` (``[{"broker_id": 1, "host":
+"kafka1", "port": 9092}]``), by which the job knows which watched cluster carries its own
+telemetry (``streaming.identity``). The machine-readable schemas are
 ``isrwatch/schema/telemetry-v{1,2,3,4}.schema.json``; docs/telemetry.md explains them.
 """
 
@@ -70,6 +73,7 @@ __all__ = [
     "IsrChange",
     "BrokerCounters",
     "GoneReplica",
+    "BrokerEndpoint",
     "TelemetryRecord",
     "PARTITION_FIELDS",
     "FOLLOWER_FIELDS",
@@ -153,6 +157,17 @@ class GoneReplica:
 
 
 @dataclass(frozen=True)
+class BrokerEndpoint:
+    """A broker of the watched cluster and the address its metadata gives for it (version 4,
+    optional): with ``cluster_id``, how the job knows a watched cluster is the one that
+    carries its telemetry (``streaming.identity``)."""
+
+    broker_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
 class TelemetryRecord:
     cluster: str
     source: str
@@ -162,6 +177,10 @@ class TelemetryRecord:
     brokers: tuple[BrokerCounters, ...] = field(default=())
     gone: tuple[GoneReplica, ...] = field(default=())
     version: int = VERSION
+    # What the collector knows of the cluster it polls (version 4, optional): its id, where its
+    # brokers give one (Kafka 0.10.1 and later), and its brokers' addresses.
+    cluster_id: str | None = None
+    endpoints: tuple[BrokerEndpoint, ...] = field(default=())
 
 
 def _obs_dict(o: Observation) -> dict[str, Any]:
@@ -243,6 +262,11 @@ def encode_record(record: TelemetryRecord) -> bytes:
         body["brokers"] = [asdict(b) for b in record.brokers]
     if record.gone and record.version >= GONE_FROM:
         body["gone"] = [asdict(g) for g in record.gone]
+    if record.version >= GONE_FROM:
+        if record.cluster_id is not None:
+            body["cluster_id"] = record.cluster_id
+        if record.endpoints:
+            body["endpoints"] = [asdict(e) for e in record.endpoints]
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -278,6 +302,7 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
         )
         brokers = tuple(BrokerCounters(**b) for b in body.get("brokers") or ())
         gone = tuple(GoneReplica(**g) for g in body.get("gone") or ())
+        endpoints = tuple(BrokerEndpoint(**e) for e in body.get("endpoints") or ())
         record = TelemetryRecord(
             cluster=body["cluster"],
             source=body.get("source", ""),
@@ -287,6 +312,8 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
             brokers=brokers,
             gone=gone,
             version=version,
+            cluster_id=body.get("cluster_id"),
+            endpoints=endpoints,
         )
     except (KeyError, TypeError) as e:
         raise ValueError(f"missing or unexpected field: {e}") from None
@@ -352,6 +379,7 @@ SPARK_SCHEMA_DDL = (
     "isr_before: ARRAY<INT>, isr_after: ARRAY<INT>, leader_id: INT>>, "
     "brokers ARRAY<STRUCT<broker_id: INT, t_ms: BIGINT, isr_shrinks_total: BIGINT, isr_expands_total: BIGINT>>, "
     "gone ARRAY<STRUCT<t_ms: BIGINT, topic: STRING, partition: INT, broker_id: INT>>, "
+    "cluster_id STRING, endpoints ARRAY<STRUCT<broker_id: INT, host: STRING, port: INT>>, "
     "topics ARRAY<STRING>, "
     "partitions STRUCT<topic: ARRAY<INT>, partition: ARRAY<INT>, leader_id: ARRAY<INT>, hw: ARRAY<BIGINT>, "
     "isr: ARRAY<ARRAY<INT>>, replicas: ARRAY<ARRAY<INT>>, lag_time_max_ms: ARRAY<BIGINT>, min_isr: ARRAY<INT>>, "

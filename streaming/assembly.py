@@ -133,10 +133,13 @@ def make_monitor(
     checkpoint_dir: str,
     outputs: Outputs,
     on_close: OnClose,
+    telemetry_cluster_id: str | None = None,
 ) -> Monitor:
     """The driver's monitor on ``outputs``, with the lookahead and the broker watch for
-    Kafka telemetry, and the statuses and alerts of the run before (the checkpoint)."""
+    Kafka telemetry (``telemetry_cluster_id``: its cluster's id, where its brokers give one),
+    and the statuses and alerts of the run before (the checkpoint)."""
     from streaming import query
+    from streaming.identity import Identities
     from streaming.lookahead import Lookahead
     from streaming.monitor import Monitor
 
@@ -159,7 +162,8 @@ def make_monitor(
         state_topic=outputs.states,
         checkpoint=outputs.checkpoint,
         lookahead=lookahead,
-        broker_watch=_broker_watch(settings, on_close) if live else None,
+        broker_watch=_broker_watch(settings, on_close, telemetry_cluster_id) if live else None,
+        identities=Identities(settings.telemetry_cluster),
     )
     restored = query.restore_statuses(spark, checkpoint_dir, cfg, th)
     if restored:
@@ -176,13 +180,13 @@ def make_monitor(
     return monitor
 
 
-def _broker_watch(settings: JobSettings, on_close: OnClose) -> BrokerWatch | None:
+def _broker_watch(settings: JobSettings, on_close: OnClose, cluster_id: str | None) -> BrokerWatch | None:
     """The telemetry cluster's brokers as the job sees them (``streaming.brokerwatch``)."""
     off = _watch_off(settings)
     if off:
         log.info("broker_watch_off %s", kv(reason=off))
         return None
-    watch = BrokerWatch(settings.bootstrap_servers or "", settings.telemetry_topic).start()
+    watch = BrokerWatch(settings.bootstrap_servers or "", settings.telemetry_topic, cluster_id=cluster_id).start()
     on_close("broker watch", watch.stop)
     return watch
 

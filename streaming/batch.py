@@ -47,6 +47,8 @@ class BatchOutput:
     counters: list[dict[str, Any]] = field(default_factory=list)  # the brokers' own ISR shrink counts
     # replicas the collector said gone (and, added by the driver, followers elected leader)
     gone: list[GoneKey] = field(default_factory=list)
+    # what collectors said of the clusters they poll: (cluster, {"cluster_id", "endpoints"})
+    identities: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     table: pa.Table | None = None  # replicas.for_the_driver's rows
     spark_s: float = 0.0
     # Writes the batch's state and releases it: call once the driver has the rows.
@@ -129,6 +131,8 @@ def evaluate_records(
                 out.counters.append({k: row.get(k) for k in COUNTER_KEYS})
             elif row["kind"] == "gone":
                 out.gone.append((row["cluster"], row["topic"], row["partition"], row["broker_id"], row["t_ms"]))
+            elif row["kind"] == "identity":
+                out.identities.append((row["cluster"], json.loads(row["payload"])))
             else:
                 out.isr_changes.append({k: row.get(k) for k in ISR_CHANGE_KEYS})
     except BaseException:

@@ -11,10 +11,12 @@ that has not answered for a while *while another broker answers* is silent; with
 answer, that is evidence ``streaming.lookahead.Lookahead.silent_due`` uses for the
 broker's follower replicas (the telemetry cannot show it: it is frozen).
 
-It also keeps the cluster's replica assignment (every topic's partitions and replicas, asked
-for every ``ASSIGNMENT_EVERY_S``), so the job can tell whether the replicas of a watched
-cluster are this cluster's: the brokers of a separate telemetry cluster say nothing about
-the watched cluster's.
+What it sees speaks of a watched cluster only when that cluster is this one by identity
+(``identity``: the cluster id the job read at its start, and each broker's address;
+``streaming.identity`` compares them with what each collector states of its cluster): the
+brokers of a separate telemetry cluster, or of another cluster numbering its brokers alike,
+say nothing about a watched cluster's. A broker that answers again after a silence is
+``resumed``: the job's newer evidence, which withdraws what the silence implied.
 
 The requests are plain Kafka protocol on a TCP socket: no client library's own retries and
 connection sharing between brokers stand between a broker and its answer. So the watch runs
@@ -32,14 +34,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from isrwatch.kafkawire import kept_replicas
 from isrwatch.logs import kv
+from streaming.identity import ClusterIdentity, address
 
-__all__ = ["BrokerWatch", "metadata_request", "parse_metadata", "Metadata", "ASSIGNMENT_EVERY_S"]
+__all__ = ["BrokerWatch", "metadata_request", "parse_metadata", "Metadata"]
 
 log = logging.getLogger(__name__)
 
-ASSIGNMENT_EVERY_S = 10.0
 _METADATA = 3  # the Metadata API key; version 0
 _CLIENT_ID = b"isrwatch-brokerwatch"
 
@@ -163,26 +164,29 @@ class _Connection:
 
 class BrokerWatch:
     """Every broker of one cluster asked for metadata every ``interval_s`` (one thread, each
-    broker within ``timeout_s``); ``silent`` and ``assignment`` read what it found."""
+    broker within ``timeout_s``); ``silent``, ``resumed`` and ``identity`` read what it found.
+    ``cluster_id``: the cluster's id, where its brokers give one (read at the job's start)."""
 
     def __init__(
         self,
         bootstrap_servers: str,
         topic: str,
         *,
+        cluster_id: str | None = None,
         interval_s: float = 0.5,
         timeout_s: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.topic = topic
+        self.cluster_id = cluster_id or None
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._clock = clock
         self._bootstrap = [_endpoint(s) for s in bootstrap_servers.split(",") if s.strip()]
         self._connections: dict[int, _Connection] = {}
         self._answered: dict[int, float] = {}  # broker -> wall time of its last answer
-        self._replicas: dict[tuple[str, int], tuple[int, ...]] = {}
-        self._assignment_at = 0.0
+        # broker -> (its last answer before its newest gap, its first answer after it)
+        self._gaps: dict[int, tuple[float, float]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="isrwatch-brokerwatch", daemon=True)
@@ -208,10 +212,17 @@ class BrokerWatch:
                 return {}  # none answers: the job's own network, not a broker
             return {b: t for b, t in self._answered.items() if now - t >= after_s}
 
-    def assignment(self) -> dict[tuple[str, int], tuple[int, ...]]:
-        """Every partition's replicas, as the cluster last said."""
+    def resumed(self, after_s: float) -> dict[int, float]:
+        """The brokers that answered again after not answering for ``after_s`` seconds or
+        more: broker id -> the wall time of that first answer (the newest such gap)."""
         with self._lock:
-            return self._replicas
+            return {b: back for b, (last, back) in self._gaps.items() if back - last >= after_s}
+
+    def identity(self) -> ClusterIdentity:
+        """The cluster as the job sees it: its id (None where its brokers give none) and the
+        address of every broker it has learned (a broker that left the metadata keeps its own)."""
+        endpoints = {b: address(*c.address) for b, c in list(self._connections.items())}
+        return ClusterIdentity(self.cluster_id, endpoints)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -226,19 +237,19 @@ class BrokerWatch:
 
     def round(self) -> None:
         """Ask every broker once (the bootstrap servers until a broker names them all)."""
-        want_all = self._clock() - self._assignment_at >= ASSIGNMENT_EVERY_S
         if not self._connections:
             for host, port in self._bootstrap:
                 with contextlib.suppress(OSError, ValueError, struct.error):
-                    answer = _Connection(host, port, self.timeout_s).ask([])
-                    self._learn(answer, all_topics=True)
+                    answer = _Connection(host, port, self.timeout_s).ask([self.topic])
+                    self._learn(answer)
                     break
             return
+        learned = False
         for broker, conn in list(self._connections.items()):
             if self._stop.is_set():
                 return
             try:
-                answer = conn.ask([] if want_all else [self.topic])
+                answer = conn.ask([self.topic])
             except (OSError, ValueError, struct.error) as e:
                 if broker not in self._silent_logged and broker in self._answered:
                     self._silent_logged.add(broker)
@@ -246,31 +257,27 @@ class BrokerWatch:
                 continue
             now = self._clock()
             with self._lock:
+                last = self._answered.get(broker)
                 self._answered[broker] = now
+                if last is not None and now - last > 2 * self.interval_s + self.timeout_s:
+                    self._gaps[broker] = (last, now)  # a round or more missed: a gap, however short
             if broker in self._silent_logged:
                 self._silent_logged.discard(broker)
                 log.info("broker_answering %s", kv(broker_id=broker))
-            if want_all:
-                self._learn(answer, all_topics=True)
-                want_all = False
+            if not learned:
+                self._learn(answer)
+                learned = True
 
-    def _learn(self, answer: Metadata, all_topics: bool) -> None:
+    def _learn(self, answer: Metadata) -> None:
+        """The brokers an answer names, each with a connection of its own. A broker that left
+        the metadata (Kafka 0.9: killed, or hung past its session) keeps its connection, so
+        the job still sees it silent, and its address."""
         for broker, (host, port) in answer.brokers.items():
             known = self._connections.get(broker)
             if known is None or known.address != (host, port):
                 if known is not None:
                     known.close()
                 self._connections[broker] = _Connection(host, port, self.timeout_s)
-        if all_topics:
-            # a broker that left the metadata (Kafka 0.9: killed, or hung past its session)
-            # keeps its replicas, so the job's own evidence still reaches its followers
-            replicas = {
-                key: kept_replicas(self._replicas.get(key), listed, answer.errors.get(key, 0), answer.brokers)
-                for key, listed in answer.replicas.items()
-            }
-            with self._lock:
-                self._replicas = replicas
-            self._assignment_at = self._clock()
 
 
 def _endpoint(server: str) -> tuple[str, int]:

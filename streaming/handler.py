@@ -85,6 +85,8 @@ class BatchHandler:
         try:
             assert out.table is not None
             changes, finals = split_driver_rows(out.table)
+            if out.identities:
+                self.monitor.identify(out.identities)
             report = self.monitor.apply_statuses(batch_id, finals, changes, out.gone)
             # the state's next version leaves them out too
             out.gone.extend(report.leading)

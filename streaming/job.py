@@ -131,6 +131,7 @@ class Job:
         self.events: Any = None  # streaming.listener.QueryEvents
         self.query: Any = None  # pyspark's StreamingQuery
         self.monitor: Any = None
+        self.telemetry_cluster_id: str | None = None  # where its brokers give one (streaming.identity)
         self.fatal: str | None = None  # why a batch failed, when the job knows it better than Spark
         self._stopping_query = threading.Event()  # set just before the job stops its query
         self.feeder: Feeder | None = None
@@ -182,7 +183,9 @@ class Job:
         outputs = make_outputs(settings, checkpoint_dir, self._on_close, self.series, self.alerting, self.sinks)
         self.handles.store, self.handles.metrics_port = outputs.store, outputs.metrics_port
         self.handles.deadletter_file = outputs.deadletter_file
-        self.monitor = make_monitor(spark, settings, (self.cfg, self.th), checkpoint_dir, outputs, self._on_close)
+        self.monitor = make_monitor(
+            spark, settings, (self.cfg, self.th), checkpoint_dir, outputs, self._on_close, self.telemetry_cluster_id
+        )
         self.handles.monitor = self.monitor
         if self.kafka_mode:
             raw = kafka_stream(spark, settings, checkpoint_dir)
@@ -260,7 +263,9 @@ class Job:
         spool = settings.spool_dir or (os.path.join(checkpoint_dir, "spool") if self.embedded else None)
         if settings.spool_dir and not os.path.isdir(settings.spool_dir):
             raise ConfigError(f"--spool-dir: {settings.spool_dir} is not a directory")
-        check_checkpoint(settings, checkpoint_dir, spool if not self.embedded else None, STARTUP_TIMEOUT_S)
+        self.telemetry_cluster_id = check_checkpoint(
+            settings, checkpoint_dir, spool if not self.embedded else None, STARTUP_TIMEOUT_S
+        )
         # Said last, once everything else is released (a refused start says only why).
         self._on_close("stopped", _stopped, checkpoint_dir, temporary)
         self.handles.checkpoint_dir, self.handles.spool_dir = checkpoint_dir, spool

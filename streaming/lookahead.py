@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from isrwatch.alerts import AlertName, replica_alerts
@@ -168,10 +168,18 @@ class Lookahead:
             self._due[key] = crossing
 
     def due(
-        self, wall_ms: int, cluster_now: dict[str, int], statuses: dict[ReplicaKey, ReplicaStatus]
+        self,
+        wall_ms: int,
+        cluster_now: dict[str, int],
+        statuses: dict[ReplicaKey, ReplicaStatus],
+        resumed: Mapping[tuple[str, int], float] | None = None,
     ) -> list[ReplicaStatus]:
         """The followers whose crossing has come on the wall clock, each carried to it (and
-        remembered as such)."""
+        remembered as such). Not a follower whose broker the job itself saw answer again
+        after a silence (``resumed``: (cluster, broker) -> wall time, only the telemetry
+        cluster's brokers, ``streaming.identity``) later than its status: a broker that
+        answers fetches again, and the telemetry to come says how far behind it is; the
+        crossing from before is refuted, not carried (for at most its lag after the resume)."""
         out = []
         for key, crossing in list(self._due.items()):
             s = statuses.get(key)
@@ -180,6 +188,9 @@ class Lookahead:
                 continue
             if wall_ms - cluster_now.get(key[0], s.eval_ms) > self.live_ms:
                 continue  # the cluster's telemetry is behind: wait for it
+            back = int(resumed.get((key[0], key[3]), 0) * 1000) if resumed else 0
+            if s.eval_ms < back and wall_ms - back < s.lag_time_max_ms:
+                continue  # answering again since this status: wait for the telemetry
             if crossing <= wall_ms:
                 del self._due[key]
                 carried = self.carried[key] = carry(s, crossing, self.th)
@@ -191,33 +202,30 @@ class Lookahead:
         wall_ms: int,
         still_for: dict[str, int],
         statuses: dict[ReplicaKey, ReplicaStatus],
-        silent: dict[int, float],
-        assignment: dict[tuple[str, int], tuple[int, ...]],
+        silent: Mapping[tuple[str, int], float],
     ) -> list[ReplicaStatus]:
-        """The followers on a broker that the job itself sees silent (``silent``: broker ->
-        wall time of its last answer to the job, ``streaming.brokerwatch``) while their
+        """The followers on a broker that the job itself sees silent (``silent``: (cluster,
+        broker) -> wall time of its last answer to the job, ``streaming.brokerwatch``; only
+        a watched cluster's broker that is the telemetry cluster's by identity,
+        ``streaming.identity``) while their
         cluster's telemetry has stood still (``still_for``: per cluster, for how long, on the
         job's clock: ``Monitor._still_for``) nearly as long as a crossing, carried to Nearing once
         their crossing has come. Their last catch-up is taken to be the broker's last answer
         to the job: a broker that answers nobody fetches nothing. They are said stalled too.
 
-        Only replicas of the cluster the job watches the brokers of (``assignment``: its
-        partitions' replicas; a separate telemetry cluster's brokers say nothing of the
-        watched one), in the ISR, ok and not carried already. This is the telemetry's own
+        Only replicas in the ISR, ok and not carried already. This is the telemetry's own
         stall when isrwatch's topics are on the watched cluster: the collector cannot
         publish, or the job read, past a hung broker until its leaders drop it."""
         if not self.enabled or not silent:
             return []
         out = []
         for key, s in statuses.items():
-            cluster, topic, partition, broker = key
-            last_answer = silent.get(broker)
+            cluster, _, _, broker = key
+            last_answer = silent.get((cluster, broker))
             if last_answer is None or key in self.carried:
                 continue
             if still_for.get(cluster, 0) < self._still_ms(s):
                 continue  # the telemetry goes on: it shows the broker's silence itself
-            if broker not in assignment.get((topic, partition), ()):
-                continue
             if not s.in_isr or s.lag_state is not State.OK:
                 continue
             # The broker's last answer to the job: a follower under load fetches continuously,

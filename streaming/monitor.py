@@ -43,6 +43,7 @@ from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import GoneKey, PartitionKey, ReplicaKey, ReplicaStatus, State, Thresholds, status_key
 from streaming.brokerwatch import BrokerWatch
 from streaming.checkpoint import DriverCheckpoint
+from streaming.identity import Identities
 from streaming.lookahead import Lookahead
 from streaming.notify import AlertSink
 
@@ -100,6 +101,7 @@ class Monitor:
         wall_clock: Any = time.time,
         lookahead: Lookahead | None = None,
         broker_watch: BrokerWatch | None = None,
+        identities: Identities | None = None,
     ) -> None:
         self.cfg = cfg
         self.thresholds = thresholds
@@ -113,6 +115,8 @@ class Monitor:
         self.lookahead = lookahead
         # the telemetry cluster's brokers as the job itself sees them (streaming.brokerwatch)
         self.broker_watch = broker_watch
+        # which watched clusters' brokers that watch speaks of (streaming.identity)
+        self.identities = identities or Identities()
         self._lock = threading.RLock()
         self.statuses: dict[ReplicaKey, ReplicaStatus] = {}
         self._last_t: dict[ReplicaKey, int] = {}  # newest telemetry time of each replica
@@ -395,12 +399,10 @@ class Monitor:
             return []
         wall = int(self._wall() * 1000)
         with self._lock:
-            carried = self.lookahead.due(wall, self.cluster_now, self.statuses)
-            if self.broker_watch is not None:
-                silent = self.broker_watch.silent(wall / 1000, self.thresholds.stall_after_ms / 1000)
-                carried += self.lookahead.silent_due(
-                    wall, self._still_for(wall), self.statuses, silent, self.broker_watch.assignment()
-                )
+            silent, resumed = self._own_evidence(wall)
+            carried = self.lookahead.due(wall, self.cluster_now, self.statuses, resumed)
+            if silent:
+                carried += self.lookahead.silent_due(wall, self._still_for(wall), self.statuses, silent)
             if not carried:
                 return []
             for pkey in {self._hold(s) for s in carried}:
@@ -418,6 +420,25 @@ class Monitor:
                 s.eval_ms - self.cluster_now.get(s.cluster, s.eval_ms),
             )  # fmt: skip
         return carried
+
+    def identify(self, stated: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """Take in what collectors said of the clusters they poll (``streaming.identity``)."""
+        with self._lock:
+            self.identities.learn(stated)
+
+    def _own_evidence(self, wall_ms: int) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], float]]:
+        """Under the lock: the job's own evidence of its telemetry cluster's brokers, silent
+        and answering again after a silence, keyed (cluster, broker id) for the watched
+        clusters that are that cluster by identity (``streaming.identity``); none for others."""
+        if self.broker_watch is None:
+            return {}, {}
+        after_s = self.thresholds.stall_after_ms / 1000
+        own = self.broker_watch.identity()
+        clusters = list(self.cluster_now)
+        return (
+            self.identities.own_brokers(own, clusters, self.broker_watch.silent(wall_ms / 1000, after_s)),
+            self.identities.own_brokers(own, clusters, self.broker_watch.resumed(after_s)),
+        )
 
     def _still_for(self, wall_ms: int) -> dict[str, int]:
         """Per cluster, how long its telemetry has stood still, on the job's clock: the time

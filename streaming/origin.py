@@ -200,15 +200,16 @@ def check_offsets(
                 )
 
 
-def check_checkpoint(settings: Any, checkpoint_dir: str, spool_dir: str | None, timeout_s: float) -> None:
+def check_checkpoint(settings: Any, checkpoint_dir: str, spool_dir: str | None, timeout_s: float) -> str | None:
     """At the job's start: the checkpoint belongs to this telemetry (``settings``:
-    ``streaming.settings.JobSettings``), and its offsets still exist."""
+    ``streaming.settings.JobSettings``), and its offsets still exist. Returns the telemetry
+    cluster's id, where its brokers give one (``streaming.identity``)."""
     from isrwatch.settings import kafka_config_pairs
 
     if not settings.bootstrap_servers:
         origin = Origin("spool", spool_dir=os.path.abspath(spool_dir)) if spool_dir else Origin("simulator")
         check_origin(checkpoint_dir, origin)
-        return
+        return None
     from streaming.source_kafka import describe_topic
 
     options = {"kafka.bootstrap.servers": settings.bootstrap_servers, "subscribe": settings.telemetry_topic}
@@ -219,3 +220,4 @@ def check_checkpoint(settings: Any, checkpoint_dir: str, spool_dir: str | None, 
     offsets = checkpoint_offsets(checkpoint_dir, QUERY_DIR)
     if offsets:
         check_offsets(offsets, low, high, checkpoint_dir)
+    return cluster_id

@@ -443,8 +443,9 @@ def _item(
 def side_items(records: DataFrame, future_tolerance_ms: int | None, now_ms: int | None = None) -> DataFrame:
     """The rare rows of a batch, in one pass with no shuffle: every dead
     letter (a bad record; a bad observation or ISR change inside a good one)
-    and every ISR change, broker count and replica gone. Columns: kind (``deadletter`` | ``isr`` |
-    ``counters`` | ``gone``), reason,
+    and every ISR change, broker count, replica gone and identity stated (a record's
+    ``cluster_id`` and ``endpoints``, as JSON in payload). Columns: kind (``deadletter`` |
+    ``isr`` | ``counters`` | ``gone`` | ``identity``), reason,
     detail, cluster, source_topic, source_partition, source_offset, payload
     (the rejected record or JSON) and payload_encoding (``utf8`` | ``base64``),
     topic, partition, shrink (followers removed), expand (followers added), the
@@ -514,11 +515,19 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
             )
         ),
     )
+    # what the collector says of the cluster it polls, when it says it (streaming.identity)
+    stated = r["cluster_id"].isNotNull() | r["endpoints"].isNotNull()
+    identity_item = _item(
+        "identity",
+        F.lit(None).cast("string"),
+        F.to_json(F.struct(r["cluster_id"].alias("cluster_id"), r["endpoints"].alias("endpoints"))),
+    )
+    identity = F.slice(F.array(identity_item), 1, F.when(stated, 1).otherwise(0))  # (empty unless stated)
     payload, encoding = _record_payload()
     items = F.when(
         F.col("reason").isNotNull(),
         F.array(_item("deadletter", F.col("reason"), payload, encoding, detail=F.col("detail"))),
-    ).otherwise(F.concat(obs_items, change_items, counter_items, gone_items))
+    ).otherwise(F.concat(obs_items, change_items, counter_items, gone_items, identity))
     # (a cluster name past the bound is not repeated into the dead letter's own field; the payload has it)
     no_cluster = F.col("reason").isin("not_json", "not_object", "name_too_long")
     cluster = F.when(no_cluster, F.lit(None).cast("string")).otherwise(r["cluster"])

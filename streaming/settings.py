@@ -98,6 +98,13 @@ class JobSettings:
         check=_not_negative,
         metavar="MS",
     )
+    telemetry_cluster: str | None = option(
+        None,
+        "the --cluster name of the watched cluster that also carries the telemetry topic, for a collector "
+        "older than the telemetry's endpoints (default: known from the cluster id or the brokers' addresses the "
+        "collector states; unknown: the job's own look at its brokers is not used for any watched cluster)",
+        metavar="NAME",
+    )
     observation_gap_ms: int | None = option(
         None,
         "observations of a replica further apart than this are a gap in the evidence, not time out of sync "

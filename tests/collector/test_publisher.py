@@ -8,8 +8,8 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from collector.publisher import PartitionChooser, TelemetryPartition, TelemetryPublisher
-from isrwatch.telemetry import Observation, TelemetryRecord
+from collector.publisher import PartitionChooser, TelemetryPartition, TelemetryPublisher, batch_records
+from isrwatch.telemetry import BrokerEndpoint, Observation, TelemetryRecord, encode_record
 
 
 def chooser(*parts: TelemetryPartition) -> PartitionChooser:
@@ -123,3 +123,19 @@ def test_records_go_around_a_hung_leader_and_none_is_lost(kafka_cluster, unique_
     # after the first seconds of the pause, nothing more was sent to the hung leader's partition
     late = [s for s in records[0] if s - 1_000 >= 8 + 4 * 4]
     assert not late, f"records sent to the paused leader's partition well after it hung: {late}"
+
+
+def test_the_first_record_of_a_round_says_which_cluster_the_collector_polls():
+    """Issue 52: the cluster's id (where its brokers give one) and its brokers' addresses, once
+    a round; an address that does not read as host:port is left out."""
+    obs = [Observation("t", p, 2, 1, 1_000, 5, 5) for p in range(5)]
+    brokers = {2: "kafka2:9092", 1: "[::1]:9093", 3: "nonsense"}
+    first, second = batch_records("c", obs, [], 3, cluster_id="K1", endpoints=brokers)
+    assert first.cluster_id == "K1"
+    assert first.endpoints == (BrokerEndpoint(1, "::1", 9093), BrokerEndpoint(2, "kafka2", 9092))
+    assert second.cluster_id is None and second.endpoints == ()
+    body = json.loads(encode_record(first))
+    assert body["cluster_id"] == "K1" and body["endpoints"][1] == {"broker_id": 2, "host": "kafka2", "port": 9092}
+    # Kafka 0.9: no cluster id; version 3 has no place for either
+    (old,) = batch_records("c", obs[:1], [], 3, endpoints=brokers, version=3)
+    assert "endpoints" not in json.loads(encode_record(old)) and "cluster_id" not in json.loads(encode_record(old))

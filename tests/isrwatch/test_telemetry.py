@@ -15,6 +15,7 @@ from isrwatch.telemetry import (
     FOLLOWER_FIELDS,
     PARTITION_FIELDS,
     BrokerCounters,
+    BrokerEndpoint,
     GoneReplica,
     IsrChange,
     Observation,
@@ -82,7 +83,14 @@ records = st.builds(
         ),
         max_size=2,
     ).map(tuple),
+    cluster_id=st.one_of(st.none(), st.text(min_size=1, max_size=22)),
+    endpoints=st.lists(
+        st.builds(BrokerEndpoint, broker_id=ids, host=st.text(min_size=1, max_size=12), port=st.integers(0, 65535)),
+        max_size=3,
+    ).map(tuple),
 )
+# what versions before 4 have no place for
+NOT_BEFORE_4 = {"gone": (), "cluster_id": None, "endpoints": ()}
 
 
 @given(records)
@@ -97,7 +105,7 @@ def test_version_2_round_trip_and_schema(record: TelemetryRecord) -> None:
     """What collectors before version 3 write, and ``isrwatch collect --telemetry-version 2``."""
     data = encode_record(replace(record, version=2))
     assert "observations" in json.loads(data)
-    assert decode_record(data) == replace(record, version=2, gone=())
+    assert decode_record(data) == replace(record, version=2, **NOT_BEFORE_4)
     jsonschema.validate(json.loads(data), json_schema(2))
 
 
@@ -106,7 +114,7 @@ def test_version_3_is_version_2_as_columns(record: TelemetryRecord) -> None:
     """The same observations, in order; a partition's fields once per distinct partition entry."""
     body = json.loads(encode_record(replace(record, version=3)))
     jsonschema.validate(body, json_schema(3))
-    assert decode_record(json.dumps(body)) == replace(record, version=3, gone=())
+    assert decode_record(json.dumps(body)) == replace(record, version=3, **NOT_BEFORE_4)
     v2 = json.loads(encode_record(replace(record, version=2)))
     assert body["version"] == 3 and len(body["followers"]["p"]) == len(v2["observations"])
     parts = {tuple((f, str(o[f])) for f in PARTITION_FIELDS) for o in v2["observations"]}
@@ -116,11 +124,14 @@ def test_version_3_is_version_2_as_columns(record: TelemetryRecord) -> None:
 
 @given(records)
 def test_version_4_is_version_3_with_the_replicas_gone(record: TelemetryRecord) -> None:
-    """What isrwatch writes: version 3 plus ``gone`` (absent when there is none)."""
+    """What isrwatch writes: version 3 plus ``gone`` and the cluster's identity (each absent
+    when there is none)."""
     body = json.loads(encode_record(record))
     v3 = json.loads(encode_record(replace(record, version=3)))
     assert body.pop("version") == 4 and v3.pop("version") == 3
     assert body.pop("gone", []) == [dataclasses.asdict(g) for g in record.gone]
+    assert body.pop("cluster_id", None) == record.cluster_id
+    assert body.pop("endpoints", []) == [dataclasses.asdict(e) for e in record.endpoints]
     assert body == v3
 
 
@@ -131,7 +142,7 @@ def test_version_1_is_version_2_without_leaders_brokers_and_gone(record: Telemet
     data = encode_record(old)
     jsonschema.validate(json.loads(data), json_schema(1))
     changes = tuple(replace(c, leader_id=None) for c in record.isr_changes)
-    assert decode_record(data) == replace(old, isr_changes=changes, brokers=(), gone=())
+    assert decode_record(data) == replace(old, isr_changes=changes, brokers=(), **NOT_BEFORE_4)
 
 
 def _v3(**over: object) -> bytes:
@@ -242,9 +253,9 @@ def test_the_spark_schema_and_the_json_schema_name_the_dataclasses_fields() -> N
     change = [f.name for f in fields(IsrChange)]
     columns = ["topics", "partitions", "followers"]  # version 3's observations
     assert sorted(_ddl_fields(SPARK_SCHEMA_DDL)) == sorted(record + columns)
-    assert sorted(json_schema(2)["properties"]) == sorted(f for f in record if f != "gone")
+    assert sorted(json_schema(2)["properties"]) == sorted(f for f in record if f not in NOT_BEFORE_4)
     assert sorted(json_schema(3)["properties"]) == sorted(
-        f for f in record + columns if f not in ("observations", "gone")
+        f for f in record + columns if f != "observations" and f not in NOT_BEFORE_4
     )
     assert sorted(json_schema(4)["properties"]) == sorted(f for f in record + columns if f != "observations")
     assert json_schema(4)["properties"]["partitions"] == json_schema(3)["properties"]["partitions"]
@@ -266,6 +277,9 @@ def test_the_spark_schema_and_the_json_schema_name_the_dataclasses_fields() -> N
     gone = [f.name for f in fields(GoneReplica)]
     assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "gone")) == gone
     assert list(json_schema(4)["$defs"]["gone_replica"]["properties"]) == gone
+    endpoint = [f.name for f in fields(BrokerEndpoint)]
+    assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "endpoints")) == endpoint
+    assert list(json_schema(4)["$defs"]["broker_endpoint"]["properties"]) == endpoint
 
 
 # Any JSON value, NaN and the infinities included (json.dumps writes them as Python reads them)

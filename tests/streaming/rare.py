@@ -1,4 +1,5 @@
-"""The rare rows of one raw batch (dead letters, ISR changes, the brokers' counts, the replicas gone) as the job gets them:
+"""The rare rows of one raw batch (dead letters, ISR changes, the brokers' counts, the replicas gone, the
+clusters' identities) as the job gets them:
 ``streaming.batch.evaluate_records`` on a state table of the test's own."""
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from streaming.replicas import StateTable
 
 
 def rare_rows(batch: Any, future_tolerance_ms: int | None) -> dict[str, list[dict[str, Any]]]:
-    """{"deadletters": [...], "isr_changes": [...], "counters": [...], "gone": [...]} of ``batch`` (the Kafka
-    source's columns)."""
+    """{"deadletters": [...], "isr_changes": [...], "counters": [...], "gone": [...], "identities": [...]}
+    of ``batch`` (the Kafka source's columns)."""
     with tempfile.TemporaryDirectory(prefix="isrwatch-rare-") as checkpoint:
         table = StateTable(batch.sparkSession, checkpoint)
         out = evaluate_records(
@@ -27,4 +28,10 @@ def rare_rows(batch: Any, future_tolerance_ms: int | None) -> dict[str, list[dic
             max_gap_ms=None,
         )
         out.finish()
-    return {"deadletters": out.deadletters, "isr_changes": out.isr_changes, "counters": out.counters, "gone": out.gone}
+    return {
+        "deadletters": out.deadletters,
+        "isr_changes": out.isr_changes,
+        "counters": out.counters,
+        "gone": out.gone,
+        "identities": out.identities,
+    }

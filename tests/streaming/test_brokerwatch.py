@@ -41,24 +41,50 @@ def test_a_request_and_a_response_as_kafka_lays_them_out() -> None:
     assert md.replicas == {("orders", 0): (1, 2), ("orders", 1): (2, 1)}
 
 
-def test_a_broker_that_left_kafka_0_9s_metadata_keeps_its_replicas_in_the_assignment() -> None:
+def test_a_broker_that_left_kafka_0_9s_metadata_keeps_its_address_in_the_identity() -> None:
     """Kafka 0.9 stops listing an unregistered broker (killed, or hung past its ZooKeeper
-    session) in any partition's replicas, with error 9 (5 when it led): the watch keeps them,
-    so the job's own evidence of its silence still reaches its followers."""
-    watch = BrokerWatch("127.0.0.1:9092", "orders")  # not started: nothing is asked
-    watch._learn(parse_metadata(_response(1)), all_topics=True)
-    assert watch.assignment() == {("orders", 0): (1, 2), ("orders", 1): (2, 1)}
+    session): the watch keeps its connection and address, so the job still sees it silent and
+    still knows it for the watched cluster's broker of that id (streaming.identity)."""
+    watch = BrokerWatch("127.0.0.1:9092", "orders", cluster_id="abc")  # not started: nothing is asked
+    watch._learn(parse_metadata(_response(1)))
+    assert watch.identity().endpoints == {1: ("127.0.0.1", 9092), 2: ("127.0.0.1", 9093)}
+    assert watch.identity().cluster_id == "abc"
     gone = _response(2, brokers=(1,), partitions=((0, (1,), (1,), 9), (1, (1,), (1,), 5)))
     assert parse_metadata(gone).errors == {("orders", 0): 9, ("orders", 1): 5}
-    watch._learn(parse_metadata(gone), all_topics=True)
-    assert watch.assignment() == {("orders", 0): (1, 2), ("orders", 1): (2, 1)}
-    # broker 2 back and listed again, with no error: the answer as it is
-    watch._learn(parse_metadata(_response(3)), all_topics=True)
-    assert watch.assignment() == {("orders", 0): (1, 2), ("orders", 1): (2, 1)}
-    # partition 1 reassigned away from broker 2 while it is registered: it is gone
-    moved = _response(4, partitions=((0, (1, 2), (1, 2), 0), (1, (1,), (1,), 0)))
-    watch._learn(parse_metadata(moved), all_topics=True)
-    assert watch.assignment()[("orders", 1)] == (1,)
+    watch._learn(parse_metadata(gone))
+    assert watch.identity().endpoints == {1: ("127.0.0.1", 9092), 2: ("127.0.0.1", 9093)}
+    # a broker given another address: the newest one
+    moved = parse_metadata(_response(3))
+    moved.brokers[2] = ("Kafka2.example", 9093)
+    watch._learn(moved)
+    assert watch.identity().endpoints[2] == ("kafka2.example", 9093)
+
+
+def test_a_broker_answering_again_after_a_gap_is_resumed_only_past_the_gap_asked() -> None:
+    """A unit test of the bookkeeping (answers stamped by hand; nothing is asked)."""
+    now = [1000.0]
+    watch = BrokerWatch("127.0.0.1:9092", "orders", interval_s=0.5, timeout_s=1.0, clock=lambda: now[0])
+    watch._learn(parse_metadata(_response(1)))
+
+    class Answers:
+        def __init__(self, broker: int) -> None:
+            self.address = ("127.0.0.1", 9091 + broker)
+
+        def ask(self, topics: list[str]) -> object:
+            return parse_metadata(_response(1))
+
+        def close(self) -> None:
+            pass
+
+    watch._connections = {1: Answers(1), 2: Answers(2)}  # type: ignore[dict-item]
+    watch.round()
+    now[0] += 0.5
+    watch.round()
+    assert watch.resumed(1.0) == {}  # answering every round: no gap
+    now[0] += 6.0  # six seconds without a round: every broker was silent that long
+    watch.round()
+    assert watch.resumed(5.0) == {1: 1006.5, 2: 1006.5}
+    assert watch.resumed(7.0) == {}  # a gap shorter than asked is no resumption
 
 
 @pytest.mark.parametrize("cut", [0, 3, 10, 40])
@@ -75,11 +101,13 @@ def test_a_paused_broker_is_silent_while_the_other_answers(kafka_cluster_factory
     watch = BrokerWatch(cluster.bootstrap_servers, "orders", interval_s=0.2, timeout_s=0.5).start()
     try:
         deadline = time.monotonic() + 30
-        while not watch.assignment().get(("orders", 1)) or len(watch._answered) < 2:
+        while len(watch._answered) < 2:
             assert time.monotonic() < deadline, "the watch never heard both brokers"
             time.sleep(0.2)
-        assert watch.assignment()[("orders", 0)] == (1, 2)
+        # the brokers' addresses as their metadata gives them: what a collector of this cluster states
+        assert set(watch.identity().endpoints) == {1, 2}
         assert watch.silent(time.time(), 1.0) == {}
+        assert watch.resumed(1.0) == {}
         paused_at = time.time()
         cluster.pause(2)
         try:
@@ -89,10 +117,14 @@ def test_a_paused_broker_is_silent_while_the_other_answers(kafka_cluster_factory
             assert paused_at - 1.0 <= silent[2] <= paused_at + 0.5, (silent, paused_at)
         finally:
             cluster.resume(2)
+        resumed_at = time.time()
         deadline = time.monotonic() + 15
         while watch.silent(time.time(), 1.0):
             assert time.monotonic() < deadline, "the broker resumed but stays silent"
             time.sleep(0.2)
+        # answering again after its silence: the job's newer evidence (streaming.lookahead.due)
+        back = watch.resumed(1.0)
+        assert list(back) == [2] and resumed_at - 0.5 <= back[2] <= time.time(), (back, resumed_at)
         # nothing answering at all (both brokers paused): the job's own network, not a broker
         cluster.pause(1)
         cluster.pause(2)

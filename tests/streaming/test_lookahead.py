@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from isrwatch.alerts import AlertName
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import State, Thresholds, evaluate
+from streaming.identity import ClusterIdentity, Identities
 from streaming.lookahead import Lookahead, carry, last_caught_up_ms
 from streaming.state import row_to_aggregate
 from tests.streaming.test_monitor import Clock, Collect, _monitor, _row
@@ -229,23 +230,38 @@ def test_a_last_catch_up_moved_a_round_later_by_late_telemetry_keeps_the_alert(t
 
 
 class Brokers:
-    """What ``streaming.brokerwatch.BrokerWatch`` tells the monitor, set by the test."""
+    """What ``streaming.brokerwatch.BrokerWatch`` tells the monitor, set by the test: the
+    telemetry cluster's brokers 1 and 2 at 127.0.0.1:9091+id, no cluster id (Kafka 0.9)."""
 
-    def __init__(self, silent: dict[int, float], replicas: dict) -> None:
-        self._silent, self._replicas = silent, replicas
+    def __init__(self, silent: dict[int, float], cluster_id: str | None = None) -> None:
+        self._silent = silent
+        self._resumed: dict[int, float] = {}
+        self.cluster_id = cluster_id
         self.asked: list[tuple[float, float]] = []
 
     def silent(self, now: float, after_s: float) -> dict[int, float]:
         self.asked.append((now, after_s))
         return {b: t for b, t in self._silent.items() if now - t >= after_s}
 
-    def assignment(self) -> dict:
-        return self._replicas
+    def resumed(self, after_s: float) -> dict[int, float]:
+        return dict(self._resumed)
+
+    def identity(self) -> ClusterIdentity:
+        return ClusterIdentity(self.cluster_id, {1: ("127.0.0.1", 9092), 2: ("127.0.0.1", 9093)})
 
 
-def _setup_watched(tmp_path, silent: dict[int, float], replicas: dict | None = None):
+# What the collector of cluster "c" (``_row``'s) states of it: the same brokers at the same addresses.
+SAME_BROKERS = {"endpoints": [{"broker_id": b, "host": "127.0.0.1", "port": 9091 + b} for b in (1, 2)]}
+
+
+def _setup_watched(tmp_path, silent: dict[int, float], stated: dict | None = SAME_BROKERS, named: str | None = None):
+    """The monitor with the job's own look at its telemetry cluster's brokers; ``stated``:
+    what cluster "c"'s collector says of it (None: nothing, an older collector)."""
     m, clock, sink, topic = _setup(tmp_path)
-    m.broker_watch = Brokers(silent, {("t", 0): (1, 2)} if replicas is None else replicas)
+    m.broker_watch = Brokers(silent)
+    m.identities = Identities(named)
+    if stated is not None:
+        m.identify([("c", stated)])
     return m, clock, sink
 
 
@@ -305,8 +321,9 @@ def test_no_carry_while_the_telemetry_goes_on_or_for_another_cluster_or_an_answe
     clock.t = (T0 + 2_999) / 1000
     carried = m.carry_forward()  # (behind 4 s at T0: the telemetry's own lookahead carries it)
     assert carried and all(c.state is not State.STALLED for c in carried)
-    # a separate telemetry cluster: its brokers do not host the watched replica
-    m2, clock2, sink2 = _setup_watched(tmp_path / "2", {2: (T0 + 1_000) / 1000}, replicas={("isr.telemetry", 0): (2,)})
+    # a separate telemetry cluster: the watched cluster's broker 2 is at another address
+    other = {"endpoints": [{"broker_id": 2, "host": "kafka2.prod", "port": 9092}]}
+    m2, clock2, sink2 = _setup_watched(tmp_path / "2", {2: (T0 + 1_000) / 1000}, stated=other)
     _batch(m2, 0, T0, T0, leo=20)
     clock2.t = (T0 + 20_000) / 1000
     assert m2.carry_forward() == [] and not _started(sink2)
@@ -394,3 +411,79 @@ def test_telemetry_that_flows_from_a_collector_clock_behind_the_jobs_is_not_stil
     [carried] = m.carry_forward()
     assert carried.state is State.STALLED and last_caught_up_ms(carried) == T0 + skew_ms + 1_000
     assert carried.eval_ms == T0 + skew_ms + 1_000 + LAG_MS // 2
+
+
+def _silent_follower_carried(tmp_path, stated: dict | None, named: str | None = None, cluster_id=None) -> bool:
+    """Whether cluster "c"'s follower on broker 2, silent to the job, is carried to Nearing."""
+    m, clock, sink = _setup_watched(tmp_path, {2: (T0 + 1_000) / 1000}, stated=stated, named=named)
+    m.broker_watch.cluster_id = cluster_id
+    _batch(m, 0, T0, T0, leo=20)
+    clock.t = (T0 + 20_000) / 1000
+    return bool(m.carry_forward())
+
+
+def test_the_jobs_own_evidence_reaches_a_watched_cluster_only_when_it_is_the_telemetry_cluster(tmp_path) -> None:
+    """Issue 52: known by the cluster id where both sides have one, else by the same broker id at
+    the same address, or by the operator's --telemetry-cluster; unknown is not the same."""
+    ep = SAME_BROKERS["endpoints"]
+    assert _silent_follower_carried(tmp_path / "a", SAME_BROKERS)  # Kafka 0.9: the addresses
+    assert not _silent_follower_carried(tmp_path / "b", None)  # nothing stated: unknown
+    assert _silent_follower_carried(tmp_path / "c", None, named="c")  # the operator says so
+    assert not _silent_follower_carried(tmp_path / "d", None, named="other")
+    # the same broker id at another address (another cluster numbering its brokers alike)
+    moved = {"endpoints": [{**e, "port": 19093} if e["broker_id"] == 2 else e for e in ep]}
+    assert not _silent_follower_carried(tmp_path / "e", moved)
+    # cluster ids decide where both sides have one, whatever the addresses
+    assert _silent_follower_carried(tmp_path / "f", {"cluster_id": "K1", "endpoints": []}, cluster_id="K1")
+    assert not _silent_follower_carried(tmp_path / "g", {"cluster_id": "K2", "endpoints": ep}, cluster_id="K1")
+    # a collector that states a cluster id the job's brokers do not give (or the reverse): the addresses
+    assert _silent_follower_carried(tmp_path / "h", {"cluster_id": "K2", "endpoints": ep})
+    # a broker hung past its session leaves the collector's newest metadata: its address is kept
+    m, clock, sink = _setup_watched(tmp_path / "i", {2: (T0 + 1_000) / 1000})
+    m.identify([("c", {"endpoints": [ep[0]]})])
+    _batch(m, 0, T0, T0, leo=20)
+    clock.t = (T0 + 20_000) / 1000
+    assert m.carry_forward()
+
+
+def test_two_clusters_numbering_their_brokers_alike_with_one_topic_layout_stay_apart(tmp_path) -> None:
+    """The case of issue 52: clusters alpha and beta, the same topic, partition and broker ids;
+    the job reads beta. Beta's broker 2 silent to the job: beta's follower is stalled and
+    nearing, alpha's (healthy, its telemetry standing still like beta's) has nothing."""
+    m, clock, sink = _setup_watched(tmp_path, {2: (T0 + 1_000) / 1000}, stated=None)
+    m.identify(
+        [("beta", SAME_BROKERS), ("alpha", {"endpoints": [{"broker_id": 2, "host": "127.0.0.1", "port": 29093}]})]
+    )
+    for cluster in ("alpha", "beta"):
+        row = _row(T0, T0, 1)
+        row["cluster"] = cluster
+        row["latest"]["leo"] = row["known_leo"] = 20
+        s = evaluate(row_to_aggregate(row), T0, m.cfg, m.thresholds)
+        m.apply_statuses(0 if cluster == "alpha" else 1, [(s, T0, 1)])
+    clock.t = (T0 + 20_000) / 1000
+    carried = m.carry_forward()
+    assert [(c.cluster, c.broker_id, c.state) for c in carried] == [("beta", 2, State.STALLED)]
+    assert {dict(a.labels)["cluster"] for t in sink.transitions for a in t.started} == {"beta"}
+
+
+def test_a_broker_answering_again_refutes_a_crossing_its_older_status_called_for(tmp_path) -> None:
+    """Issue 52: the follower's broker answered the job again (after a silence) later than the
+    follower's newest status: its crossing on the wall clock is not said; the telemetry to
+    come says how far behind it is. Without the resumption, the same status is carried."""
+    for back in (True, False):
+        m, clock, sink = _setup_watched(tmp_path / str(back), {})
+        _batch(m, 0, T0, T0 - 4_000)  # behind 4 s at T0: crosses lag/2 at T0 + 1 s
+        if back:
+            m.broker_watch._resumed = {2: (T0 + 500) / 1000}
+        clock.t = (T0 + 1_000) / 1000
+        assert bool(m.carry_forward()) is not back, back
+        if back:
+            _batch(m, 1, T0 + 1_500, T0 + 1_400, leo=20)  # the telemetry after the resumption: caught up
+            clock.t = (T0 + 3_000) / 1000
+            assert m.carry_forward() == [] and not _started(sink)
+    # another cluster's broker of that id answering again refutes nothing
+    m, clock, sink = _setup_watched(tmp_path / "other", {}, stated={"endpoints": []})
+    _batch(m, 0, T0, T0 - 4_000)
+    m.broker_watch._resumed = {2: (T0 + 500) / 1000}
+    clock.t = (T0 + 1_000) / 1000
+    assert m.carry_forward()

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
 import pytest
 
-from isrwatch.telemetry import BrokerCounters, GoneReplica, IsrChange, Observation, TelemetryRecord, encode_record
+from isrwatch.telemetry import (
+    BrokerCounters,
+    BrokerEndpoint,
+    GoneReplica,
+    IsrChange,
+    Observation,
+    TelemetryRecord,
+    encode_record,
+)
 from streaming import parse
 from streaming.source_spool import RAW_SCHEMA
 from tests.streaming.rare import rare_rows
@@ -71,9 +80,13 @@ def test_reasons(spark) -> None:
         (_record([], gone=[{"t_ms": now, "topic": "t" * 250, "partition": 0, "broker_id": 2}]), "bad_gone"),
     ]
     gone = (GoneReplica(now, "deleted", 4, 3),)
+    endpoints = (BrokerEndpoint(1, "kafka1", 9092), BrokerEndpoint(2, "kafka2", 9092))
     good = encode_record(
-        TelemetryRecord("c", "test", now, (Observation("t", 1, 2, 1, now, 5, 5),), (good_change,), counts, gone)
-    )
+        TelemetryRecord(
+            "c", "test", now, (Observation("t", 1, 2, 1, now, 5, 5),), (good_change,), counts, gone,
+            cluster_id="K1", endpoints=endpoints,
+        )
+    )  # fmt: skip
     rows = [(None, v, "spool", 0, i, None) for i, (v, _) in enumerate(values)]
     # One good record with one bad observation among good ones: only that one is rejected.
     mixed = _record([_obs(), _obs(partition=None), _obs(partition=3)])
@@ -100,6 +113,8 @@ def test_reasons(spark) -> None:
     assert out["isr_changes"] == [{**change, "left": [2], "joined": [], "leader_id": 1}]
     assert out["counters"] == [{"cluster": "c", "broker_id": 1, "t_ms": now, "shrinks_total": 7}]
     assert out["gone"] == [("c", "deleted", 4, 3, now)]
+    # what the collector said of its cluster, from the one record that says it (streaming.identity)
+    assert out["identities"] == [("c", {"cluster_id": "K1", "endpoints": [dataclasses.asdict(e) for e in endpoints]})]
 
     # The aggregation path sees exactly the good observations.
     obs = parse.good_observations(parse.observations(parse.parse_records(batch), 60_000)).collect()
