@@ -281,3 +281,27 @@ def test_rule_alerts_fire_for_the_faulty_replica_only(stack: Stack) -> None:
     # Exactly the contract labels, no job/instance.
     for a in requests.get(f"{stack.prom.url}/api/v1/alerts", timeout=10).json()["data"]["alerts"]:
         assert set(a["labels"]) == {"alertname", "severity", "cluster", "topic", "partition", "broker_id", "leader_id"}
+
+
+_GROUPING = re.compile(r"\b(by|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+_BROKER_MATCHER = re.compile(r"\{[^}]*\bbroker_id\s*=~?[^}]*\}")
+
+
+def test_a_broker_is_keyed_by_its_cluster_in_every_query_and_rule() -> None:
+    """Issue 52: every cluster numbers its brokers its own way, so a query that groups or joins
+    by broker_id or leader_id groups by cluster too, and a dashboard selecting a broker selects
+    its cluster with it."""
+    rules = [
+        r["expr"] for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"] if "expr" in r
+    ]
+    queries = [(f"{q.dashboard} / {q.panel}", q.raw) for q in panel_queries()] + [("rules", e) for e in rules]
+    grouped = 0
+    for where, expr in queries:
+        for kind, labels in _GROUPING.findall(expr):
+            names = {n.strip() for n in labels.split(",")}
+            if names & {"broker_id", "leader_id"} and kind in ("by", "on"):
+                grouped += 1
+                assert "cluster" in names, f"{where}: {kind} ({labels}) without cluster in {expr!r}"
+        for selector in _BROKER_MATCHER.findall(expr):
+            assert "cluster" in selector, f"{where}: a broker selected without its cluster: {selector}"
+    assert grouped > 10  # (the check read the queries it is about)

@@ -136,3 +136,15 @@ def test_partition_counts_per_cluster_follow_updates_and_removals() -> None:
     snap = store.snapshot()
     assert snap.cluster_partitions == {"prod": 2}
     assert snap.cluster_partitions["prod"] == len(snap.partitions)
+
+
+def test_two_clusters_numbering_their_brokers_alike_stay_apart() -> None:
+    """Issue 52: the same topic, partition and broker ids in two clusters are two replicas."""
+    store = StatusStore()
+    store.update([replica(2, cluster="alpha"), replica(3, cluster="alpha")])
+    store.update([replica(2, State.STALLED, cluster="beta", in_isr=True), replica(3, cluster="beta")])
+    snap = store.snapshot()
+    assert snap.partitions[("alpha", "orders", 0)].replicas[2].state is State.OK
+    assert snap.partitions[("beta", "orders", 0)].replicas[2].state is State.STALLED
+    store.remove(["beta/orders/0/2"])
+    assert keys(store) == {"alpha/orders/0/2", "alpha/orders/0/3", "beta/orders/0/3"}

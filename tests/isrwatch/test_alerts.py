@@ -135,3 +135,14 @@ def test_a_stalled_follower_gets_stalled_and_its_lag_alerts() -> None:
     # just paused: lag still small, only the stall shows
     fresh = evaluate(replace(silent, last_caught_up_ms=T0 + 16_000, last_answer_ms=T0 + 16_000), now, CFG, Thresholds())
     assert names(replica_alerts(fresh)) == ["KafkaReplicaStalled"]
+
+
+def test_min_isr_at_risk_is_judged_per_cluster_when_two_clusters_number_their_brokers_alike() -> None:
+    """Issue 52: one follower going in each of two clusters with the same topic, partition and
+    broker ids is one going per partition, not two in one."""
+    alpha = [status(11000, broker_id=2, cluster="alpha"), status(0, broker_id=3, cluster="alpha")]
+    beta = [status(0, broker_id=2, cluster="beta"), status(11000, broker_id=3, cluster="beta")]
+    assert partition_alerts(alpha + beta, default_min_isr=2) == []
+    both = [status(11000, broker_id=2, cluster="beta"), status(11000, broker_id=3, cluster="beta")]
+    [alert] = partition_alerts(alpha + both, default_min_isr=2)
+    assert dict(alert.labels)["cluster"] == "beta"

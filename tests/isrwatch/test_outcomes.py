@@ -345,3 +345,19 @@ def test_a_follower_dropped_after_twice_the_lag_is_still_evidence_of_a_longer_la
         o.isr_change(cluster, "orders", 0, shown_ms, left=[2], leader=1)
     o.settle({"c1": 43_000, "c2": 43_000})
     assert o.take_evidence() == [LagEvidence("c1", "longer", ("c1", "orders", 0, 2), 1, 10_000, 23_000, 24_000)]
+
+
+def test_two_clusters_numbering_their_brokers_alike_are_counted_apart() -> None:
+    """Issue 52: a warning of broker 2 of one cluster does not warn of a shrink of broker 2 of
+    another with the same topic; each leader's own count is its cluster's."""
+    o = ShrinkOutcomes(settle_ms=0)
+    _fire(o, 10_000, _alert(AlertName.NEARING, cluster="alpha"))
+    o.isr_change("beta", "orders", 0, 15_000, left=[2], leader=1)
+    o.leader_count("alpha", 1, 1_000, 5)
+    o.leader_count("beta", 1, 1_000, 9)
+    o.leader_count("beta", 1, 20_000, 10)
+    assert o.snapshot()["beta"].shrinks == {"warned": 0, "missed": 1}
+    assert o.snapshot()["alpha"].shrinks == {"warned": 0, "missed": 0}
+    o.isr_change("alpha", "orders", 0, 16_000, left=[2], leader=1)
+    assert o.snapshot()["alpha"].shrinks == {"warned": 1, "missed": 0}
+    assert o.snapshot()["beta"].shrinks == {"warned": 0, "missed": 1}
