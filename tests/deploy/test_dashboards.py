@@ -291,9 +291,7 @@ def test_a_broker_is_keyed_by_its_cluster_in_every_query_and_rule() -> None:
     """Issue 52: every cluster numbers its brokers its own way, so a query that groups or joins
     by broker_id or leader_id groups by cluster too, and a dashboard selecting a broker selects
     its cluster with it."""
-    rules = [
-        r["expr"] for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"] if "expr" in r
-    ]
+    rules = [r["expr"] for g in yaml.safe_load(RULES_FILE.read_text())["groups"] for r in g["rules"] if "expr" in r]
     queries = [(f"{q.dashboard} / {q.panel}", q.raw) for q in panel_queries()] + [("rules", e) for e in rules]
     grouped = 0
     for where, expr in queries:
