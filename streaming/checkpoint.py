@@ -19,6 +19,10 @@ the restored book sends them again).
 its telemetry time, for the forget time (``Monitor._forgotten``): a record from before that,
 read after a restart, does not bring the replica back.
 
+``identities.json`` holds what each watched cluster's collector said of it (its cluster id and
+brokers' addresses, ``streaming.identity``), so a job restarted while its telemetry stands
+still knows which watched cluster its own look at the brokers speaks of.
+
 ``alerts-outbox.json`` (``AlertsOutbox``) holds the alerts-topic records of transitions the
 topic has not confirmed yet, written before the book that says they were announced: a job
 killed between the two re-sends them on restart (``streaming.notify.KafkaAlertsSink``).
@@ -112,6 +116,25 @@ class DriverCheckpoint:
     def save_forgotten(self, forgotten: dict[tuple[str, str, int, int], int]) -> None:
         with self._lock:
             _write_atomic(self.forgotten_path, {"replicas": [[*k, at] for k, at in forgotten.items()]})
+
+    @property
+    def identities_path(self) -> Path:
+        return self.dir / "identities.json"
+
+    def load_identities(self) -> dict[str, dict[str, Any]]:
+        """cluster -> what its collector said of it (``Identities.as_json``); empty when there is
+        no file. A file that cannot be read is logged and left: the next telemetry says it again."""
+        try:
+            data = _read(self.identities_path) or {}
+            clusters = data.get("clusters", {})
+            return {str(c): dict(v) for c, v in clusters.items()} if isinstance(clusters, dict) else {}
+        except (IsrwatchError, TypeError, ValueError, AttributeError) as e:
+            log.warning("identities_unreadable path=%s error=%s", self.identities_path, str(e).splitlines()[0])
+            return {}
+
+    def save_identities(self, identities: dict[str, dict[str, Any]]) -> None:
+        with self._lock:
+            _write_atomic(self.identities_path, {"clusters": identities})
 
     def load_side(self) -> int:
         """The last batch id whose dead letters and ISR change counts were written

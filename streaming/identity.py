@@ -67,16 +67,31 @@ class Identities:
         self._stated: dict[str, ClusterIdentity] = {}
         self._logged: dict[str, str] = {}  # cluster -> how it was last found (logged on change)
 
-    def learn(self, stated: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
-        """Take in what collectors said (``streaming.batch.BatchOutput.identities``). A
-        broker's address is kept until a collector gives it another: a broker hung past its
-        session leaves the cluster's metadata, and its address must not go with it."""
+    def learn(self, stated: Iterable[tuple[str, Mapping[str, Any]]]) -> bool:
+        """Take in what collectors said (``streaming.batch.BatchOutput.identities``, or the
+        checkpoint's copy, ``as_json``); whether anything changed. A broker's address is kept
+        until a collector gives it another: a broker hung past its session leaves the
+        cluster's metadata, and its address must not go with it."""
+        changed = False
         for cluster, payload in stated:
             new = ClusterIdentity.stated(payload)
             old = self._stated.get(cluster, ClusterIdentity())
-            self._stated[cluster] = ClusterIdentity(
-                new.cluster_id or old.cluster_id, {**old.endpoints, **new.endpoints}
-            )
+            merged = ClusterIdentity(new.cluster_id or old.cluster_id, {**old.endpoints, **new.endpoints})
+            if merged != old:
+                self._stated[cluster] = merged
+                changed = True
+        return changed
+
+    def as_json(self) -> dict[str, dict[str, Any]]:
+        """What collectors said, as ``learn`` takes it: kept in the checkpoint, so a job restarted
+        while the telemetry stands still (its broker hung) still knows which cluster is which."""
+        return {
+            cluster: {
+                "cluster_id": known.cluster_id,
+                "endpoints": [{"broker_id": b, "host": h, "port": p} for b, (h, p) in sorted(known.endpoints.items())],
+            }
+            for cluster, known in self._stated.items()
+        }
 
     def is_own(self, own: ClusterIdentity, cluster: str, broker_id: int) -> bool:
         """Whether broker ``broker_id`` of watched cluster ``cluster`` is the telemetry

@@ -117,6 +117,8 @@ class Monitor:
         self.broker_watch = broker_watch
         # which watched clusters' brokers that watch speaks of (streaming.identity)
         self.identities = identities or Identities()
+        if checkpoint is not None:
+            self.identities.learn(checkpoint.load_identities().items())
         self._lock = threading.RLock()
         self.statuses: dict[ReplicaKey, ReplicaStatus] = {}
         self._last_t: dict[ReplicaKey, int] = {}  # newest telemetry time of each replica
@@ -424,7 +426,8 @@ class Monitor:
     def identify(self, stated: Iterable[tuple[str, dict[str, Any]]]) -> None:
         """Take in what collectors said of the clusters they poll (``streaming.identity``)."""
         with self._lock:
-            self.identities.learn(stated)
+            if self.identities.learn(stated) and self.checkpoint is not None:
+                self.checkpoint.save_identities(self.identities.as_json())
 
     def _own_evidence(self, wall_ms: int) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], float]]:
         """Under the lock: the job's own evidence of its telemetry cluster's brokers, silent

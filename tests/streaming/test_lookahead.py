@@ -487,3 +487,19 @@ def test_a_broker_answering_again_refutes_a_crossing_its_older_status_called_for
     m.broker_watch._resumed = {2: (T0 + 500) / 1000}
     clock.t = (T0 + 1_000) / 1000
     assert m.carry_forward()
+
+
+def test_a_restarted_job_still_knows_which_cluster_is_which_before_any_telemetry(tmp_path) -> None:
+    """The identities are in the driver's checkpoint: a job restarted while its telemetry stands
+    still (the broker holding it hung) uses its own evidence for that cluster at once."""
+    m, clock, sink = _setup_watched(tmp_path, {2: (T0 + 1_000) / 1000})
+    assert m.checkpoint is not None and m.checkpoint.identities_path.exists()
+    m2, clock2, sink2, _ = _setup(tmp_path)  # the same checkpoint, nothing stated since
+    m2.broker_watch = Brokers({2: (T0 + 1_000) / 1000})
+    _batch(m2, 0, T0, T0, leo=20)
+    clock2.t = (T0 + 20_000) / 1000
+    assert m2.carry_forward(), "the restored identity lets the silence speak"
+    assert set(m2.identities.as_json()) == {"c"}
+    m2.checkpoint.identities_path.write_text("{not json")  # unreadable: started afresh, not a failed start
+    m3, clock3, sink3, _ = _setup(tmp_path)
+    assert m3.identities.as_json() == {}
