@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from isrwatch.settings import group, option, positive, topic_name
+from isrwatch.settings import group, not_negative, option, positive, topic_name
 
 __all__ = ["ExporterSettings", "SeriesSettings", "REPLICA_SERIES", "PARTITION_SERIES"]
 
@@ -19,10 +19,6 @@ PARTITION_SERIES_HELP = (
 
 REPLICA_SERIES_HELP = "which replicas get per-replica series: all, or not-ok (partition/cluster gauges stay complete)"
 REPLICA_SERIES_TOP_HELP = "export per-replica series for at most N replicas, highest lag ratio first (0: no cap)"
-
-
-def not_negative(v: int) -> str | None:
-    return None if v >= 0 else f"{v} must be 0 (no cap) or more"
 
 
 @dataclass(frozen=True)

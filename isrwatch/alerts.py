@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from isrwatch.status import ReplicaStatus, State, Thresholds
@@ -34,7 +34,7 @@ __all__ = [
 RUNBOOK_BASE = "https://github.com/isrwatch/isrwatch/blob/main/docs/runbook.md"
 
 
-class AlertName(str, enum.Enum):
+class AlertName(str, enum.Enum):  # noqa: UP042 (not StrEnum: str() and format() of a member stay as they are)
     NEARING = "KafkaReplicaNearingIsrShrink"
     IMMINENT = "KafkaReplicaIsrShrinkImminent"
     OUT_OF_SYNC = "KafkaReplicaOutOfSync"
@@ -65,7 +65,7 @@ _BY_LAG_STATE = {
 
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # An alert's identity: its name and labels (what Alertmanager groups and dedups by).

@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 
-class Rule(str, enum.Enum):
+class Rule(str, enum.Enum):  # noqa: UP042 (not StrEnum: str() and format() of a member stay as they are)
     LEGACY_MESSAGES = "legacy-messages"
     KIP16 = "kip16"
     KIP16_REFINED = "kip16-refined"

@@ -18,12 +18,11 @@ import argparse
 import dataclasses
 import os
 import re
+import tomllib
 import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
-
-import tomllib
 
 from isrwatch.exceptions import ConfigError
 from isrwatch.telemetry import MAX_CLUSTER_CHARS, MAX_TOPIC_CHARS
@@ -279,6 +278,10 @@ def describe(cls: type) -> list[dict[str, str]]:
 
 def positive(v: Any) -> str | None:
     return None if v is None or v > 0 else f"{v} must be greater than 0"
+
+
+def not_negative(v: Any) -> str | None:
+    return None if v is None or v >= 0 else f"{v} must be 0 or more"
 
 
 def cluster_name(v: str) -> str | None:

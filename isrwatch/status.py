@@ -48,7 +48,7 @@ PartitionKey = tuple[str, str, int]  # cluster, topic, partition
 GoneKey = tuple[str, str, int, int, int]
 
 
-class State(str, enum.Enum):
+class State(str, enum.Enum):  # noqa: UP042 (not StrEnum: str() and format() of a member stay as they are)
     OK = "ok"
     NEARING = "nearing"
     CRITICAL = "critical"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,7 +44,7 @@ def parse_isr_change(line: str, broker_id: int | None = None) -> IsrChangeLine |
     m = _LINE.match(line)
     if not m:
         return None
-    ts = datetime.strptime(m["ts"], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=timezone.utc).timestamp()
+    ts = datetime.strptime(m["ts"], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=UTC).timestamp()
     return IsrChangeLine(
         time=ts,
         topic=m["topic"],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from isrwatch.rule import Rule
 from isrwatch.settings import option, positive, topic_name
@@ -44,7 +44,7 @@ def parse_time_ms(value: str | None) -> int | None:
         return int(text)
     stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
     if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=timezone.utc)
+        stamp = stamp.replace(tzinfo=UTC)
     return int(stamp.timestamp() * 1000)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from isrwatch.clientconfig import kafka_config_problem
 from isrwatch.rule import Rule
-from isrwatch.settings import Secret, option, positive, topic_name
+from isrwatch.settings import Secret, not_negative, option, positive, topic_name
 
 __all__ = ["JobSettings", "AlertingSettings"]
 
@@ -32,10 +32,6 @@ def _checkpoint_path(v: str | None) -> str | None:
             "driver and every worker (local disk in local mode; NFS or the like on a cluster: docs/scaling.md)"
         )
     return None
-
-
-def _not_negative(v: int | None) -> str | None:
-    return None if v is None or v >= 0 else f"{v} must be 0 or more"
 
 
 def _refresh_batches(v: int) -> str | None:
@@ -95,7 +91,7 @@ class JobSettings:
         "between micro-batches, a follower behind is said nearing when it crosses nearing-ratio on the job's clock, "
         "inferred at most this far past its newest telemetry (0: off; default: a quarter of replica.lag.time.max.ms, "
         "half for a stalled follower; Kafka telemetry only: docs/streaming.md)",
-        check=_not_negative,
+        check=not_negative,
         metavar="MS",
     )
     telemetry_cluster: str | None = option(

@@ -9,10 +9,10 @@ import contextlib
 import io
 import re
 import shlex
+import tomllib
 from typing import Any
 
 import pytest
-import tomllib
 import yaml
 
 from isrwatch.cli import COMMANDS, build_parser

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from localkafka.brokerlog import parse_isr_change, read_isr_changes
 
@@ -19,7 +19,7 @@ EXPAND = (
 def test_shrink_line_parses_time_topic_partition_and_isrs():
     c = parse_isr_change(SHRINK, broker_id=1)
     assert c is not None
-    assert c.time == datetime(2025, 11, 21, 11, 20, 3, 412000, tzinfo=timezone.utc).timestamp()
+    assert c.time == datetime(2025, 11, 21, 11, 20, 3, 412000, tzinfo=UTC).timestamp()
     assert (c.topic, c.partition, c.isr_before, c.isr_after) == ("orders.v2", 7, (1, 2, 3), (1, 3))
     assert (c.kind, c.broker_id) == ("shrink", 1)
 

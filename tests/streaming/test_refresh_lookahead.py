@@ -53,7 +53,7 @@ def _raw(spark, batch_id: int, observations: list[Observation]):
         by_t.setdefault(o.t_ms, []).append(o)
     rows = [
         (None, encode_record(TelemetryRecord("c", "test", t, tuple(obs))), "telemetry", 0, batch_id * 100 + i,
-         dt.datetime.fromtimestamp(t / 1000, dt.timezone.utc))
+         dt.datetime.fromtimestamp(t / 1000, dt.UTC))
         for i, (t, obs) in enumerate(sorted(by_t.items()))
     ]  # fmt: skip
     return spark.createDataFrame(rows, RAW_SCHEMA)
