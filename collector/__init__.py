@@ -1,6 +1,8 @@
 """The collector: polls a real Kafka cluster's brokers and publishes telemetry (``isrwatch collect``).
 
-Public names load on first use, so ``isrwatch --help`` does not import the Kafka clients.
+``probe`` (or ``jmxprobe``) reads the brokers, ``tracker`` turns rounds into observations,
+``publisher`` writes them; docs/architecture.md maps every module. Public names load on
+first use, so ``isrwatch --help`` does not import the Kafka clients.
 """
 
 from __future__ import annotations

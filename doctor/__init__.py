@@ -1,1 +1,4 @@
-"""``isrwatch doctor``: checks the whole path, a row a check (docs/doctor.md)."""
+"""``isrwatch doctor``: checks the whole path, a row a check (docs/doctor.md).
+
+docs/architecture.md maps every module.
+"""

@@ -1,10 +1,9 @@
 """The exporter: replica statuses from the state topic (or the streaming job
-in-process) served as Prometheus metrics on ``/metrics``.
+in-process) served as Prometheus metrics on ``/metrics``, with the runbook on ``/runbook``.
 
-``store`` holds the latest statuses, ``collector`` declares the metric
-families (and yields them through prometheus_client), ``exposition`` writes
-them fast for large fleets, ``server`` serves them, ``consumer`` reads the
-state topic and ``main`` is ``isrwatch exporter``.
+``store`` holds the newest statuses, ``families`` declares the metric families,
+``exposition`` writes them fast for large fleets, ``server`` serves them, ``consumer`` reads
+the state topic and ``main`` is ``isrwatch exporter``; docs/architecture.md maps every module.
 """
 
 from exporter.exposition import render

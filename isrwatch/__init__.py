@@ -1,9 +1,10 @@
 """isrwatch: warns before Kafka drops a follower replica from the ISR.
 
-The shared core: the KIP-16 rule (``rule``), the telemetry format
-(``telemetry``), replica evaluation (``status``), alerts (``alerts``) and
-settings. Components live in the top-level packages ``collector``,
-``streaming``, ``exporter``, ``simulator`` and ``localkafka``.
+This package is the core every component uses, with no Spark in it:
+the broker's ISR rule (``rule``), a replica's status (``status``), alerts (``alerts``), the
+telemetry format (``telemetry``), settings (``settings``) and the command line
+(``cli``). The components are the top-level packages collector/, streaming/, exporter/,
+simulator/ and the rest; docs/architecture.md maps every module.
 """
 
 __version__ = "0.1.0"

@@ -1,5 +1,5 @@
 """Real Prometheus and Alertmanager (Debian packages) on loopback, for the tests, the
-tools and the benchmarks (as ``localkafka`` is for Kafka).
+tools and the benchmarks (as localkafka/ is for Kafka); docs/architecture.md maps every module.
 
 * ``prometheus(config_file, workdir)`` / ``alertmanager(config_file, workdir)``: a
   service from a configuration file, as a context manager yielding its URL and log;

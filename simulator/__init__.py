@@ -1,10 +1,11 @@
 """The simulator: one simulated Kafka cluster, with the broker's own ISR bookkeeping.
 
 Leaders, followers (one replica fetcher per broker pair), a producer and the
-controller run in one discrete-event model whose leaders apply
+controller run in one discrete-event model (``model``) whose leaders apply
 ``isrwatch.rule``. It emits telemetry in the collector's format (or one
-observation per fetch) and records every true ISR change. It is the embedded
-default source of ``isrwatch run`` and the benchmark load.
+observation per fetch) and records every true ISR change (``truth``). It is the
+embedded default source of ``isrwatch run`` and the benchmark load. docs/simulator.md
+tells how; docs/architecture.md maps every module.
 """
 
 from simulator.cluster import ClusterSpec

@@ -1,11 +1,9 @@
 """The streaming job (``isrwatch run``): telemetry in, replica states and alerts out.
 
-Modules: ``source_spool`` / ``source_kafka`` (Python data sources), ``source``
-(picks one), ``parse`` (validation in Spark SQL), ``state`` (the per-replica
-aggregation), ``query`` (the two streaming queries), ``monitor`` (the driver's
-per-batch evaluation and alerts), ``checkpoint`` (the alert book beside
-Spark's checkpoint), ``outputs`` (state topic, dead letters), ``notify``
-(alert sinks), ``session`` (the SparkSession), ``job`` (``main``).
+One Spark Structured Streaming query (``query``): each micro-batch (``batch``) evaluates the
+rule at every observation against the state carried in a state table (``replicas``); the
+driver (``monitor``) turns the result into alerts, ``/metrics`` and state records. ``job``
+starts and stops it; docs/architecture.md maps every module, docs/streaming.md tells how.
 """
 
 __all__: list[str] = []

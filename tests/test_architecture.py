@@ -47,6 +47,72 @@ def test_every_path_the_page_names_exists() -> None:
     assert not missing, missing
 
 
+# -- each package's docstring: what it is for, the page, only modules that exist ------------
+
+# ``name`` (a module of this package or one of its public names), ``package.module`` and
+# name.py or package/name.py: how a docstring names a module.
+_BACKTICKED = re.compile(r"``([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)``")
+_FILE = re.compile(r"(?<![\w./-])(?:([a-z_]+)/)?([a-z_][a-z0-9_]*)\.py\b")
+
+
+def _package_docstring(package: str) -> str:
+    import ast
+
+    return ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text())) or ""
+
+
+def _public_names(package: str) -> set[str]:
+    import ast
+
+    for node in ast.parse((ROOT / package / "__init__.py").read_text()).body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and "__all__" in ast.unparse(node):
+            value = node.value
+            if isinstance(value, ast.List | ast.Tuple):
+                return {e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    return set()
+
+
+def _is_module(package: str, name: str) -> bool:
+    return (ROOT / package / f"{name}.py").is_file() or (ROOT / package / name / "__init__.py").is_file()
+
+
+def _modules_named_but_missing(package: str, doc: str) -> list[str]:
+    missing = []
+    for name in _BACKTICKED.findall(doc):
+        head, _, rest = name.partition(".")
+        if rest and head in PACKAGES:  # package.module
+            if not _is_module(head, rest.replace(".", "/")):
+                missing.append(name)
+        elif not rest and not _is_module(package, name) and name not in _public_names(package):
+            missing.append(name)
+    for owner, name in _FILE.findall(doc):
+        if not _is_module(owner or package, name):
+            missing.append(f"{owner}/{name}.py" if owner else f"{name}.py")
+    return missing
+
+
+def test_package_docstrings_name_only_modules_that_exist() -> None:
+    wrong = [
+        f"{package}/__init__.py names {name}, which is not a module of {package}/"
+        for package in PACKAGES
+        for name in _modules_named_but_missing(package, _package_docstring(package))
+    ]
+    assert not wrong, wrong
+
+
+def test_package_docstrings_point_to_the_architecture_page() -> None:
+    silent = [package for package in PACKAGES if "docs/architecture.md" not in _package_docstring(package)]
+    assert not silent, f"docstrings of {silent} do not point to docs/architecture.md"
+
+
+def test_the_docstring_check_sees_a_module_that_is_not_there() -> None:
+    doc = "``store`` holds statuses, ``collector`` declares families, ``streaming.query`` and server.py, gone.py"
+    assert _modules_named_but_missing("exporter", doc) == ["collector", "gone.py"]
+    assert _modules_named_but_missing("exporter", "``StatusStore``, ``render`` and ``isrwatch.nothing``") == [
+        "isrwatch.nothing"
+    ]
+
+
 # -- components depend only downward ------------------------------------------------------
 
 PRODUCTION = (
