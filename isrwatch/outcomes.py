@@ -1,63 +1,14 @@
-"""The broker's truth, live: did isrwatch warn before each real ISR shrink, and how early.
+"""The broker's truth, live: did isrwatch warn before each real ISR shrink, and how early;
+and is the job's ``replica.lag.time.max.ms`` the brokers'.
 
-``ShrinkOutcomes`` is told two things, both on a cluster's telemetry clock: the replica
-alerts isrwatch raised and resolved (``alerts``, the transitions the job sends), and the
-followers the collector saw leaving or joining an ISR (``isr_change``, the telemetry's
-``isr_changes`` entries). A replica's *episode* runs from its first replica alert
-(``KafkaReplicaNearingIsrShrink`` or worse: every replica alert is Nearing or worse, or
-``KafkaReplicaStalled``) until its last one resolves. Then:
-
-* a shrink of a follower at time t is *warned* when an episode of that follower began before
-  t and had not ended before t; its lead is t - the episode's start. Else it is *missed*
-  (no warning, or one that came at or after the shrink, or one that had already ended);
-* an episode that ended without the follower being out of the ISR at any time within it
-  is a *warning no shrink followed*. It is decided once the cluster's clock is
-  2 x ``settle_ms`` past its end, so a shrink read a batch later still counts.
-
-The shrink time is when the collector saw the new ISR (its metadata round), a little after
-the leader's own shrink: a lead is overstated by at most one collector interval.
-
-Metadata does not show every shrink. A leader writes the new ISR to ZooKeeper at once, but
-the brokers' metadata follows later (Kafka 0.9 batches ISR change notices and sends them
-after 5 s without a new one), so a follower dropped and taken back within seconds never
-leaves the ISR in any metadata round. The leader's own count is the second source
-(``leader_count``: ``IsrShrinksPerSec``'s ``Count``, which the JMX collector reads): a rise
-of a leader's count that no ISR change led by that leader accounts for, ``settle_ms`` after
-it was read, is a shrink metadata missed. It is given to the follower of that leader whose
-warning (an episode not yet followed by a shrink) was open in the window the count rose in:
-warned, its lead up to the reading; with no such warning it is missed. The follower is an
-inference (the leader's count does not name it), the counts are not: a cluster's warned +
-missed equals its leaders' shrinks.
-
-The same shrinks say whether isrwatch's ``replica.lag.time.max.ms`` is the brokers' (Kafka
-0.9 shows it neither over the protocol nor over JMX). The job tells ``behind`` each status of
-a follower it holds not ok: its last catch-up L as the job computed it, the lag it used and
-its leader, kept with the episode. Two findings are evidence (``LagEvidence``, counted and
-returned by ``take_evidence``), each at most once per episode:
-
-* *shorter*: the leader dropped the follower at t, inside an episode whose leader and lag did
-  not change, with t - L < lag - ``lag_margin_ms`` (L: the newest catch-up at or before t). A
-  leader drops a follower only once now - L > its lag, so the brokers' lag is shorter. Only
-  a shrink the leader's own count shows (a rise it accounts for, or an unseen one): metadata
-  also shows the controller removing a broker whose ZooKeeper session expired (6 s by
-  default), which has nothing to do with the lag;
-* *longer*: the job held the follower not caught up past L + 2 x lag + ``lag_margin_ms``
-  (a leader checks every lag on 0.9, every lag/2 from 0.10.2, so one with the job's lag
-  drops it by L + 2 x lag) = D, its leader unchanged, no rise of the leader's count (any
-  follower's shrink) between L and D, and neither metadata nor a status showing it out of the
-  ISR by D + ``settle_ms`` (metadata's delay; the controller's removal of a broker whose
-  ZooKeeper session expired is in no leader's count). Decided at D + 2 x ``settle_ms``, when a
-  count rise read late has settled; a drop after D does not matter (the brokers' lag is then
-  longer by less). Only where the leader's count covers the time from L on (the JMX
-  collector): metadata alone misses quick shrinks (above), so a shrink missing from it proves
-  nothing.
-
-``lag_margin_ms`` covers the telemetry's granularity (the job's L may trail the leader's by a
-collector round, and by the stall time for a follower that stops answering). The shrink
-time is read late, never early, which only makes *shorter* harder to find.
-
-Pure Python, no I/O; thread-safe (the job's batches and its timer both feed it, the scrape
-reads it). Counts start at zero with the process, as Prometheus counters may.
+``ShrinkOutcomes`` is told, on each cluster's telemetry clock, the replica alerts raised and
+resolved (``alerts``), the ISR changes the collector saw (``isr_change``), the leaders' own
+shrink counts (``leader_count``) and each status of a follower the job holds not ok
+(``behind``). It counts each shrink warned (with its lead) or missed, the warnings no shrink
+followed (``snapshot``), and the evidence of a wrong lag (``LagEvidence``, ``take_evidence``).
+What counts as an episode, warned, missed, ``shorter`` or ``longer``: docs/metrics.md, "The
+broker's truth, live". Pure Python, no I/O; thread-safe (the job's batches and its timer both
+feed it, the scrape reads it). Counts start at zero with the process, as Prometheus counters may.
 """
 
 from __future__ import annotations

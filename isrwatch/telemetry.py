@@ -1,55 +1,13 @@
-"""The telemetry format: what the collector and the simulator publish.
+"""The telemetry format: what the collector and the simulator publish, and the job reads.
 
-One telemetry record (a Kafka record, or one line of the embedded spool) holds
-many observations of one cluster, JSON encoded. Version 4 (what isrwatch writes) holds
-them as columns: a partition's fields once per partition, a follower's once per
-observation, ``p`` the index of its partition entry, a partition's ``topic`` an index
-into ``topics``::
-
-    {"version": 4, "cluster": "prod-eu", "source": "jmx",
-     "sent_ms": 1732190000123,
-     "topics": ["orders"],
-     "partitions": {"topic": [0], "partition": [3], "leader_id": [1], "hw": [5118],
-                    "isr": [[1, 2, 3]], "replicas": [[1, 2, 3]],
-                    "lag_time_max_ms": [30000], "min_isr": [2]},
-     "followers": {"p": [0, 0], "broker_id": [2, 3],
-                   "t_ms": [1732190000100, 1732190000100], "leo": [5120, 5130],
-                   "leader_leo": [5130, 5130], "prev_t_ms": [1732189999100, 1732189999100],
-                   "prev_leo": [5000, 5110], "prev_leader_leo": [5110, 5110]},
-     "isr_changes": [
-        {"t_ms": 1732190000100, "topic": "orders", "partition": 3,
-         "isr_before": [1, 2, 3], "isr_after": [1, 3], "leader_id": 1}
-     ],
-     "brokers": [
-        {"broker_id": 1, "t_ms": 1732190000100, "isr_shrinks_total": 4, "isr_expands_total": 3}
-     ],
-     "gone": [{"t_ms": 1732190000100, "topic": "old-orders", "partition": 0, "broker_id": 2}]}
-
-Versions 1 and 2 hold one object per observation instead (``"observations": [{"topic":
-"orders", "partition": 3, "broker_id": 2, "leader_id": 1, "t_ms": ..., "leo": 5120, ...}]``,
-the fields of ``Observation``); the job reads all three.
-
-An observation is one follower replica seen at ``t_ms`` (milliseconds since the
-epoch, the source's clock). ``leo`` is the follower's log end offset (its next
-fetch offset), ``leader_leo`` the leader's LEO at that time; either is null when
-that broker did not answer. ``prev_*`` are the same follower's previous
-observation, so the refined KIP-16 rule becomes a per-observation max (see
-``isrwatch.rule.caught_up_time``). ``source`` says how the observations were made:
-``fetch`` or ``jmx`` (``isrwatch collect --source``: ListOffsets, or the brokers' MBeans),
-``simulator`` or ``simulator-fetch`` (the simulator); collectors before the JMX mode wrote
-``collector`` (fetch). It is optional and any text is valid: nothing downstream branches on
-it, so one format serves both collector modes. ``brokers`` (version 2) holds what each
-broker says of its own replication: its ``IsrShrinksPerSec``/``IsrExpandsPerSec`` counts (the
-JMX collector reads them), so the job counts the shrinks metadata never showed
-(``isrwatch.outcomes``). ``gone`` (version 4) names the replicas the cluster no longer has (a
-deleted topic, a replica moved to other brokers), so the job forgets them, and resolves their
-alerts, at once (``collector.tracker``). Version 1 is version 2 without ``brokers`` and an ISR
-change's ``leader_id``; version 3 is version 2 with the observations as columns; version 4 is
-version 3 with ``gone``, and, optional, what the collector knows of the cluster it polls:
-``cluster_id`` (where its brokers give one) and ``endpoints`` (``[{"broker_id": 1, "host":
-"kafka1", "port": 9092}]``), by which the job knows which watched cluster carries its own
-telemetry (``streaming.identity``). The machine-readable schemas are
-``isrwatch/schema/telemetry-v{1,2,3,4}.schema.json``; docs/telemetry.md explains them.
+One record (a Kafka record, or one line of the embedded spool) holds many observations of one
+cluster, JSON encoded: version 4 (observations as columns, with ``gone`` and, optional,
+``cluster_id`` and ``endpoints``, by which the job knows which watched cluster carries its own
+telemetry: ``streaming.identity``) is what isrwatch writes; versions 1 to 3 are still read. The
+dataclasses here (``TelemetryRecord``, ``Observation``, ...) state the format; ``encode_record``
+and ``decode_record`` write and read it, ``SPARK_SCHEMA_DDL`` is the shape the job parses with.
+The JSON Schemas are ``isrwatch/schema/telemetry-v{1,2,3,4}.schema.json``; docs/telemetry.md
+explains every field and version, with an example of each layout.
 """
 
 from __future__ import annotations

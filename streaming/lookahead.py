@@ -1,39 +1,13 @@
 """Between micro-batches, the clock runs on: a follower's Nearing at the moment it crosses.
 
-The broker's rule needs no new evidence to drop a follower: the leader compares
-``now - lastCaughtUpTimeMs`` with ``replica.lag.time.max.ms`` on its own clock, which
-never stops. The job's clock is its telemetry, and telemetry reaches it a micro-batch
-late (a collector round, the wait for the running batch, the batch itself: 2-5 s
-measured, docs/validation.md). So a follower whose newest status shows it behind
-crosses ``nearing_ratio`` at ``lcu + nearing_ratio * lag`` whether or not a batch
-has shown it yet.
-
-``Lookahead`` keeps, for each follower that is behind and ok, the time it will cross,
-and once that time has come on the job's wall clock says the replica is nearing then
-(``carry``: its newest status carried forward to the crossing, nothing else changed).
-What it may infer is bounded, so that no evidence is never read as bad evidence:
-
-* at most ``horizon`` past the replica's own newest status (default a quarter of its
-  ``replica.lag.time.max.ms``): a collector that stops, a leader that stops answering
-  (the replica's status is the last time its leader answered) or a job that falls
-  behind carries no replica further than that. A follower whose newest status is
-  *stalled* (its broker silent for ``--stall-after-ms`` while its leader answers and
-  moves on) is carried from anywhere before its crossing (half its lag): that status is
-  evidence that it fetches nothing, the telemetry to come would show the same until the
-  broker answers again, and the wider bound covers the micro-batches that bring it
-  (measured: a stalled follower's Nearing 1.4-1.8 s after its crossing with the quarter);
-* only while its cluster's telemetry is current (the newest telemetry within
-  ``live_ms`` of the wall clock): a backlog, a replay of old telemetry or a collector
-  whose clock is well behind the job's carries nothing;
-* only Nearing, only for a follower in the ISR that is behind (a caught-up follower
-  crosses ``horizon`` after its newest status at the earliest, and the default
-  horizon is below every threshold); the other states and alerts come from evidence.
-
-A replica carried to Nearing stays there while its telemetry agrees: each new status
-that still shows it behind, in the ISR and due to cross within the horizon of its own
-time is carried to its crossing (telemetry arriving late can move the last catch-up a
-collector round on; the alert holds rather than resolving and starting again). A status
-that shows it caught up, or at Nearing or beyond from telemetry alone, replaces it.
+``Lookahead`` keeps, for each follower that is behind and ok, the time it will cross
+``nearing_ratio`` (``lcu + nearing_ratio * lag``), and once that time has come on the job's
+wall clock says the replica is nearing then (``carry``: its newest status carried forward to
+the crossing, nothing else changed). What it infers is bounded: at most ``horizon`` past the
+replica's newest status (``--lookahead-ms``, else ``HORIZON_SHARE`` of its lag, or
+``STALLED_HORIZON_SHARE`` for a stalled follower), only while its cluster's telemetry is within ``live_ms`` of the wall clock, only
+Nearing; ``silent_due`` is the crossing of a follower on a broker the job itself sees silent.
+Why, and the bounds in full: docs/streaming.md, "Between batches: the clock runs on".
 """
 
 from __future__ import annotations
