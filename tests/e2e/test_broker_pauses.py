@@ -63,6 +63,8 @@ from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeli
 from tests.e2e.results import Shrinks, check_nearing_lead, replay_telemetry, write_result
 from tests.e2e_observability.running_job import parse_metrics
 
+pytestmark = pytest.mark.validation
+
 DATA_PARTITIONS = 3
 # Longest stretch without a completed micro-batch while a broker is paused: the trigger
 # is 1 s, planning waits --partition-answer-ms (1 s) for a hung leader and a read task

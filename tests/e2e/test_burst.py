@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from isrwatch.alerts import AlertName
 from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import replay_telemetry, write_result
+
+pytestmark = pytest.mark.validation
 
 BURST = 50_000
 MESSAGE_BYTES = 1000

@@ -38,7 +38,7 @@ from tests.e2e.pauses import layout, pause_round
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline
 from tests.e2e.results import check_nearing_lead, write_result
 
-pytestmark = pytest.mark.campaign
+pytestmark = [pytest.mark.campaign, pytest.mark.reliability]
 
 DATA_PARTITIONS = 3
 SKEWED_CLOCK = Path(__file__).resolve().parents[1] / "support" / "skewed_clock.py"

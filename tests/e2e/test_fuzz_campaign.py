@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from isrwatch.alerts import AlertName
@@ -40,6 +41,9 @@ from tests.e2e.kafka_io import ProduceLoad, read_records
 from tests.e2e.pipeline import CLUSTER, TOPIC_PARTITIONS, Pipeline, until
 from tests.e2e.results import write_result
 from tests.e2e.test_poison_records import check_letter
+
+# A campaign: 10,000 fuzzed records on real Kafka, minutes (make reliability).
+pytestmark = [pytest.mark.campaign, pytest.mark.reliability]
 
 SEED_ENV, RECORDS_ENV = "ISRWATCH_FUZZ_SEED", "ISRWATCH_FUZZ_RECORDS"
 BURST = 2_000

@@ -20,10 +20,14 @@ from __future__ import annotations
 import contextlib
 import time
 
+import pytest
+
 from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pauses import layout, pause_round
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline
 from tests.e2e.results import Shrinks, check_nearing_lead, write_result
+
+pytestmark = pytest.mark.validation
 
 DATA_PARTITIONS = 3
 

@@ -35,6 +35,9 @@ from tests.e2e.kafka_io import ProduceLoad, read_topic
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, AlertEvent, Pipeline, until
 from tests.e2e.results import print_figures, repeated_transitions, write_result
 
+# A campaign: the job kill -9'd twenty times, ~9 min (make reliability).
+pytestmark = [pytest.mark.campaign, pytest.mark.reliability]
+
 KILLS = int(os.environ.get("ISRWATCH_KILLS", "20"))
 SEED = int(os.environ.get("ISRWATCH_KILL_SEED", "14"))
 PAUSED = 3

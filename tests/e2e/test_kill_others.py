@@ -49,6 +49,8 @@ from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import Shrinks, print_figures, repeated_transitions, write_result
 from tools.reliability_table import SCRAPE_S
 
+pytestmark = pytest.mark.reliability
+
 KILLS = int(os.environ.get("ISRWATCH_KILLS", "20"))
 SEED = int(os.environ.get("ISRWATCH_KILL_SEED", "14"))
 PAUSED = 3

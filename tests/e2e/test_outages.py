@@ -40,7 +40,8 @@ from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import Shrinks, print_figures, stale_episodes, stale_firing, write_result
 from tests.support.http_recorder import HttpRecorder, Post
 
-pytestmark = pytest.mark.slow
+# A campaign: the telemetry cluster down 2 min, Alertmanager down 5 min.
+pytestmark = [pytest.mark.slow, pytest.mark.campaign, pytest.mark.reliability]
 
 OUTAGE_S = 120.0
 AFTER_S = 40.0

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
 from streaming.origin import QUERY_DIR
@@ -37,6 +38,10 @@ from streaming.outputs import payload_bytes
 from streaming.parse import REASONS, RECORD_REASONS
 from tests.e2e.kafka_io import read_topic
 from tests.e2e.pipeline import TOPIC_PARTITIONS, Pipeline, until
+
+# A campaign (two job starts on real Kafka, 5-8 min): make test keeps poison records on real Kafka
+# through tests/e2e/test_steady_load.py (bad telemetry on the real topic, dead-lettered).
+pytestmark = pytest.mark.campaign
 
 SEED = 14
 

@@ -31,12 +31,16 @@ import urllib.request
 import warnings
 from collections import Counter
 
+import pytest
+
 from exporter.kafka_metadata import first_metadata
 from isrwatch.alerts import AlertName
 from tests.e2e.accounting import drain_and_count
 from tests.e2e.kafka_io import ProduceLoad, read_observations
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import repeated_transitions, write_result
+
+pytestmark = pytest.mark.validation
 
 PAUSED = 3
 # the restarted job's Spark start, checkpoint restore and first batch: a limit for a stuck

@@ -25,6 +25,8 @@ from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import Shrinks, first_event, nearing_row, write_result
 
+pytestmark = pytest.mark.validation
+
 FETCH_MAX_BYTES = 2048
 FETCH_WAIT_MS = 100
 MESSAGE_BYTES = 1000

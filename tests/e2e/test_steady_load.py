@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
 from confluent_kafka import Producer
 
 from tests.e2e.kafka_io import ProduceLoad, read_topic
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import write_result
+
+pytestmark = pytest.mark.validation
 
 STEADY_S = 120
 RATE = 200

@@ -49,7 +49,7 @@ from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeli
 from tests.e2e.results import stale_episodes, stale_firing, write_result
 from tests.simulator.replay import RuleReplay
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.validation]
 
 # Every broker leads two partitions and follows four: twelve follower replicas.
 ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2]] * 2

@@ -38,7 +38,7 @@ from tests.e2e.pipeline import CLUSTER, LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import write_result
 from tests.e2e_observability.running_job import parse_metrics
 
-pytestmark = pytest.mark.campaign
+pytestmark = [pytest.mark.campaign, pytest.mark.reliability]
 
 DATA_PARTITIONS = 3
 EVIDENCE = "isrwatch_lag_time_evidence_total"

@@ -26,7 +26,7 @@ from localkafka import free_port
 from tests.e2e.kafka_io import read_records
 from tests.e2e.results import write_result
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.reliability]
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex[:12]}"
 ISRWATCH = [sys.executable, "-m", "isrwatch", "--log-level", "DEBUG"]

@@ -31,7 +31,7 @@ from tests.streaming.test_restart import _start, write_spool
 
 # In make reliability (and make campaign), not make test: one of its first runs died before the
 # disk was filled, on a state-table file Spark could not find (cause not found yet).
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.campaign]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.campaign, pytest.mark.reliability]
 
 MOUNT_SIZE = "64m"
 

@@ -25,7 +25,7 @@ import pytest
 
 from tests.e2e.results import write_result
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.reliability]
 
 ISRWATCH = str(Path(sys.executable).with_name("isrwatch"))
 
