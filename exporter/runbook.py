@@ -16,7 +16,8 @@ from pathlib import Path
 
 __all__ = ["RUNBOOK_PATH", "anchor", "render_markdown", "runbook_html"]
 
-RUNBOOK_PATH = Path(__file__).resolve().parents[1] / "docs" / "runbook.md"
+# docs/runbook.md, through the package's link to it: package data, so an installed isrwatch has it
+RUNBOOK_PATH = Path(__file__).with_name("runbook.md")
 
 _INLINE = re.compile(r"`([^`]+)`|\*\*(.+?)\*\*|\[([^\]]+)\]\(([^)\s]+)\)")
 
@@ -124,7 +125,7 @@ def render_markdown(text: str, title: str = "isrwatch runbook") -> str:
 
 @lru_cache(maxsize=1)
 def runbook_html() -> bytes | None:
-    """The rendered runbook, or None when ``docs/runbook.md`` is not installed beside the code."""
+    """The rendered runbook, or None when ``runbook.md`` is not installed beside the code."""
     try:
         return render_markdown(RUNBOOK_PATH.read_text(encoding="utf-8")).encode()
     except OSError:

@@ -28,10 +28,7 @@ __all__ = [
     "partition_alerts",
     "crossed_at",
     "stale_alert",
-    "RUNBOOK_BASE",
 ]
-
-RUNBOOK_BASE = "https://github.com/isrwatch/isrwatch/blob/main/docs/runbook.md"
 
 
 class AlertName(str, enum.Enum):  # noqa: UP042 (not StrEnum: str() and format() of a member stay as they are)
@@ -86,18 +83,15 @@ class Alert:
     def key(self) -> AlertKey:
         return (self.name.value, self.labels)
 
-    def to_alertmanager(self) -> dict[str, Any]:
-        """The Alertmanager API v2 ``postableAlert`` object."""
+    def to_alertmanager(self, runbook_base: str | None = None) -> dict[str, Any]:
+        """The Alertmanager API v2 ``postableAlert`` object; its ``runbook_url`` annotation is the
+        alert's section of the runbook at ``runbook_base``, left out without one (no link that
+        leads nowhere)."""
         labels = {"alertname": self.name.value, "severity": SEVERITY[self.name], **dict(self.labels)}
-        body: dict[str, Any] = {
-            "labels": labels,
-            "annotations": {
-                "summary": self.summary,
-                "description": self.description,
-                "runbook_url": f"{RUNBOOK_BASE}#{self.name.value.lower()}",
-            },
-            "startsAt": _iso(self.starts_ms),
-        }
+        annotations = {"summary": self.summary, "description": self.description}
+        if runbook_base:
+            annotations["runbook_url"] = f"{runbook_base.rstrip('/')}#{self.name.value.lower()}"
+        body: dict[str, Any] = {"labels": labels, "annotations": annotations, "startsAt": _iso(self.starts_ms)}
         if self.ends_ms is not None:
             body["endsAt"] = _iso(self.ends_ms)
         if self.generator_url:

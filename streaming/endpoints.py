@@ -53,15 +53,14 @@ def serve_metrics(store: Any, settings: JobSettings, series: SeriesSettings) -> 
         raise ConfigError(f"--metrics-port: cannot serve on {settings.metrics_host}:{port}: {e.strerror}") from None
 
 
-def runbook_base(alerting: AlertingSettings, settings: JobSettings, metrics_port: int | None) -> str:
-    """Where alerts link: ``--runbook-url``, else this job's own ``/runbook`` (served with
-    its /metrics: the link works without a public site), else the project's copy."""
+def runbook_base(alerting: AlertingSettings, settings: JobSettings, metrics_port: int | None) -> str | None:
+    """Where alerts link: ``--runbook-url`` (a wiki, or an exporter's ``/runbook``), else this
+    job's own ``/runbook`` (served with its /metrics: the link works without a public site);
+    None without either, and the alerts carry no runbook link rather than one to nowhere."""
     if alerting.runbook_url:
         return alerting.runbook_url
     if not metrics_port:
-        from isrwatch.alerts import RUNBOOK_BASE
-
-        return RUNBOOK_BASE
+        return None
     host = settings.metrics_host
     if host in ("", "0.0.0.0", "::"):
         host = socket.getfqdn()
@@ -69,7 +68,7 @@ def runbook_base(alerting: AlertingSettings, settings: JobSettings, metrics_port
 
 
 def alert_sinks(
-    settings: JobSettings, alerting: AlertingSettings, producer: Any, runbook: str, checkpoint_dir: str
+    settings: JobSettings, alerting: AlertingSettings, producer: Any, runbook: str | None, checkpoint_dir: str
 ) -> list[Any]:
     """The sinks ``alerting`` asks for; ``producer`` (Kafka mode) writes ``settings``' alerts topic;
     alerts-topic records not yet confirmed and resolutions an Alertmanager has not taken are

@@ -31,7 +31,7 @@ from typing import Any, Protocol, TextIO
 
 import requests
 
-from isrwatch.alerts import RUNBOOK_BASE, Alert, AlertKey, Transition
+from isrwatch.alerts import Alert, AlertKey, Transition
 from isrwatch.logs import kv
 from isrwatch.settings import Secret
 
@@ -52,10 +52,7 @@ def _postable(alert: Alert, generator_url: str = "", runbook_base: str | None = 
     """``Alert.to_alertmanager()`` with the deployment's Grafana and runbook links."""
     if generator_url and not alert.generator_url:
         alert = replace(alert, generator_url=generator_url)
-    body = alert.to_alertmanager()
-    if runbook_base and runbook_base.rstrip("/") != RUNBOOK_BASE:
-        body["annotations"]["runbook_url"] = f"{runbook_base.rstrip('/')}#{alert.name.value.lower()}"
-    return body
+    return alert.to_alertmanager(runbook_base)
 
 
 def alert_event(

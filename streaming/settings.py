@@ -182,6 +182,7 @@ class AlertingSettings:
     grafana_url: str | None = option(None, "Grafana base URL for alerts' generatorURL")
     runbook_url: str | None = option(
         None,
-        "runbook base URL; alerts link to its sections (default: the job's own /runbook, "
-        "http://<metrics host>:<metrics port>/runbook, the host name where it listens on all addresses)",
+        "runbook base URL (a wiki, or an exporter's http://<host>:<port>/runbook); alerts link to its sections "
+        "(default: the job's own /runbook, http://<metrics host>:<metrics port>/runbook, the host name where it "
+        "listens on all addresses; with --metrics-port 0, no runbook link)",
     )

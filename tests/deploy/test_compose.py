@@ -251,6 +251,20 @@ def test_dockerfile() -> None:
     assert not sources & set(ignored)
 
 
+def test_the_image_has_what_package_data_links_to() -> None:
+    """exporter/runbook.md links to docs/runbook.md: ``pip install .`` in the image needs both."""
+    text = DOCKERFILE.read_text()
+    copied = {s for m in re.finditer(r"^COPY\s+(.+?)\s+\S+$", text, re.M) for s in m.group(1).split()}
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    links = [
+        p for package, patterns in data.items() for g in patterns for p in (REPO / package).glob(g) if p.is_symlink()
+    ]
+    assert links, "no package data is a link: this test has nothing left to check"
+    for link in links:
+        target = link.resolve().relative_to(REPO).as_posix()
+        assert target in copied, f"{link.relative_to(REPO)} links to {target}, which the image does not COPY"
+
+
 @pytest.mark.parametrize("name", ["collector", "job", "exporter"])
 def test_core_isrwatch_services_restart(name: str) -> None:
     assert services()[name].get("restart") == "unless-stopped"

@@ -3,6 +3,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
 import requests
 
 from exporter.runbook import anchor, render_markdown, runbook_html
@@ -11,6 +18,8 @@ from exporter.store import StatusStore
 from isrwatch.alerts import AlertName
 from streaming.endpoints import runbook_base
 from streaming.settings import AlertingSettings, JobSettings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_alert_has_its_anchor_in_the_served_page() -> None:
@@ -53,4 +62,30 @@ def test_the_job_links_its_own_runbook_unless_told_otherwise() -> None:
     assert runbook_base(wiki, job, 9743) == "https://wiki.example/isr"
     assert runbook_base(none, JobSettings(metrics_host="::1"), 9744) == "http://[::1]:9744/runbook"
     wide = runbook_base(none, JobSettings(metrics_host="0.0.0.0"), 9744)
-    assert wide.endswith(":9744/runbook") and "0.0.0.0" not in wide
+    assert wide is not None and wide.endswith(":9744/runbook") and "0.0.0.0" not in wide
+
+
+def test_without_its_own_server_the_job_links_only_a_runbook_it_is_given() -> None:
+    job = JobSettings(metrics_port=0)
+    assert runbook_base(AlertingSettings(), job, None) is None  # no link rather than one to nowhere
+    exporter = AlertingSettings(runbook_url="http://exporter:9743/runbook")
+    assert runbook_base(exporter, job, None) == "http://exporter:9743/runbook"
+
+
+def test_an_installed_exporter_serves_the_runbook_from_any_working_directory(tmp_path: Path) -> None:
+    """The exporter as setuptools installs it (its modules and the package data pyproject.toml
+    declares, links followed), imported with the working directory elsewhere: /runbook's page."""
+    source = ROOT / "exporter"
+    installed = tmp_path / "site" / "exporter"
+    installed.mkdir(parents=True)
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for path in [*source.glob("*.py"), *(p for pattern in data.get("exporter", []) for p in source.glob(pattern))]:
+        shutil.copyfile(path, installed / path.relative_to(source))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code = "import exporter.runbook as r; print(r.__file__); print(r.runbook_html() is not None)"
+    env = {**os.environ, "PYTHONPATH": str(installed.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=elsewhere, env=env, capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split() == [str(installed / "runbook.py"), "True"], out.stderr

@@ -51,7 +51,7 @@ def test_out_of_the_isr_before_the_window_starts_when_seen() -> None:
 
 def test_alertmanager_object_has_the_contract_labels_and_annotations() -> None:
     a = replica_alerts(status(9000))[1]
-    body = a.to_alertmanager()
+    body = a.to_alertmanager("http://exporter:9743/runbook/")
     assert body["labels"] == {
         "alertname": "KafkaReplicaIsrShrinkImminent",
         "severity": "critical",
@@ -62,8 +62,14 @@ def test_alertmanager_object_has_the_contract_labels_and_annotations() -> None:
         "leader_id": "1",
     }
     assert set(body["annotations"]) == {"summary", "description", "runbook_url"}
-    assert body["annotations"]["runbook_url"].endswith("#kafkareplicaisrshrinkimminent")
+    assert body["annotations"]["runbook_url"] == "http://exporter:9743/runbook#kafkareplicaisrshrinkimminent"
     assert body["startsAt"].endswith("Z") and "endsAt" not in body
+
+
+def test_without_a_runbook_an_alert_carries_no_runbook_link() -> None:
+    a = replica_alerts(status(9000))[1]
+    assert set(a.to_alertmanager()["annotations"]) == {"summary", "description"}
+    assert set(a.to_alertmanager("")["annotations"]) == {"summary", "description"}
 
 
 def test_book_starts_holds_and_resolves() -> None:

@@ -44,6 +44,7 @@ def test_alert_event_applies_grafana_and_runbook_links() -> None:
     event = alert_event(alert, "firing", generator_url="http://grafana:3000/d/x", runbook_base="https://wiki/isr/")
     assert event["generatorURL"] == "http://grafana:3000/d/x"
     assert event["annotations"]["runbook_url"] == "https://wiki/isr#kafkareplicastalled"
+    assert "runbook_url" not in alert_event(alert, "firing")["annotations"]  # no runbook: no link
     assert alert_id(alert) == (
         'KafkaReplicaStalled{broker_id="2",cluster="prod",leader_id="1",partition="3",topic="orders"}'
     )

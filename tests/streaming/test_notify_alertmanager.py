@@ -53,7 +53,10 @@ def test_alerts_arrive_with_contract_labels_and_resolve(alertmanager: Alertmanag
     cluster = fresh_cluster()
     book = AlertBook()
     sink = AlertmanagerSink(
-        [alertmanager.url], resend_seconds=60, generator_url="http://grafana.example:3000/d/isrwatch"
+        [alertmanager.url],
+        resend_seconds=60,
+        generator_url="http://grafana.example:3000/d/isrwatch",
+        runbook_base="http://127.0.0.1:9744/runbook",  # the job's own, as runbook_base gives it
     )
     try:
         t0 = now_ms()
@@ -67,7 +70,9 @@ def test_alerts_arrive_with_contract_labels_and_resolve(alertmanager: Alertmanag
             assert (a["labels"]["topic"], a["labels"]["partition"], a["labels"]["broker_id"]) == ("orders", "3", "2")
             assert a["labels"]["leader_id"] == "1"
             assert {"summary", "description", "runbook_url"} <= set(a["annotations"])
-            assert a["annotations"]["runbook_url"].endswith("#" + a["labels"]["alertname"].lower())
+            assert (
+                a["annotations"]["runbook_url"] == "http://127.0.0.1:9744/runbook#" + a["labels"]["alertname"].lower()
+            )
             assert a["generatorURL"] == "http://grafana.example:3000/d/isrwatch"
             assert a["status"]["state"] == "active"
         severities = {a["labels"]["alertname"]: a["labels"]["severity"] for a in got}
