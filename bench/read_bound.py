@@ -39,7 +39,7 @@ from bench.machine import print_header
 from bench.throughput import START_MS
 from isrwatch.telemetry import VERSION
 
-__all__ = ["Bound", "Run", "drain", "main", "measure"]
+__all__ = ["Bound", "Run", "bound_rate", "drain", "main", "measure"]
 
 BATCH_OBSERVATIONS = 100_000
 
@@ -98,14 +98,44 @@ class Bound:
         return self.rate("read_parse_aggregate") / self.ceiling if self.ceiling else 0.0
 
 
-def measure(spark: Any, kafka: Any, replicas: int, rounds: int, batch_obs: int = BATCH_OBSERVATIONS) -> Bound:
-    """The three queries (each twice, the second kept) and the ceiling over one fleet's
-    records in the collector's telemetry version, on ``kafka``."""
+def _queries(spark: Any, kafka: Any, topic: str, cap: int, version: int) -> dict[str, Any]:
+    """The three queries over ``topic`` read ``cap`` records a batch, by name: each a function
+    of its checkpoint directory."""
     from pyspark.sql import functions as F
 
     from isrwatch.rule import Rule
     from streaming import parse, state
 
+    def raw(checkpoint: str) -> Any:
+        return bkafka.job_source(spark, kafka, topic, cap, os.path.join(checkpoint, "source"))
+
+    def observations(checkpoint: str) -> Any:
+        # only the version's own branch: a stream read once (each branch would read it again)
+        rows = parse.observations(parse.parse_records(raw(checkpoint)), None, versions=(version,))
+        return parse.good_observations(rows)
+
+    return {
+        "read": lambda c: raw(c).select(F.col("value")),
+        "read_parse": observations,
+        "read_parse_aggregate": lambda c: state.replica_aggregates(observations(c), Rule.KIP16_REFINED),
+    }
+
+
+def bound_rate(spark: Any, kafka: Any, topic: str, cap: int, per_record: int, version: int = VERSION) -> float:
+    """Observations per second of ``read_parse_aggregate`` over ``topic`` (``cap`` records a
+    batch, ``per_record`` observations each), one run on a fresh checkpoint: the bound
+    ``make bench-quick`` sets the job against in the job's own Spark session (``bound_ratio``)."""
+    base = tempfile.mkdtemp(prefix="bench-bound-")
+    try:
+        make = _queries(spark, kafka, topic, cap, version)["read_parse_aggregate"]
+        return drain(make(base), base, "bound").records_per_s * per_record
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def measure(spark: Any, kafka: Any, replicas: int, rounds: int, batch_obs: int = BATCH_OBSERVATIONS) -> Bound:
+    """The three queries (each twice, the second kept) and the ceiling over one fleet's
+    records in the collector's telemetry version, on ``kafka``."""
     fleet = Fleet(replicas)
     records: list[bytes] = []
     for r in range(rounds):
@@ -121,22 +151,8 @@ def measure(spark: Any, kafka: Any, replicas: int, rounds: int, batch_obs: int =
             f"telemetry_version={VERSION} mbytes={size / 1e6:.1f} batch_observations={cap * per}",
             flush=True,
         )
-
-        def raw(checkpoint: str) -> Any:
-            return bkafka.job_source(spark, kafka, topic, cap, os.path.join(checkpoint, "source"))
-
-        def observations(checkpoint: str) -> Any:
-            # only the version's own branch: a stream read once (each branch would read it again)
-            rows = parse.observations(parse.parse_records(raw(checkpoint)), None, versions=(VERSION,))
-            return parse.good_observations(rows)
-
-        queries = {
-            "read": lambda c: raw(c).select(F.col("value")),
-            "read_parse": observations,
-            "read_parse_aggregate": lambda c: state.replica_aggregates(observations(c), Rule.KIP16_REFINED),
-        }
         bound = Bound(per)
-        for name, make in queries.items():
+        for name, make in _queries(spark, kafka, topic, cap, VERSION).items():
             for attempt in (0, 1):  # the first warms the JIT
                 checkpoint = os.path.join(base, f"{name}-{attempt}")
                 bound.runs[name] = drain(make(checkpoint), checkpoint, f"bound_{name}")

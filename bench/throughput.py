@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -70,6 +71,11 @@ class Result:
     # The job's second pass over the same records in the same JVM (``measure(warm_pass=True)``;
     # 0: not run): its rate once the JIT has compiled the job's code, as an always-on job runs.
     warm_e2e: float = 0.0
+    # ``measure(bound_runs=N)``: the job's warm passes and the bound's runs (read + parse + a
+    # plain aggregation of the same records, ``bench.read_bound.bound_rate``), alternated in
+    # the same Spark session; their medians give ``bound_ratio``.
+    warm_runs: list[float] = field(default_factory=list)
+    bound_runs: list[float] = field(default_factory=list)
     batches: list[dict[str, Any]] = field(default_factory=list)
     memory: dict[str, float] = field(default_factory=dict)
     stages: dict[str, float] = field(default_factory=dict)
@@ -89,6 +95,13 @@ class Result:
     @property
     def warm_naive_ratio(self) -> float:
         return self.warm_e2e / self.naive if self.naive else 0.0
+
+    @property
+    def bound_ratio(self) -> float:
+        """The warm job over the bound, each the median of its alternated runs (0: not run)."""
+        if not self.warm_runs or not self.bound_runs:
+            return 0.0
+        return statistics.median(self.warm_runs) / statistics.median(self.bound_runs)
 
 
 class BatchLog(logging.Handler):
@@ -281,6 +294,7 @@ def measure(
     naive: bool = True,
     version: int = VERSION,
     warm_pass: bool = False,
+    bound_runs: int = 0,
 ) -> Result:
     """The job, the ceiling and the naive design on one fleet's records in telemetry
     ``version`` (default: what the collector writes).
@@ -290,7 +304,9 @@ def measure(
     and the ceiling, measured after it, runs warm. ``warm_pass``: run the job a second
     time over the same records (a new checkpoint, so the same batches), before the
     ceiling, and report that rate too (``warm_e2e``): both sides warm, as an always-on
-    job runs. ``e2e`` and its ratios stay the first pass's."""
+    job runs. ``e2e`` and its ratios stay the first pass's. ``bound_runs`` N (with
+    ``warm_pass``): N runs of the bound (``bench.read_bound.bound_rate``, after one to warm
+    it) alternated with N warm passes of the job (``bound_ratio``)."""
     fleet = Fleet(replicas)
     records: list[bytes] = []
     for r in range(rounds):
@@ -322,6 +338,8 @@ def measure(
             flush=True,
         )
         print(f"    batches (s): {_batch_seconds(warm_batches)}", flush=True)
+        if bound_runs:
+            _alternate_with_bound(res, spark, kafka, topic, cap, per, version, bound_runs)
     res.ceiling = run_ceiling(spark, records, cap)
     print(f"  in-memory aggregation ceiling:  {res.ceiling:,.0f} obs/s", flush=True)
     if naive:
@@ -346,6 +364,28 @@ def measure(
             flush=True,
         )
     return res
+
+
+def _alternate_with_bound(
+    res: Result, spark: Any, kafka: Any, topic: str, cap: int, per: int, version: int, runs: int
+) -> None:
+    """The job's warm pass (``res.warm_e2e``, the first), then the bound, the job, the bound...
+    ``runs`` of each: a slower stretch of a noisy machine falls on both alike."""
+    from bench.read_bound import bound_rate
+
+    bound_rate(spark, kafka, topic, cap, per, version)  # its first run in this JVM: not kept
+    res.warm_runs = [res.warm_e2e]
+    for i in range(runs):
+        res.bound_runs.append(bound_rate(spark, kafka, topic, cap, per, version))
+        print(f"  bound (read + parse + aggregate), run {i + 1}: {res.bound_runs[-1]:,.0f} obs/s", flush=True)
+        if len(res.warm_runs) < runs:
+            res.warm_runs.append(run_e2e(spark, kafka, topic, res.observations, cap)[0])
+            print(f"  end to end (warm), run {len(res.warm_runs)}: {res.warm_runs[-1]:,.0f} obs/s", flush=True)
+    print(
+        f"  bound_ratio={res.bound_ratio:.2f} (median warm job {statistics.median(res.warm_runs):,.0f} obs/s over "
+        f"median bound {statistics.median(res.bound_runs):,.0f} obs/s, {runs} alternated runs each)",
+        flush=True,
+    )
 
 
 def _batch_seconds(batches: list[dict[str, Any]]) -> list[float]:

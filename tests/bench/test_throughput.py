@@ -8,6 +8,7 @@ throughput one going."""
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 import pytest
@@ -20,7 +21,15 @@ from bench.throughput import measure
 def test_throughput_reports_the_job_the_ceilings_and_the_naive_design(kafka_cluster: Any, bench_spark: Any) -> None:
     # 500 replicas, 6 rounds: 3,000 observations in batches of 1,000.
     r = measure(
-        bench_spark, kafka_cluster, 500, 6, batch_obs=1000, naive_batch_obs=1000, naive_budget_s=60.0, warm_pass=True
+        bench_spark,
+        kafka_cluster,
+        500,
+        6,
+        batch_obs=1000,
+        naive_batch_obs=1000,
+        naive_budget_s=60.0,
+        warm_pass=True,
+        bound_runs=2,
     )
     assert r.observations == 3000
     for figure in (r.e2e, r.warm_e2e, r.ceiling, r.input, r.naive):
@@ -30,3 +39,7 @@ def test_throughput_reports_the_job_the_ceilings_and_the_naive_design(kafka_clus
     assert r.naive_ratio == pytest.approx(r.e2e / r.naive)
     assert r.warm_ceiling_ratio == pytest.approx(r.warm_e2e / r.ceiling)
     assert r.warm_naive_ratio == pytest.approx(r.warm_e2e / r.naive)
+    # the bound alternated with the warm job in the same session: two runs of each, medians
+    assert len(r.warm_runs) == len(r.bound_runs) == 2 and r.warm_runs[0] == r.warm_e2e
+    assert all(math.isfinite(x) and x > 0 for x in r.warm_runs + r.bound_runs)
+    assert r.bound_ratio == pytest.approx(statistics.median(r.warm_runs) / statistics.median(r.bound_runs))
