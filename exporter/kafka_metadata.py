@@ -37,7 +37,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from isrwatch.clientconfig import kafka_python_config
-from isrwatch.kafkawire import METADATA_MAX_VERSION, metadata_brokers, metadata_partitions, metadata_request
+from isrwatch.kafkawire import (
+    METADATA_MAX_VERSION,
+    metadata_brokers,
+    metadata_partitions,
+    metadata_request,
+    request_version,
+)
 
 __all__ = ["first_metadata", "bootstrap_list"]
 
@@ -151,7 +157,7 @@ def direct_metadata(config: Mapping[str, Any], server: str, timeout_s: float, to
         if not conn.connect_blocking(timeout_s):
             raise ConnectionError(f"{server}: no connection within {timeout_s:g} s")
         versions = conn.get_api_versions() or {}
-        version = min(versions.get(MetadataRequest[0].API_KEY, (0, 0))[1], METADATA_MAX_VERSION)
+        version = request_version(versions, MetadataRequest, METADATA_MAX_VERSION)
         future = conn.send(metadata_request(version, [topic] if topic else None))
         while not future.is_done:
             if time.monotonic() > deadline:

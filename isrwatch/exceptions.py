@@ -1,6 +1,6 @@
 """One exception root for isrwatch."""
 
-__all__ = ["IsrwatchError", "ConfigError", "UnreachableError"]
+__all__ = ["IsrwatchError", "ConfigError", "UnreachableError", "UnsupportedBrokerError"]
 
 
 class IsrwatchError(Exception):
@@ -13,3 +13,7 @@ class ConfigError(IsrwatchError):
 
 class UnreachableError(IsrwatchError):
     """A service isrwatch needs at start-up (Kafka, Alertmanager) cannot be reached."""
+
+
+class UnsupportedBrokerError(IsrwatchError):
+    """A broker speaks no version of a request that isrwatch sends (``isrwatch.kafkawire.request_version``)."""

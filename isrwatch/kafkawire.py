@@ -9,12 +9,14 @@ broker spoke (v0 on Kafka 0.9; Kafka 4 removed v0 of ListOffsets).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.list_offsets import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
+
+from isrwatch.exceptions import UnsupportedBrokerError
 
 __all__ = [
     "LATEST",
@@ -23,6 +25,7 @@ __all__ = [
     "LIST_OFFSETS_MAX_VERSION",
     "PartitionMetadata",
     "kept_replicas",
+    "request_version",
     "metadata_request",
     "metadata_brokers",
     "metadata_partitions",
@@ -75,6 +78,23 @@ def kept_replicas(
     if not set(listed) <= set(before):
         return listed
     return tuple(b for b in before if b in listed or b not in registered)
+
+
+def request_version(versions: Mapping[int, tuple[int, int]], request: Sequence[Any], highest: int) -> int:
+    """The version of ``request`` (kafka-python's classes of one API, one per version) to send
+    a broker: the newest that isrwatch reads (``highest``), kafka-python encodes and the broker
+    speaks. ``versions``: the broker's ApiVersions answer, API key -> (min, max); a broker that
+    cannot answer ApiVersions (Kafka 0.9) says nothing, and speaks version 0.
+    UnsupportedBrokerError naming the request when they share no version (never one below the
+    broker's minimum: Kafka 4 removed ListOffsets v0)."""
+    name = request[0].__name__.removesuffix("_v0")
+    low, high = versions.get(request[0].API_KEY, (0, 0))
+    top = min(high, highest, len(request) - 1)
+    if top < low:
+        raise UnsupportedBrokerError(
+            f"{name}: the broker speaks versions {low} to {high}, isrwatch up to {min(highest, len(request) - 1)}"
+        )
+    return top
 
 
 def metadata_request(version: int, topics: list[str] | None = None) -> Any:

@@ -41,6 +41,7 @@ from isrwatch.kafkawire import (
     metadata_brokers,
     metadata_partitions,
     metadata_request,
+    request_version,
 )
 from isrwatch.logs import kv
 
@@ -130,25 +131,19 @@ class _BrokerLine:
         return [f.value for f in futures]
 
 
-def _version(versions: Versions, api_key: int, highest: int) -> int:
-    """The newest version of a request both sides speak (0 when the broker did not say)."""
-    low, high = versions.get(api_key, (0, 0))
-    return max(low, min(high, highest))
-
-
 def _metadata_question(versions: Versions) -> list[Any]:
     """Every topic's metadata: naming a topic would create it on a broker of a version
     before 1.0 (Metadata v4) with ``auto.create.topics.enable``, Kafka's default."""
     from kafka.protocol.metadata import MetadataRequest
 
-    return [metadata_request(_version(versions, MetadataRequest[0].API_KEY, METADATA_MAX_VERSION))]
+    return [metadata_request(request_version(versions, MetadataRequest, METADATA_MAX_VERSION))]
 
 
 def _offsets_question(parts: list[tuple[str, int]]) -> Callable[[Versions], list[Any]]:
     from kafka.protocol.list_offsets import ListOffsetsRequest
 
     def requests(versions: Versions) -> list[Any]:
-        version = _version(versions, ListOffsetsRequest[0].API_KEY, LIST_OFFSETS_MAX_VERSION)
+        version = request_version(versions, ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION)
         return [list_offsets_request(version, _CLIENT, parts, at) for at in (EARLIEST, LATEST)]
 
     return requests

@@ -6,16 +6,21 @@ real-Kafka tests cover v0 on the wire)."""
 from __future__ import annotations
 
 import pytest
+from kafka.protocol.broker_api_versions import BROKER_API_VERSIONS
 from kafka.protocol.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import MetadataRequest
 
+from isrwatch.exceptions import UnsupportedBrokerError
 from isrwatch.kafkawire import (
     EARLIEST,
     LATEST,
+    LIST_OFFSETS_MAX_VERSION,
+    METADATA_MAX_VERSION,
     kept_replicas,
     list_offsets_answers,
     list_offsets_request,
     metadata_request,
+    request_version,
 )
 
 
@@ -88,3 +93,33 @@ def test_replicas_of_unregistered_brokers_are_kept_while_the_answer_says_some_ar
 
 def test_nothing_is_kept_for_a_partition_seen_for_the_first_time():
     assert kept_replicas(None, (1, 3), 9, {1, 3}) == (1, 3)
+
+
+# -- the version of each request isrwatch sends, for every broker kafka-python knows ------------
+
+_BROKERS = sorted(BROKER_API_VERSIONS)
+_REQUESTS = [
+    ("Metadata", MetadataRequest, METADATA_MAX_VERSION),
+    ("ListOffsets", ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION),
+]
+
+
+@pytest.mark.parametrize("broker", _BROKERS, ids=lambda v: ".".join(map(str, v)))
+@pytest.mark.parametrize(("name", "request_class", "highest"), _REQUESTS, ids=[r[0] for r in _REQUESTS])
+def test_every_request_is_sent_in_a_version_the_broker_speaks(broker, name, request_class, highest) -> None:
+    """Issue 55: every broker version kafka-python records (0.8 to 4.0), each request isrwatch
+    sends over its own connections: the version chosen is inside the broker's range (never below
+    its minimum: 4.0 removed ListOffsets v0), the newest isrwatch reads, and one kafka-python encodes."""
+    ranges = BROKER_API_VERSIONS[broker]
+    low, high = ranges[request_class[0].API_KEY]
+    version = request_version(ranges, request_class, highest)
+    assert low <= version <= high
+    assert version == min(high, highest)
+    request_class[version]  # kafka-python has the class (the encoding) of that version
+
+
+def test_a_broker_that_cannot_answer_api_versions_gets_version_0_and_one_beyond_isrwatch_is_refused() -> None:
+    assert request_version({}, ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION) == 0  # Kafka 0.9
+    assert request_version(BROKER_API_VERSIONS[(4, 0)], ListOffsetsRequest, 5) == 5
+    with pytest.raises(UnsupportedBrokerError, match="ListOffsetsRequest: the broker speaks versions 6 to 9"):
+        request_version({ListOffsetsRequest[0].API_KEY: (6, 9)}, ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION)
