@@ -14,6 +14,7 @@ makes a test ``integration``; ``make test-unit`` runs the others. The long tests
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -51,6 +52,48 @@ def kafka_cluster() -> Iterator[Any]:
 
     with LocalKafka(brokers=3, broker_settings=SHARED_BROKER_SETTINGS) as cluster:
         yield cluster
+
+
+@pytest.fixture(autouse=True)
+def _shared_cluster_left_in_sync(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test on the shared ``kafka_cluster`` leaves it as it found it, so that no fault of one
+    test reaches the next: every broker resumed and running, every partition led and its ISR
+    back to all its replicas. (A test with a cluster of its own needs nothing: it is closed.)"""
+    cluster = request.getfixturevalue("kafka_cluster") if "kafka_cluster" in request.fixturenames else None
+    yield
+    if cluster is not None:
+        restore_in_sync(cluster)
+
+
+def restore_in_sync(cluster: Any, timeout_s: float = 120.0) -> None:
+    """Resume every broker (SIGCONT: nothing for a running one), start a stopped one, and wait
+    until every partition of every topic has a leader and all its replicas in its ISR."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    for b in cluster.broker_ids:
+        if cluster.running(b):
+            cluster.resume(b)
+        else:
+            cluster.start_broker(b)
+    admin = AdminClient(cluster.client_config())
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            topics = admin.list_topics(timeout=10).topics
+            behind = [
+                f"{t}-{p} isr={part.isrs} replicas={part.replicas} leader={part.leader}"
+                for t, meta in topics.items()
+                for p, part in meta.partitions.items()
+                if part.leader < 0 or set(part.isrs) != set(part.replicas)
+            ]
+        except KafkaException as e:  # a broker just started may not answer metadata yet
+            behind = [f"metadata: {e}"]
+        if not behind:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the shared cluster not back in sync after {timeout_s:g} s: {behind[:5]}")
+        time.sleep(0.5)
 
 
 @pytest.fixture
