@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
-from types import FrameType
 
 from collector.jmx import JmxConnection
 from collector.jmxprobe import JmxProbe
@@ -17,6 +14,7 @@ from collector.tracker import ReplicaTracker
 from isrwatch.clientconfig import kafka_python_config, librdkafka_config
 from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
+from isrwatch.signals import StopSignals
 
 __all__ = ["main", "Collector"]
 
@@ -159,30 +157,25 @@ def jmx_connections(settings: CollectSettings) -> list[JmxConnection]:
 
 
 def main(settings: CollectSettings) -> int:
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    collector = Collector(settings)
-    snap: Snapshot | None = collector.start()
-    ends = None if settings.duration is None else time.monotonic() + settings.duration
-    try:
-        next_round = time.monotonic()
-        while not stop.is_set() and (ends is None or time.monotonic() < ends):
-            collector.run_round(snap)
-            snap = None
-            next_round += settings.interval
-            delay = next_round - time.monotonic()
-            if delay < 0:
-                next_round = time.monotonic()  # the round overran: start the next now, do not pile up
-                delay = 0
-            if stop.wait(delay):
-                break
-            snap = collector.probe.snapshot()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        collector.close()
+    with StopSignals(name="collector") as stop:
+        collector = Collector(settings)
+        snap: Snapshot | None = collector.start()
+        ends = None if settings.duration is None else time.monotonic() + settings.duration
+        try:
+            next_round = time.monotonic()
+            while not stop.is_set() and (ends is None or time.monotonic() < ends):
+                collector.run_round(snap)
+                snap = None
+                next_round += settings.interval
+                delay = next_round - time.monotonic()
+                if delay < 0:
+                    next_round = time.monotonic()  # the round overran: start the next now, do not pile up
+                    delay = 0
+                if stop.wait(delay):
+                    break
+                snap = collector.probe.snapshot()
+        except KeyboardInterrupt:  # a second Ctrl-C: stop now
+            pass
+        finally:
+            collector.close()
     return 0

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
-from types import FrameType
 
 from exporter.consumer import StateTopicConsumer
 from exporter.server import MetricsServer, serve
@@ -14,6 +12,7 @@ from exporter.store import StatusStore
 from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
+from isrwatch.signals import StopSignals
 
 __all__ = ["Exporter", "main"]
 
@@ -85,13 +84,6 @@ class Exporter:
 
 def main(settings: ExporterSettings) -> int:
     exporter = Exporter(settings)
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info(kv(event="exporter_stopping", signal=signal.Signals(signum).name))
-        exporter.stop()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    with exporter:
+    with StopSignals(lambda signum: exporter.stop(), name="exporter"), exporter:
         exporter.wait()
     return 0

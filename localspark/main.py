@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
-from types import FrameType
 
+from isrwatch.signals import StopSignals
 from localspark.cluster import LocalSpark
 from localspark.settings import LocalSparkSettings
 
@@ -14,34 +12,29 @@ __all__ = ["main"]
 
 
 def main(settings: LocalSparkSettings) -> int:
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    cluster = LocalSpark(
-        workers=settings.workers,
-        cores_per_worker=settings.cores_per_worker,
-        worker_memory_mb=settings.worker_memory_mb,
-        data_dir=settings.data_dir,
-    )
-    print(f"starting a Spark master and {settings.workers} worker(s) on loopback ...", flush=True)
-    with cluster:
-        print(
-            f"Spark is up: master {cluster.master_url}, {len(cluster.alive_workers())} worker(s) "
-            f"of {settings.cores_per_worker} core(s) each\n"
-            f"  master UI:   {cluster.master_ui}\n"
-            f"  logs:        {cluster.dir}\n"
-            f"  job:         isrwatch run --spark-master {cluster.master_url} --checkpoint-dir DIR ...\n"
-            "Ctrl-C stops it.",
-            flush=True,
+    with StopSignals(name="local-spark") as stop:
+        cluster = LocalSpark(
+            workers=settings.workers,
+            cores_per_worker=settings.cores_per_worker,
+            worker_memory_mb=settings.worker_memory_mb,
+            data_dir=settings.data_dir,
         )
-        try:
-            while not stop.wait(1.0):
-                if cluster.master is not None and not cluster.master.running:
-                    print(f"the master exited; see {cluster.dir}/master", file=sys.stderr)
-                    return 1
-        except KeyboardInterrupt:
-            pass
-    return 0
+        print(f"starting a Spark master and {settings.workers} worker(s) on loopback ...", flush=True)
+        with cluster:
+            print(
+                f"Spark is up: master {cluster.master_url}, {len(cluster.alive_workers())} worker(s) "
+                f"of {settings.cores_per_worker} core(s) each\n"
+                f"  master UI:   {cluster.master_ui}\n"
+                f"  logs:        {cluster.dir}\n"
+                f"  job:         isrwatch run --spark-master {cluster.master_url} --checkpoint-dir DIR ...\n"
+                "Ctrl-C stops it.",
+                flush=True,
+            )
+            try:
+                while not stop.wait(1.0):
+                    if cluster.master is not None and not cluster.master.running:
+                        print(f"the master exited; see {cluster.dir}/master", file=sys.stderr)
+                        return 1
+            except KeyboardInterrupt:
+                pass
+        return 0

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import errno
 import logging
-import signal
 import threading
 from typing import TYPE_CHECKING, Any
 
 from isrwatch.logs import kv
+from isrwatch.signals import StopSignals
 
 if TYPE_CHECKING:
     from streaming.job import Job
@@ -73,10 +73,11 @@ def _process_available(q: Any, name: str) -> None:
         log.debug("drain_failed query=%s", name, exc_info=True)  # no call into the JVM here
 
 
-def install_signals(job: Job) -> dict[int, Any]:
+def install_signals(job: Job) -> StopSignals:
     """SIGTERM and Ctrl-C (SIGINT) ask the job to stop, through the same clean-up as
-    ``--duration``; a second Ctrl-C gives up waiting (KeyboardInterrupt, exit 130).
-    Returns the handlers it replaced, for ``restore_signals`` (none off the main thread).
+    ``--duration`` (``isrwatch.signals.StopSignals`` on the job's ``stop_event``); a second
+    Ctrl-C gives up waiting (KeyboardInterrupt, exit 130). Returns it, for ``restore_signals``
+    (nothing installed off the main thread).
 
     Installed before Spark starts and again once it has: PySpark installs its own
     SIGINT handler, which cancels Spark's jobs and raises KeyboardInterrupt inside
@@ -84,27 +85,18 @@ def install_signals(job: Job) -> dict[int, Any]:
     A signal sent to the whole process group (a terminal's Ctrl-C, systemd) ends the
     JVM too: what the dying JVM makes Py4J and PySpark print (``_quiet_the_bridge``) is
     left out."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
 
-    def on_signal(signum: int, frame: Any) -> None:
-        if signum == signal.SIGINT and job.stop_event.is_set():
-            raise KeyboardInterrupt
-        if not job.stop_event.is_set():
-            job.signalled = signum
-            log.info("stopping %s", kv(signal=signal.Signals(signum).name))
-            _quiet_the_bridge()
-        job.stop_event.set()
+    def on_stop(signum: int) -> None:
+        job.signalled = signum
+        _quiet_the_bridge()
 
-    return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    return StopSignals(on_stop, name="job", event=job.stop_event).install()
 
 
-def restore_signals(previous: dict[int, Any]) -> None:
+def restore_signals(signals: StopSignals) -> None:
     """Put back the handlers ``install_signals`` replaced: a process that embeds the job
     (a test run, a service) has its own Ctrl-C again once the job has closed."""
-    if threading.current_thread() is threading.main_thread():
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+    signals.restore()
 
 
 def _quiet_the_bridge() -> None:
