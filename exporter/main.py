@@ -9,6 +9,7 @@ from exporter.consumer import StateTopicConsumer
 from exporter.server import MetricsServer, serve
 from exporter.settings import ExporterSettings
 from exporter.store import StatusStore
+from exporter.webconfig import load_web_config
 from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
@@ -41,6 +42,7 @@ class Exporter:
 
     def start(self) -> Exporter:
         s = self.settings
+        web_config = load_web_config(s.web_config_file) if s.web_config_file else None
         self.consumer.connect(s.startup_timeout)
         try:
             self.server = serve(
@@ -52,6 +54,7 @@ class Exporter:
                 replica_series_top=s.series.replica_series_top,
                 partition_series=s.series.partition_series,
                 process_metrics=True,
+                web_config=web_config,
             )
         except OSError as e:
             self.consumer.close()

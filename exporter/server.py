@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from exporter.exposition import CONTENT_TYPE, render
 from exporter.families import MetricsView, StoreCollector
 from exporter.runbook import runbook_html
 from exporter.store import StatusStore
+from exporter.webconfig import WebConfig
 from isrwatch.logs import kv
 
 __all__ = ["MetricsServer", "serve", "registry_for", "metrics_app"]
@@ -99,8 +101,25 @@ class _ThreadingWSGIServerV6(ThreadingWSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = 30  # a client that connects and says nothing (or no TLS handshake) gives up its thread
+
+    def setup(self) -> None:
+        super().setup()
+        if isinstance(self.request, ssl.SSLSocket):  # the handshake on the request's thread, not the accept loop
+            self.request.do_handshake()
+
     def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
         pass
+
+
+def _quiet_errors(httpd: WSGIServer) -> None:
+    """A failed TLS handshake (plain HTTP to an HTTPS port) or a dropped connection is the
+    client's problem: logged at DEBUG, not a traceback on stderr."""
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        log.debug(kv(event="metrics_request_failed", client=client_address[0]), exc_info=True)
+
+    httpd.handle_error = handle_error  # type: ignore[method-assign]
 
 
 @dataclass
@@ -111,11 +130,12 @@ class MetricsServer:
     port: int
     _httpd: WSGIServer
     _thread: threading.Thread
+    scheme: str = "http"
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
+        return f"{self.scheme}://{host}:{self.port}/metrics"
 
     def close(self) -> None:
         self._httpd.shutdown()
@@ -140,17 +160,25 @@ def serve(
     replica_series_top: int = 0,
     partition_series: str = "all",
     process_metrics: bool = False,
+    web_config: WebConfig | None = None,
 ) -> MetricsServer:
-    """Serve ``store`` on ``http://host:port/metrics`` from a daemon thread;
-    port 0 picks a free port (read it back from ``.port``). OSError if the
-    address cannot be bound."""
+    """Serve ``store`` on ``http://host:port/metrics`` from a daemon thread, or as
+    ``web_config`` says (HTTPS, basic auth: ``exporter.webconfig``); port 0 picks a free
+    port (read it back from ``.port``). OSError if the address cannot be bound."""
     view = MetricsView(default_min_isr, replica_series, replica_series_top, partition_series)
     extra = None
     if process_metrics:
         extra = CollectorRegistry(auto_describe=False)
         _add_process_collectors(extra)
     server_class = _ThreadingWSGIServerV6 if ":" in host else ThreadingWSGIServer
-    httpd = make_server(host, port, metrics_app(store, view, extra), server_class, handler_class=_QuietHandler)
+    app = metrics_app(store, view, extra)
+    if web_config is not None:
+        app = web_config.wrap(app)
+    httpd = make_server(host, port, app, server_class, handler_class=_QuietHandler)
+    _quiet_errors(httpd)
+    context = web_config.ssl_context if web_config is not None else None
+    if context is not None:
+        httpd.socket = context.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
     thread = threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True)
     thread.start()
     bound = httpd.server_address[1]
@@ -161,6 +189,8 @@ def serve(
             port=bound,
             replica_series=replica_series,
             partition_series=partition_series,
+            tls="on" if context is not None else "off",
+            basic_auth="on" if web_config is not None and web_config.users else "off",
         )
     )
-    return MetricsServer(host, int(bound), httpd, thread)
+    return MetricsServer(host, int(bound), httpd, thread, "https" if context is not None else "http")

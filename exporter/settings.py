@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.webconfig import web_config_problem
 from isrwatch.settings import group, not_negative, option, positive, topic_name
 
 __all__ = ["ExporterSettings", "SeriesSettings", "REPLICA_SERIES", "PARTITION_SERIES"]
@@ -39,6 +40,13 @@ class ExporterSettings:
     state_topic: str = option("isr.replica-state", "replica state topic", check=topic_name)
     host: str = option("0.0.0.0", "address to serve /metrics on")
     port: int = option(9743, "port to serve /metrics on (0: pick a free one)")
+    web_config_file: str | None = option(
+        None,
+        "TLS and basic auth for /metrics and /runbook: a Prometheus exporter-toolkit web configuration file "
+        "(tls_server_config, basic_auth_users with bcrypt hashes; docs/deploy.md)",
+        check=web_config_problem,
+        metavar="FILE",
+    )
     startup_timeout: float = option(
         15.0, "seconds to reach Kafka at start-up before giving up", check=positive, metavar="SECONDS"
     )

@@ -37,8 +37,10 @@ def serve_metrics(store: Any, settings: JobSettings, series: SeriesSettings) -> 
     """The job's own /metrics (its current state, whichever broker stalls), with the
     exporter's cardinality controls (``series``); a port that cannot be bound is a ConfigError."""
     from exporter.server import serve
+    from exporter.webconfig import load_web_config
 
     port = metrics_port(settings)
+    web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
     try:
         return serve(
             store,
@@ -48,6 +50,7 @@ def serve_metrics(store: Any, settings: JobSettings, series: SeriesSettings) -> 
             replica_series=series.replica_series,
             replica_series_top=series.replica_series_top,
             partition_series=series.partition_series,
+            web_config=web_config,
         )
     except OSError as e:
         raise ConfigError(f"--metrics-port: cannot serve on {settings.metrics_host}:{port}: {e.strerror}") from None
@@ -64,7 +67,16 @@ def runbook_base(alerting: AlertingSettings, settings: JobSettings, metrics_port
     host = settings.metrics_host
     if host in ("", "0.0.0.0", "::"):
         host = socket.getfqdn()
-    return f"http://{f'[{host}]' if ':' in host else host}:{metrics_port}/runbook"
+    scheme = "https" if _serves_tls(settings) else "http"
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{metrics_port}/runbook"
+
+
+def _serves_tls(settings: JobSettings) -> bool:
+    if not settings.web_config_file:
+        return False
+    from exporter.webconfig import load_web_config
+
+    return load_web_config(settings.web_config_file).ssl_context is not None
 
 
 def alert_sinks(

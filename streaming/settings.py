@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.webconfig import web_config_problem
 from isrwatch.clientconfig import kafka_config_problem
 from isrwatch.rule import Rule
 from isrwatch.settings import Secret, not_negative, option, positive, topic_name
@@ -157,6 +158,13 @@ class JobSettings:
         "port of the job's own /metrics (default 9743 on the embedded default, 9744 with --bootstrap-servers "
         "so isrwatch exporter can keep 9743; 0: off)",
         metavar="PORT",
+    )
+    web_config_file: str | None = option(
+        None,
+        "TLS and basic auth for the job's /metrics and /runbook: a Prometheus exporter-toolkit web configuration "
+        "file (tls_server_config, basic_auth_users with bcrypt hashes; docs/deploy.md)",
+        check=web_config_problem,
+        metavar="FILE",
     )
 
     def validate(self) -> str | None:
