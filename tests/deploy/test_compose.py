@@ -120,16 +120,36 @@ def test_referenced_files_exist() -> None:
                 assert source in (compose().get("volumes") or {}), f"{name}: undeclared volume {source}"
 
 
+def _on_the_host(name: str, argv: list[str]) -> list[str]:
+    """``argv`` with each path the service mounts from the repository (``./x:/in/container``)
+    replaced by the repository's file, so the checks read what the container would."""
+    mounts = {}
+    for volume in services()[name].get("volumes", []):
+        if isinstance(volume, str) and volume.startswith("."):
+            source, target = volume.split(":")[:2]
+            mounts[target] = str(REPO / source)
+    return [mounts.get(a, a) for a in argv]
+
+
 def test_isrwatch_commands_are_valid() -> None:
     commands = isrwatch_services()
     assert {argv[0] for argv in commands.values()} >= {"collect", "run", "exporter"}
     for name, argv in commands.items():
-        args = _parse(argv)
+        args = _parse(_on_the_host(name, argv))
         _, settings_path, _ = COMMANDS[args.command]
         module, _, cls_name = settings_path.partition(":")
         cls = getattr(__import__(module, fromlist=[cls_name]), cls_name)
         env = {k: str(v) for k, v in (services()[name].get("environment") or {}).items()}
         load(cls, args, env=env)  # runs every check and validate(): ConfigError fails the test
+
+
+def test_the_job_and_the_exporter_serve_as_the_mounted_web_config_says() -> None:
+    commands = isrwatch_services()
+    for name in ("job", "exporter"):
+        path = _flag(commands[name], "--web-config-file")
+        assert path, f"{name}: no --web-config-file"
+        mounted = _on_the_host(name, [path])[0]
+        assert mounted != path and mounted.endswith("deploy/web-config.yml"), f"{name}: {path} is not mounted"
 
 
 def test_a_bad_command_would_be_caught() -> None:
