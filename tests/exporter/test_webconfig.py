@@ -3,6 +3,7 @@ the server behind it speaking HTTPS only, with basic auth."""
 
 from __future__ import annotations
 
+import subprocess
 from base64 import b64encode
 from pathlib import Path
 
@@ -107,3 +108,42 @@ def test_the_job_links_its_runbook_over_https_when_it_serves_tls(secured: Path, 
     users_only = web_config(tmp_path, tls=False)
     plain = JobSettings(web_config_file=str(users_only))
     assert runbook_base(AlertingSettings(), plain, 9744) == "http://127.0.0.1:9744/runbook"
+
+
+def _signed_client(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA, and a client certificate and key it signed (openssl CLI)."""
+    ca_cert, ca_key = directory / "ca.crt", directory / "ca.key"
+    key, csr, cert = directory / "client.key", directory / "client.csr", directory / "client.crt"
+
+    def run(*argv: str) -> None:
+        subprocess.run(["openssl", *argv], check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+        "-keyout", str(ca_key), "-out", str(ca_cert))  # fmt: skip
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=prometheus", "-keyout", str(key), "-out", str(csr))
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key), "-CAcreateserial",
+        "-days", "1", "-out", str(cert))  # fmt: skip
+    return ca_cert, cert, key
+
+
+def test_a_client_ca_requires_a_certificate_it_signed(tmp_path: Path) -> None:
+    config = web_config(tmp_path, users=False)
+    ca_cert, client_cert, client_key = _signed_client(tmp_path)
+    config.write_text(config.read_text() + "  client_ca_file: ca.crt\n")  # client_auth_type defaults to require
+    web = load_web_config(str(config))
+    server_cert = str(tmp_path / "server.crt")
+    with serve(StatusStore(), "127.0.0.1", 0, web_config=web) as server:
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(server.url, verify=server_cert, timeout=5)
+        ok = requests.get(server.url, verify=server_cert, cert=(str(client_cert), str(client_key)), timeout=5)
+        assert ok.status_code == 200
+
+
+def test_a_verifying_client_auth_type_without_a_ca_is_refused(tmp_path: Path) -> None:
+    config = web_config(tmp_path, users=False)
+    config.write_text(config.read_text() + "  client_auth_type: RequireAnyClientCert\n")
+    with pytest.raises(ConfigError, match="client_auth_type: 'RequireAnyClientCert' is not one of"):
+        load_web_config(str(config))
+    config.write_text(config.read_text().replace("RequireAnyClientCert", "RequireAndVerifyClientCert"))
+    with pytest.raises(ConfigError, match="needs client_ca_file"):
+        load_web_config(str(config))
