@@ -22,6 +22,7 @@ __all__ = [
     "DASHBOARDS",
     "RULES_FILE",
     "RULE_RUNBOOK_URL",
+    "FLAPPING",
     "CONTRACT_METRICS",
     "PIPELINE_METRICS",
     "PanelQuery",
@@ -41,6 +42,9 @@ DASHBOARDS = DEPLOY / "grafana" / "dashboards"
 RULES_FILE = DEPLOY / "prometheus" / "rules" / "isrwatch-alerts.yml"
 # Every alert rule's runbook_url before its "#anchor": the URL of the recording rule isrwatch:runbook_url.
 RULE_RUNBOOK_URL = '{{ with query "isrwatch:runbook_url" }}{{ (index . 0).Labels.url }}{{ end }}'
+# A rule-only alert (the job does not send it): a follower that left the ISR and came back, read
+# from isrwatch_replica_out_of_sync_episodes_total (docs/alerts.md).
+FLAPPING = "KafkaReplicaFlapping"
 
 # DESIGN.md "Contracts" (counters as exposed, with _total).
 CONTRACT_METRICS = frozenset(
@@ -52,6 +56,7 @@ CONTRACT_METRICS = frozenset(
         "isrwatch_replica_state",
         "isrwatch_replica_in_isr",
         "isrwatch_replica_lag_time_max_seconds",
+        "isrwatch_replica_out_of_sync_episodes_total",
         "isrwatch_partition_isr_size",
         "isrwatch_partition_predicted_isr_size",
         "isrwatch_partition_min_isr_headroom",

@@ -18,6 +18,7 @@ from isrwatch.outcomes import PREDICTIONS_MISSING
 from localservices import binary, prometheus
 from tests.deploy.panels import (
     DEPLOY,
+    FLAPPING,
     RULE_RUNBOOK_URL,
     RULES_FILE,
     known_metric_names,
@@ -87,8 +88,63 @@ def test_rule_tests_can_fail(tmp_path: Path) -> None:
 
 
 def test_alert_names_are_the_contract() -> None:
-    """The job's alerts, and the one that watches the job's predictions against the brokers' shrinks."""
-    assert set(alert_rules()) == {a.value for a in AlertName} | {PREDICTIONS_MISSING}
+    """The job's alerts, the one that watches the job's predictions against the brokers' shrinks,
+    and the one that reads the job's out-of-sync episodes."""
+    assert set(alert_rules()) == {a.value for a in AlertName} | {PREDICTIONS_MISSING, FLAPPING}
+
+
+def test_flapping_is_per_follower_from_the_episode_counter() -> None:
+    """KafkaReplicaFlapping: a warning per follower (no leader_id: the counter has none, a leader
+    change does not reset it), from the episode counter through the windowed recording rules."""
+    rule = alert_rules()[FLAPPING]
+    assert rule["labels"] == {"severity": "warning"}
+    assert rule["annotations"]["runbook_url"] == RULE_RUNBOOK_URL + "#" + FLAPPING.lower()
+    assert set(rule["annotations"]) == {"summary", "description", "runbook_url"}
+    expr = " ".join(rule["expr"].split())
+    assert "isrwatch:replica_out_of_sync_episodes:increase1h >= 2" in expr
+    assert "isrwatch:replica_out_of_sync_episodes:increase10m >= 1" in expr
+    groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
+    recorded = {r["record"]: " ".join(r["expr"].split()) for g in groups for r in g["rules"] if "record" in r}
+    for window in ("10m", "1h"):
+        record = recorded[f"isrwatch:replica_out_of_sync_episodes:increase{window}"]
+        assert f"increase(isrwatch_replica_out_of_sync_episodes_total[{window}])" in record
+        assert "max by (cluster, topic, partition, broker_id)" in record and "leader_id" not in record
+
+
+# Each guard of the flapping rule, broken: its promtool test must notice.
+FLAPPING_BREAKS = {
+    "no alert": ("alert: KafkaReplicaFlapping", "alert: KafkaReplicaFlappingNot"),
+    "fires while still out": ('state=~"out_of_sync|stalled"', 'state="none"'),
+    "once an hour is repeated": (
+        "isrwatch:replica_out_of_sync_episodes:increase1h >= 2",
+        "isrwatch:replica_out_of_sync_episodes:increase1h >= 1",
+    ),
+    "a counter born is not counted": (
+        "offset 10m)\n            and on (cluster)",
+        "offset 10m) and on () vector(0) == 1\n            and on (cluster)",
+    ),
+    "a target back from a gap is a birth": ("(min_over_time(up[15m]) == 1)", "(min_over_time(up[15m]) >= 0)"),
+    "a counter born before watching is a birth": (
+        "(isrwatch_telemetry_last_timestamp_seconds offset 10m)",
+        "(isrwatch_telemetry_last_timestamp_seconds)",
+    ),
+}
+
+
+@needs_promtool
+@pytest.mark.parametrize("change", list(FLAPPING_BREAKS), ids=list(FLAPPING_BREAKS))
+def test_flapping_rule_tests_can_fail(tmp_path: Path, change: str) -> None:
+    old, new = FLAPPING_BREAKS[change]
+    text = RULES_FILE.read_text()
+    assert old in text
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "rules" / RULES_FILE.name).write_text(text.replace(old, new))
+    test = PROM / "tests" / "isrwatch-flapping.test.yml"
+    (tmp_path / "tests" / test.name).write_text(test.read_text())
+    result = promtool("test", "rules", str(tmp_path / "tests" / test.name))
+    assert result.returncode != 0, result.stdout
+    assert "FAILED" in result.stdout + result.stderr, result.stdout + result.stderr
 
 
 def test_predictions_missing_reads_the_one_threshold() -> None:

@@ -9,7 +9,7 @@ import yaml
 
 from isrwatch.alerts import AlertName
 from isrwatch.outcomes import PREDICTIONS_MISSING
-from tests.deploy.panels import REPO, RULE_RUNBOOK_URL, RULES_FILE
+from tests.deploy.panels import FLAPPING, REPO, RULE_RUNBOOK_URL, RULES_FILE
 
 RUNBOOK = REPO / "docs" / "runbook.md"
 
@@ -28,7 +28,7 @@ def sections() -> dict[str, str]:
 
 def test_a_section_per_alert() -> None:
     found = sections()
-    for name in [a.value for a in AlertName] + [PREDICTIONS_MISSING]:
+    for name in [a.value for a in AlertName] + [PREDICTIONS_MISSING, FLAPPING]:
         anchor = name.lower()
         assert anchor in found, f"no section '## {name}' in docs/runbook.md"
         body = found[anchor].lower()
@@ -40,7 +40,7 @@ def test_rule_runbook_urls_point_at_sections() -> None:
     found = sections()
     groups = yaml.safe_load(RULES_FILE.read_text())["groups"]
     urls = [r["annotations"]["runbook_url"] for g in groups for r in g["rules"] if "alert" in r]
-    assert len(urls) == len(AlertName) + 1  # and IsrwatchPredictionsMissing
+    assert len(urls) == len(AlertName) + 2  # and IsrwatchPredictionsMissing, KafkaReplicaFlapping
     for url in urls:
         base, _, anchor = url.rpartition("#")
         assert base == RULE_RUNBOOK_URL  # every rule from the one place
