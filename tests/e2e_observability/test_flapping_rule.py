@@ -8,7 +8,7 @@ The three scenarios run one after another into the job's spool (one writer at a 
 its own cluster, in real time, the stuck follower first: the job (micro-batches of 6-10 s on a
 loaded machine) shows the follower's episode counter at 0 before its episode, as a running job
 does. (A counter first shown with its episode in it, a new cluster's follower out of sync at first
-sight, is not counted by the rule within its first 10 minutes: docs/alerts.md.) About 5 minutes.
+sight, is not counted by the rule within its first 10 minutes: docs/alerts.md.) 3.5-4 minutes.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tests.deploy.panels import FLAPPING
 from tests.e2e_observability.test_prometheus_flow import dropped_followers, job_on_spool, query, simulate
 
 pytestmark = [
-    pytest.mark.campaign,  # three scenarios in real time after Spark's start: about 5 minutes
+    pytest.mark.campaign,  # three scenarios in real time after Spark's start: 3.5-4 minutes
     pytest.mark.services,
     pytest.mark.spark,
     pytest.mark.skipif(binary("prometheus") is None, reason="prometheus not installed (Debian package)"),
