@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVarTuple
 
 from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from exporter.store import StatusStore
     from streaming.checkpoint import DriverCheckpoint
     from streaming.monitor import Monitor
-    from streaming.outputs import KafkaStates
+    from streaming.notify import AlertSink
+    from streaming.outputs import DeadLetterSink, KafkaStates
 
 __all__ = ["Outputs", "rule_config", "make_outputs", "make_monitor", "COLLECTOR_ROUND_MS"]
 
@@ -46,16 +47,21 @@ log = logging.getLogger("streaming.job")  # the job's lines, as its users read t
 # The collector's default round (``isrwatch collect --interval``): the telemetry's granularity.
 COLLECTOR_ROUND_MS = 1_000
 
-# What ``on_close`` takes: what it is (for the log), the call that releases it, its arguments.
-OnClose = Callable[..., None]
+Ts = TypeVarTuple("Ts")
+
+
+class OnClose(Protocol):
+    """``Job._on_close``: what it is (for the log), the call that releases it, its arguments."""
+
+    def __call__(self, what: str, fn: Callable[[*Ts], object], *args: *Ts, jvm: bool = False) -> None: ...
 
 
 class Outputs(NamedTuple):
     """Where a job's results go (``make_outputs``)."""
 
     store: StatusStore
-    deadletters: Any  # streaming.outputs.DeadLetterFile or KafkaDeadLetters
-    sinks: list[Any]  # isrwatch.alerts' sinks: stdout, Alertmanager, the alerts topic
+    deadletters: DeadLetterSink  # a file (the embedded default, spools) or the dead-letter topic
+    sinks: list[AlertSink]  # stdout, Alertmanager, the alerts topic
     states: KafkaStates | None  # the state topic (Kafka mode)
     checkpoint: DriverCheckpoint
     metrics_port: int | None  # the job's own /metrics (None: not served)
@@ -80,7 +86,7 @@ def make_outputs(
     on_close: OnClose,
     series: SeriesSettings,
     alerting: AlertingSettings,
-    sinks: Sequence[Any] | None = None,
+    sinks: Sequence[AlertSink] | None = None,
 ) -> Outputs:
     """The job's outputs; ``sinks`` replaces the alert sinks the settings ask for (tests)."""
     from exporter.store import StatusStore
@@ -110,7 +116,7 @@ def make_outputs(
         on_close("metrics server", server.close)
         port = server.port
     if producer is not None:
-        deadletters: Any = KafkaDeadLetters(producer, settings.deadletter_topic)
+        deadletters: DeadLetterSink = KafkaDeadLetters(producer, settings.deadletter_topic)
     else:
         deadletter_file = settings.deadletter_file or os.path.join(checkpoint_dir, "deadletter.jsonl")
         deadletters = DeadLetterFile(deadletter_file)

@@ -21,9 +21,9 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, TypedDict, TypeVarTuple, Unpack
 
 from isrwatch.exceptions import ConfigError, IsrwatchError
 from isrwatch.logs import kv
@@ -42,12 +42,18 @@ from streaming.stopping import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
     from exporter.settings import SeriesSettings
+    from exporter.store import StatusStore
     from simulator.settings import EmbeddedSimulatorSettings
+    from streaming.handler import BatchHandler
+    from streaming.listener import QueryEvents
+    from streaming.monitor import Monitor
+    from streaming.notify import AlertSink
 
-__all__ = ["run", "Job", "JobHandles", "FUTURE_TOLERANCE_MS", "DEFAULT_SCENARIO"]
+__all__ = ["run", "Job", "JobHandles", "JobOptions", "FUTURE_TOLERANCE_MS", "DEFAULT_SCENARIO"]
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +69,8 @@ STARTUP_TIMEOUT_S = 15.0
 class JobHandles:
     """What a running job exposes to tests and embedders."""
 
-    store: Any = None
-    monitor: Any = None
+    store: StatusStore | None = None
+    monitor: Monitor | None = None
     metrics_port: int | None = None
     checkpoint_dir: str = ""
     spool_dir: str | None = None
@@ -73,12 +79,25 @@ class JobHandles:
     side_counts: dict[str, int] = field(default_factory=dict)
 
 
-def run(settings: JobSettings, **options: Any) -> int:
+class JobOptions(TypedDict, total=False):
+    """What ``run`` and ``Job`` take besides the job's settings; each may be left out (or None)."""
+
+    alerting: AlertingSettings | None  # the other components' settings (default: their defaults)
+    series: SeriesSettings | None
+    simulator: EmbeddedSimulatorSettings | None
+    spark: SparkSession | None  # a session to reuse (tests); the job leaves it running
+    handles: JobHandles | None  # what the job exposes while it runs (tests, embedders)
+    stop_event: threading.Event | None  # set: the job stops
+    truth_file: IO[str] | None  # receives the embedded simulator's true ISR changes
+    sinks: Sequence[AlertSink] | None  # replaces the alert sinks the settings ask for
+
+
+Ts = TypeVarTuple("Ts")
+
+
+def run(settings: JobSettings, **options: Unpack[JobOptions]) -> int:
     """Run the job until ``--duration`` passes or ``stop_event`` is set: ``Job``,
-    started, awaited and closed. ``options`` are ``Job``'s: the other components'
-    settings (``alerting``, ``series``, ``simulator``), ``spark`` reuses a session
-    (tests), ``sinks`` replaces the alert sinks, ``truth_file`` receives the
-    embedded simulator's true ISR changes, ``handles``, ``stop_event``."""
+    started, awaited and closed (``JobOptions``)."""
     with Job(settings, **options) as job:
         job.start()
         job.await_stop()
@@ -96,46 +115,35 @@ class Job:
     the run's scratch space (and the embedded default's checkpoint) go.
     """
 
-    def __init__(
-        self,
-        settings: JobSettings,
-        *,
-        alerting: AlertingSettings | None = None,
-        series: SeriesSettings | None = None,
-        simulator: EmbeddedSimulatorSettings | None = None,
-        spark: SparkSession | None = None,
-        handles: JobHandles | None = None,
-        stop_event: threading.Event | None = None,
-        truth_file: IO[str] | None = None,
-        sinks: Sequence[Any] | None = None,
-    ) -> None:
+    def __init__(self, settings: JobSettings, **options: Unpack[JobOptions]) -> None:
         from exporter.settings import SeriesSettings
 
         self.settings = settings
-        self.alerting = alerting or AlertingSettings()
-        self.series = series or SeriesSettings()
-        self.simulator = embedded_simulator(simulator)
-        self.spark = spark
-        self.handles = handles or JobHandles()
-        self.stop_event = stop_event or threading.Event()
+        self.alerting = options.get("alerting") or AlertingSettings()
+        self.series = options.get("series") or SeriesSettings()
+        self.simulator = embedded_simulator(options.get("simulator"))
+        self.spark = options.get("spark")
+        self.handles = options.get("handles") or JobHandles()
+        self.stop_event = options.get("stop_event") or threading.Event()
         self.signalled: int | None = None  # the signal that stopped the job
         self._resources = contextlib.ExitStack()
         # From the start: a SIGTERM while Spark starts ends the job through the same clean-up;
         # the handlers before the job's are back once everything else is released.
         self._on_close("signal handlers", restore_signals, install_signals(self))
-        self.truth_file = truth_file
-        self.sinks = sinks
+        self.truth_file = options.get("truth_file")
+        self.sinks = options.get("sinks")
         self.cfg, self.th = rule_config(settings)
         self.kafka_mode = bool(settings.bootstrap_servers)
         self.embedded = not self.kafka_mode and not settings.spool_dir
-        self.events: Any = None  # streaming.listener.QueryEvents
-        self.query: Any = None  # pyspark's StreamingQuery
-        self.monitor: Any = None
+        self.events: QueryEvents | None = None
+        self.query: StreamingQuery | None = None
+        self.monitor: Monitor | None = None
         self.telemetry_cluster_id: str | None = None  # where its brokers give one (streaming.identity)
         self.fatal: str | None = None  # why a batch failed, when the job knows it better than Spark
         self._stopping_query = threading.Event()  # set just before the job stops its query
         self.feeder: Feeder | None = None
-        self._start_query: Any = None  # starts the job's query (again) from its checkpoint
+        # starts the job's query (again) from its checkpoint
+        self._start_query: Callable[[], StreamingQuery] | None = None
         # A failed query is started again from its checkpoint, a bounded number of times.
         self.restarts = RestartPolicy()
 
@@ -145,7 +153,7 @@ class Job:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _on_close(self, what: str, fn: Any, *args: Any, jvm: bool = False) -> None:
+    def _on_close(self, what: str, fn: Callable[[*Ts], object], *args: *Ts, jvm: bool = False) -> None:
         """Release with ``fn(*args)`` on ``close``: a failure is logged, the rest still
         released. ``jvm``: a call into Spark, which fails quietly when a signal to the
         whole process group has ended the JVM already (logged at debug level)."""
@@ -207,9 +215,9 @@ class Job:
             forget_after_ms=FORGET_AFTER_MS,
             side_counts=self.handles.side_counts,
         )
-        self.events = QueryEvents(query.JOB_QUERY)
-        spark.streams.addListener(self.events)
-        self._on_close("query listener", spark.streams.removeListener, self.events, jvm=True)
+        self.events = events = QueryEvents(query.JOB_QUERY)
+        spark.streams.addListener(events)
+        self._on_close("query listener", spark.streams.removeListener, events, jvm=True)
         handle = self._guard(handler)
         self._start_query = lambda: query.start_job(raw("aggregates"), checkpoint_dir, settings.trigger_seconds, handle)
         self.query = self._start_query()
@@ -227,15 +235,15 @@ class Job:
             ),
         )
         if self.embedded:
-            self._start_simulator(spool or "")
+            self._start_simulator(spool or "", events.ready)
         self.handles.ready.set()
 
-    def _start_simulator(self, spool: str) -> None:
+    def _start_simulator(self, spool: str, spark_ready: threading.Event) -> None:
         """The embedded default's simulated cluster, writing to ``spool``. It starts once Spark
-        has looked at the (empty) spool, so a slow first start of Spark does not turn the
-        scenario's start into a backlog."""
+        has looked at the (empty) spool (``spark_ready``), so a slow first start of Spark does
+        not turn the scenario's start into a backlog."""
         deadline = time.monotonic() + 120
-        while not self.events.ready.wait(0.2) and not self.stop_event.is_set():
+        while not spark_ready.wait(0.2) and not self.stop_event.is_set():
             if time.monotonic() > deadline:
                 log.warning("spark_slow_to_start %s", kv(waited_s=120))
                 break
@@ -306,11 +314,11 @@ class Job:
         install_signals(self)  # over PySpark's SIGINT handler (close puts back the ones before the job)
         return self.spark
 
-    def _guard(self, handler: Any) -> Any:
+    def _guard(self, handler: BatchHandler) -> Callable[[DataFrame, int], None]:
         """``handler`` as the query calls it; a batch that fails on a full disk records the one
         line the job stops with (``await_stop``) and quiets Spark's repeats of it."""
 
-        def handle(batch: Any, batch_id: int) -> None:
+        def handle(batch: DataFrame, batch_id: int) -> None:
             try:
                 handler(batch, batch_id)
             except Exception as e:
@@ -332,6 +340,8 @@ class Job:
         stale-telemetry check, the lookahead's crossings, and once a minute forgetting
         replicas gone quiet."""
         settings = self.settings
+        monitor = self.monitor
+        assert monitor is not None, "Job.start first"
         start = time.monotonic()
         # A fifth of a second: the lookahead's crossings are said within a tick of their time.
         tick = min(0.2, settings.trigger_seconds)
@@ -350,11 +360,11 @@ class Job:
                 continue
             if self.feeder is not None and self.feeder.error is not None:
                 raise IsrwatchError(f"embedded simulator failed: {self.feeder.error}")
-            self.monitor.check_stale()
-            self.monitor.carry_forward()
+            monitor.check_stale()
+            monitor.carry_forward()
             now = time.monotonic()
             if now >= next_forget:
-                self.monitor.forget(FORGET_AFTER_MS)
+                monitor.forget(FORGET_AFTER_MS)
                 next_forget = now + 60
             if settings.duration is not None and now - start >= settings.duration:
                 log.info("duration_reached %s", kv(duration_s=settings.duration))
@@ -364,8 +374,9 @@ class Job:
         """Start the failed query again from its checkpoint (its batches resume after the last
         committed one, which the monitor and the outputs have already handled); False when
         ``self.restarts`` says it has been started again often enough (``streaming.restarts``)."""
-        wait_s = self.restarts.next_wait(time.monotonic()) if self._start_query is not None else None
-        if wait_s is None:
+        start_query = self._start_query
+        wait_s = self.restarts.next_wait(time.monotonic()) if start_query is not None else None
+        if start_query is None or wait_s is None:
             return False
         log.warning(
             "query_restarting %s",
@@ -373,10 +384,12 @@ class Job:
         )
         if self.stop_event.wait(wait_s):
             return True  # asked to stop meanwhile: the job stops as asked
-        with contextlib.suppress(Exception):
-            self.query.stop()  # ended already; this only releases what Spark still holds of it
-        self.events.restart()
-        self.query = self._start_query()
+        if self.query is not None:
+            with contextlib.suppress(Exception):
+                self.query.stop()  # ended already; this only releases what Spark still holds of it
+        if self.events is not None:
+            self.events.restart()
+        self.query = start_query()
         log.info("query_restarted %s", kv(query=self.query.name, attempt=self.restarts.count))
         return True
 
