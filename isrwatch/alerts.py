@@ -12,7 +12,7 @@ import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from isrwatch.status import ReplicaStatus, State, Thresholds
 
@@ -21,6 +21,7 @@ __all__ = [
     "SEVERITY",
     "Alert",
     "AlertKey",
+    "PostableAlert",
     "AlertBook",
     "Transition",
     "replica_alerts",
@@ -69,6 +70,16 @@ def _iso(ms: int) -> str:
 AlertKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
+class PostableAlert(TypedDict):
+    """An alert as Alertmanager's API v2 takes it (``postableAlert``; times in RFC 3339)."""
+
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    startsAt: str
+    endsAt: NotRequired[str]
+    generatorURL: NotRequired[str]
+
+
 @dataclass(frozen=True)
 class Alert:
     name: AlertName
@@ -83,7 +94,7 @@ class Alert:
     def key(self) -> AlertKey:
         return (self.name.value, self.labels)
 
-    def to_alertmanager(self, runbook_base: str | None = None) -> dict[str, Any]:
+    def to_alertmanager(self, runbook_base: str | None = None) -> PostableAlert:
         """The Alertmanager API v2 ``postableAlert`` object; its ``runbook_url`` annotation is the
         alert's section of the runbook at ``runbook_base``, left out without one (no link that
         leads nowhere)."""
@@ -91,7 +102,7 @@ class Alert:
         annotations = {"summary": self.summary, "description": self.description}
         if runbook_base:
             annotations["runbook_url"] = f"{runbook_base.rstrip('/')}#{self.name.value.lower()}"
-        body: dict[str, Any] = {"labels": labels, "annotations": annotations, "startsAt": _iso(self.starts_ms)}
+        body: PostableAlert = {"labels": labels, "annotations": annotations, "startsAt": _iso(self.starts_ms)}
         if self.ends_ms is not None:
             body["endsAt"] = _iso(self.ends_ms)
         if self.generator_url:

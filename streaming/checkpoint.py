@@ -34,10 +34,11 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from isrwatch.alerts import AlertBook
+from isrwatch.alerts import AlertBook, AlertKey, PostableAlert
 from isrwatch.exceptions import IsrwatchError
 
 __all__ = ["DriverCheckpoint", "DeliveryBacklog", "AlertsOutbox"]
@@ -45,7 +46,7 @@ __all__ = ["DriverCheckpoint", "DeliveryBacklog", "AlertsOutbox"]
 log = logging.getLogger(__name__)
 
 
-def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+def _write_atomic(path: Path, data: Mapping[str, object]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh, separators=(",", ":"))
@@ -54,7 +55,7 @@ def _write_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def _read(path: Path) -> dict[str, Any] | None:  # Any: a JSON value, which each reader checks
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -121,7 +122,7 @@ class DriverCheckpoint:
     def identities_path(self) -> Path:
         return self.dir / "identities.json"
 
-    def load_identities(self) -> dict[str, dict[str, Any]]:
+    def load_identities(self) -> dict[str, dict[str, object]]:
         """cluster -> what its collector said of it (``Identities.as_json``); empty when there is
         no file. A file that cannot be read is logged and left: the next telemetry says it again."""
         try:
@@ -132,7 +133,7 @@ class DriverCheckpoint:
             log.warning("identities_unreadable path=%s error=%s", self.identities_path, str(e).splitlines()[0])
             return {}
 
-    def save_identities(self, identities: dict[str, dict[str, Any]]) -> None:
+    def save_identities(self, identities: Mapping[str, Mapping[str, object]]) -> None:
         with self._lock:
             _write_atomic(self.identities_path, {"clusters": identities})
 
@@ -158,20 +159,20 @@ class DeliveryBacklog:
         self.path = Path(checkpoint_dir) / "isrwatch" / "alertmanager-backlog.json"
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def load(self) -> dict[str, list[tuple[Any, dict[str, Any]]]]:
+    def load(self) -> dict[str, list[tuple[AlertKey, PostableAlert]]]:
         """URL -> [(key, body)]; empty when there is no file. A file that cannot be read is
         logged and left (the alerts it held expire at their endsAt in Alertmanager)."""
         try:
             data = _read(self.path) or {}
             return {
-                url: [(_key(item["key"]), dict(item["body"])) for item in items]
+                url: [(_key(item["key"]), cast(PostableAlert, dict(item["body"]))) for item in items]
                 for url, items in dict(data.get("targets", {})).items()
             }
         except (IsrwatchError, KeyError, TypeError, ValueError) as e:
             log.warning("alertmanager_backlog_unreadable path=%s error=%s", self.path, str(e).splitlines()[0])
             return {}
 
-    def save(self, pending: dict[str, list[tuple[Any, dict[str, Any]]]]) -> None:
+    def save(self, pending: Mapping[str, list[tuple[AlertKey, PostableAlert]]]) -> None:
         targets = {url: [{"key": key, "body": body} for key, body in items] for url, items in pending.items() if items}
         _write_atomic(self.path, {"targets": targets})
 
@@ -198,7 +199,7 @@ class AlertsOutbox:
         _write_atomic(self.path, {"records": [[k.decode(), v.decode()] for k, v in records]})
 
 
-def _key(raw: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
+def _key(raw: Any) -> AlertKey:  # Any: a JSON value, [name, [[label, value], ...]]
     """An alert key read back from JSON (lists) as the tuples ``Alert.key`` is made of."""
     name, labels = raw
     return str(name), tuple((str(k), str(v)) for k, v in labels)

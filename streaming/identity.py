@@ -9,7 +9,7 @@ sees there speaks of a watched cluster's broker only when that is the same broke
   collector of that cluster states its brokers in the telemetry (``endpoints``);
 * or the operator names the cluster (``--telemetry-cluster``).
 
-Anything else is unknown, and unknown is not the same: no evidence crosses. Topic names,
+Every other case is unknown, and unknown is not the same: no evidence crosses. Topic names,
 partition numbers and broker ids alike prove nothing (clusters built from one template).
 docs/deploy.md says what an operator sets, and when.
 """
@@ -19,15 +19,29 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from isrwatch.logs import kv
 
-__all__ = ["ClusterIdentity", "Identities", "Address"]
+__all__ = ["ClusterIdentity", "Identities", "Address", "StatedIdentity"]
 
 log = logging.getLogger(__name__)
 
 Address = tuple[str, int]  # (host, port), the host lower-cased, without IPv6 brackets
+
+
+class StatedEndpoint(TypedDict):
+    broker_id: int
+    host: str
+    port: int
+
+
+class StatedIdentity(TypedDict):
+    """What a collector says of the cluster it polls (a telemetry record's ``cluster_id`` and
+    ``endpoints``), as ``Identities.as_json`` keeps it."""
+
+    cluster_id: str | None
+    endpoints: list[StatedEndpoint]
 
 
 def address(host: str, port: int) -> Address:
@@ -42,12 +56,13 @@ class ClusterIdentity:
     endpoints: Mapping[int, Address] = field(default_factory=dict)
 
     @classmethod
-    def stated(cls, payload: Mapping[str, Any]) -> ClusterIdentity:
+    def stated(cls, payload: Mapping[str, object]) -> ClusterIdentity:
         """What a telemetry record says (``{"cluster_id": ..., "endpoints": [{"broker_id",
         "host", "port"}]}``, as the job's parse hands it over); entries it cannot read are
         left out."""
         endpoints: dict[int, Address] = {}
-        for e in payload.get("endpoints") or ():
+        given = payload.get("endpoints")
+        for e in given if isinstance(given, Iterable) else ():
             if not isinstance(e, Mapping):
                 continue
             broker, host, port = e.get("broker_id"), e.get("host"), e.get("port")
@@ -67,7 +82,7 @@ class Identities:
         self._stated: dict[str, ClusterIdentity] = {}
         self._logged: dict[str, str] = {}  # cluster -> how it was last found (logged on change)
 
-    def learn(self, stated: Iterable[tuple[str, Mapping[str, Any]]]) -> bool:
+    def learn(self, stated: Iterable[tuple[str, Mapping[str, object]]]) -> bool:
         """Take in what collectors said (``streaming.batch.BatchOutput.identities``, or the
         checkpoint's copy, ``as_json``); whether anything changed. A broker's address is kept
         until a collector gives it another: a broker hung past its session leaves the
@@ -82,7 +97,7 @@ class Identities:
                 changed = True
         return changed
 
-    def as_json(self) -> dict[str, dict[str, Any]]:
+    def as_json(self) -> dict[str, StatedIdentity]:
         """What collectors said, as ``learn`` takes it: kept in the checkpoint, so a job restarted
         while the telemetry stands still (its broker hung) still knows which cluster is which."""
         return {

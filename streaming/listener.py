@@ -11,9 +11,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.streaming import StreamingQueryListener
+
+if TYPE_CHECKING:
+    import uuid
+
+    from pyspark.sql.streaming.listener import (
+        QueryIdleEvent,
+        QueryProgressEvent,
+        QueryStartedEvent,
+        QueryTerminatedEvent,
+    )
 
 __all__ = ["QueryEvents"]
 
@@ -30,24 +40,24 @@ class QueryEvents(StreamingQueryListener):
         self.batches = 0
         self.input_rows = 0
 
-    def _mine(self, query_id: Any) -> bool:
+    def _mine(self, query_id: uuid.UUID) -> bool:
         return self.id is not None and str(query_id) == self.id
 
-    def onQueryStarted(self, event: Any) -> None:
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
         if event.name == self.name:
             self.id = str(event.id)
 
-    def onQueryProgress(self, event: Any) -> None:
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
         if self._mine(event.progress.id):
             self.batches += 1
             self.input_rows += int(event.progress.numInputRows or 0)
             self.ready.set()
 
-    def onQueryIdle(self, event: Any) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
         if self._mine(event.id):
             self.ready.set()
 
-    def onQueryTerminated(self, event: Any) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         if self._mine(event.id):
             self.error = event.exception
             self.ended.set()

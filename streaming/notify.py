@@ -27,15 +27,27 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 import requests
 
-from isrwatch.alerts import Alert, AlertKey, Transition
+from isrwatch.alerts import Alert, AlertKey, PostableAlert, Transition
 from isrwatch.logs import kv
 from isrwatch.settings import Secret
 
-__all__ = ["AlertSink", "StdoutSink", "AlertmanagerSink", "KafkaAlertsSink", "alert_event", "alert_id"]
+if TYPE_CHECKING:
+    from streaming.checkpoint import AlertsOutbox, DeliveryBacklog
+
+__all__ = [
+    "AlertSink",
+    "AlertEvent",
+    "RecordProducer",
+    "StdoutSink",
+    "AlertmanagerSink",
+    "KafkaAlertsSink",
+    "alert_event",
+    "alert_id",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +60,32 @@ class AlertSink(Protocol):
     def close(self) -> None: ...
 
 
-def _postable(alert: Alert, generator_url: str = "", runbook_base: str | None = None) -> dict[str, Any]:
+class RecordProducer(Protocol):
+    """What writes a topic: ``streaming.producer.OutputProducer``, or a confluent_kafka.Producer."""
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None) -> None: ...
+
+    def poll(self, timeout: float = ...) -> int: ...
+
+    def flush(self, timeout: float = ...) -> int: ...
+
+    def __len__(self) -> int: ...
+
+
+class AlertEvent(PostableAlert):
+    """An alert as stdout and the alerts topic carry it: Alertmanager's object and its status."""
+
+    status: str  # firing or resolved
+
+
+def _postable(alert: Alert, generator_url: str = "", runbook_base: str | None = None) -> PostableAlert:
     """``Alert.to_alertmanager()`` with the deployment's Grafana and runbook links."""
     if generator_url and not alert.generator_url:
         alert = replace(alert, generator_url=generator_url)
     return alert.to_alertmanager(runbook_base)
 
 
-def alert_event(
-    alert: Alert, status: str, *, generator_url: str = "", runbook_base: str | None = None
-) -> dict[str, Any]:
+def alert_event(alert: Alert, status: str, *, generator_url: str = "", runbook_base: str | None = None) -> AlertEvent:
     """The Alertmanager v2 object of ``alert`` plus ``"status"``
     (``firing``/``resolved``), the format of stdout and the alerts topic."""
     return {**_postable(alert, generator_url, runbook_base), "status": status}
@@ -118,12 +146,12 @@ class KafkaAlertsSink:
     None when the topic cannot be read) lets it skip those that did arrive, so nothing is
     written twice."""
 
-    producer: Any
+    producer: RecordProducer
     topic: str
     generator_url: str = ""
     runbook_base: str | None = None
     flush_timeout_s: float = 10.0
-    outbox: Any = None
+    outbox: AlertsOutbox | None = None
     delivered_tail: Callable[[str, int], set[tuple[bytes, bytes]] | None] | None = None
     _unconfirmed: list[tuple[bytes, bytes]] = field(default_factory=list, init=False, repr=False)
 
@@ -195,6 +223,8 @@ class KafkaAlertsSink:
 
     def _save_outbox(self) -> None:
         """Trim the outbox to what is unconfirmed (not needed for correctness: a restart checks the topic)."""
+        if self.outbox is None:
+            return
         try:
             self.outbox.save(self._unconfirmed)
         except OSError as e:
@@ -212,7 +242,7 @@ class _Target:
     url: str
     resolved: dict[AlertKey, Alert] = field(default_factory=dict)  # pending resolutions
     # pending resolutions of an earlier run of the job, as it would have posted them
-    restored: dict[AlertKey, dict[str, Any]] = field(default_factory=dict)
+    restored: dict[AlertKey, PostableAlert] = field(default_factory=dict)
     next_at: float = 0.0  # monotonic time of the next post
     failures: int = 0
     delivered_gen: int = -1  # the sink's generation this target has fully taken
@@ -236,7 +266,7 @@ class AlertmanagerSink:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 30.0,
         clock: Callable[[], float] = time.time,
-        backlog: Any = None,
+        backlog: DeliveryBacklog | None = None,
     ) -> None:
         if not urls:
             raise ValueError("AlertmanagerSink needs at least one URL")
@@ -304,7 +334,7 @@ class AlertmanagerSink:
         with self._cond:
             return {t.url: len(t.resolved) + len(t.restored) for t in self._targets}
 
-    def _restore(self, saved: dict[str, list[tuple[AlertKey, dict[str, Any]]]]) -> None:
+    def _restore(self, saved: dict[str, list[tuple[AlertKey, PostableAlert]]]) -> None:
         """Take the pending resolutions of an earlier run, for the URLs still configured."""
         by_url = {t.url: t for t in self._targets}
         for url, items in saved.items():
@@ -361,7 +391,7 @@ class AlertmanagerSink:
 
     # -- the delivery thread --------------------------------------------
 
-    def _payload(self, target: _Target) -> tuple[list[dict[str, Any]], dict[AlertKey, Alert | dict[str, Any]], int]:
+    def _payload(self, target: _Target) -> tuple[list[PostableAlert], dict[AlertKey, Alert | PostableAlert], int]:
         """Under the lock: the body to post now, the resolutions it carries
         and the generation it covers."""
         now = self._clock()
@@ -369,14 +399,14 @@ class AlertmanagerSink:
         body = []
         for alert in self._firing.values():
             body.append(self._wire(alert, now, ends))
-        carried: dict[AlertKey, Alert | dict[str, Any]] = dict(target.resolved)
+        carried: dict[AlertKey, Alert | PostableAlert] = dict(target.resolved)
         for alert in target.resolved.values():
             body.append(self._wire(alert, now, None))
         carried.update(target.restored)
         body.extend(target.restored.values())
         return body, carried, self._gen
 
-    def _wire(self, alert: Alert, now: float, firing_ends: float | None) -> dict[str, Any]:
+    def _wire(self, alert: Alert, now: float, firing_ends: float | None) -> PostableAlert:
         body = _postable(alert, self.generator_url, self.runbook_base)
         # Never ahead of Alertmanager's clock (the telemetry clock may be), and
         # startsAt <= endsAt always, or Alertmanager rejects the whole post.
@@ -389,7 +419,7 @@ class AlertmanagerSink:
             body["endsAt"] = _iso(max(starts, ends))
         return body
 
-    def _post(self, url: str, body: list[dict[str, Any]]) -> str:
+    def _post(self, url: str, body: list[PostableAlert]) -> str:
         """'ok', 'retry' or 'drop' (Alertmanager refused the content)."""
         try:
             r = self._session.post(url, data=json.dumps(body), timeout=self.timeout_s, verify=self._verify)

@@ -8,12 +8,15 @@ from __future__ import annotations
 import errno
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from isrwatch.logs import kv
 from isrwatch.signals import StopSignals
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
     from streaming.job import Job
 
 __all__ = [
@@ -29,7 +32,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def stop_query(q: Any, drain_s: float, stopping: threading.Event | None = None) -> None:
+def stop_query(q: StreamingQuery, drain_s: float, stopping: threading.Event | None = None) -> None:
     """Let the query finish what is already available (a stop does not cut a batch
     halfway: a restart would redo it, harmlessly but noisily), then stop it;
     ``stopping`` is set just before (``stopped_batch``)."""
@@ -66,7 +69,7 @@ def stopped_batch(batch_id: int, error: BaseException) -> BatchStopped:
     )
 
 
-def _process_available(q: Any, name: str) -> None:
+def _process_available(q: StreamingQuery, name: str) -> None:
     try:
         q.processAllAvailable()
     except Exception:  # the query failed meanwhile, or the JVM is gone: stop() says what matters
@@ -140,12 +143,15 @@ def out_of_space(error: BaseException | str | None, checkpoint_dir: str) -> str 
     return None
 
 
-def quiet_spark(spark: Any) -> None:
+def quiet_spark(spark: SparkSession | None) -> None:
     """Once the job knows why it stops, Spark's log and the bridge's would print the same
     failure again with its Java and Python stacks: both are silenced."""
     _quiet_the_bridge()
+    jvm = spark._jvm if spark is not None else None
+    if jvm is None:  # no session, or its JVM is gone: nothing of Spark's left to print
+        log.debug("spark_log_not_quietened")
+        return
     try:
-        jvm = spark._jvm
         # every logger, not the root alone: streaming/log4j2.properties sets some of its own
         jvm.org.apache.logging.log4j.core.config.Configurator.setAllLevels("", jvm.org.apache.logging.log4j.Level.OFF)
     except Exception:  # noqa: BLE001 - best effort: only what is printed depends on it
