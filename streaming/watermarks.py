@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from typing import Any
+from typing import TYPE_CHECKING
 
 from isrwatch.clientconfig import kafka_python_config
 from isrwatch.kafkawire import (
@@ -45,6 +45,10 @@ from isrwatch.kafkawire import (
 )
 from isrwatch.logs import kv
 
+if TYPE_CHECKING:  # kafka-python has no type information: mypy leaves these unchecked (pyproject overrides)
+    from kafka.conn import BrokerConnection
+    from kafka.protocol.api import Request, Response
+
 __all__ = ["Watermarks", "Offsets"]
 
 log = logging.getLogger(__name__)
@@ -60,18 +64,19 @@ _CLIENT = -1  # ListOffsets as a client: a leader answers with its high watermar
 _STALE_METADATA = {3, 5, 6}  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_FOR_PARTITION
 
 Versions = dict[int, tuple[int, int]]  # API key -> (min, max) the broker speaks
+Question = Callable[[Versions], list["Request"]]  # the requests to send, given the broker's API versions
 
 
 class _BrokerLine:
     """One connection to one broker and the thread that works it: questions are
     asked one after another, each within ``_QUESTION_TIMEOUT_S``."""
 
-    def __init__(self, address: str, settings: Mapping[str, Any]) -> None:
+    def __init__(self, address: str, settings: Mapping[str, object]) -> None:
         self.address = address
         self._settings = dict(settings)
-        self._questions: queue.Queue[tuple[Callable[[Versions], list[Any]], Future[list[Any]]] | None] = queue.Queue()
-        self._open: Future[list[Any]] | None = None  # the question asked and not answered yet
-        self._conn: Any = None
+        self._questions: queue.Queue[tuple[Question, Future[list[Response]]] | None] = queue.Queue()
+        self._open: Future[list[Response]] | None = None  # the question asked and not answered yet
+        self._conn: BrokerConnection | None = None
         self._thread = threading.Thread(target=self._work, name=f"isrwatch-watermarks-{address}", daemon=True)
         self._thread.start()
 
@@ -79,9 +84,9 @@ class _BrokerLine:
     def busy(self) -> bool:
         return self._open is not None and not self._open.done()
 
-    def ask(self, requests: Callable[[Versions], list[Any]]) -> Future[list[Any]]:
+    def ask(self, requests: Question) -> Future[list[Response]]:
         """The broker's answers to ``requests(its API versions)``, in order."""
-        future: Future[list[Any]] = Future()
+        future: Future[list[Response]] = Future()
         self._open = future
         self._questions.put((requests, future))
         return future
@@ -107,7 +112,7 @@ class _BrokerLine:
             self._conn.close()
             self._conn = None
 
-    def _answer(self, requests: Callable[[Versions], list[Any]]) -> list[Any]:
+    def _answer(self, requests: Question) -> list[Response]:
         from kafka.conn import BrokerConnection
 
         deadline = time.monotonic() + _QUESTION_TIMEOUT_S
@@ -131,7 +136,7 @@ class _BrokerLine:
         return [f.value for f in futures]
 
 
-def _metadata_question(versions: Versions) -> list[Any]:
+def _metadata_question(versions: Versions) -> list[Request]:
     """Every topic's metadata: naming a topic would create it on a broker of a version
     before 1.0 (Metadata v4) with ``auto.create.topics.enable``, Kafka's default."""
     from kafka.protocol.metadata import MetadataRequest
@@ -139,10 +144,10 @@ def _metadata_question(versions: Versions) -> list[Any]:
     return [metadata_request(request_version(versions, MetadataRequest, METADATA_MAX_VERSION))]
 
 
-def _offsets_question(parts: list[tuple[str, int]]) -> Callable[[Versions], list[Any]]:
+def _offsets_question(parts: list[tuple[str, int]]) -> Question:
     from kafka.protocol.list_offsets import ListOffsetsRequest
 
-    def requests(versions: Versions) -> list[Any]:
+    def requests(versions: Versions) -> list[Request]:
         version = request_version(versions, ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION)
         return [list_offsets_request(version, _CLIENT, parts, at) for at in (EARLIEST, LATEST)]
 
@@ -155,7 +160,7 @@ class Watermarks:
     ``config``: librdkafka settings (``bootstrap.servers``, security), translated for kafka-python
     by ``isrwatch.clientconfig``."""
 
-    def __init__(self, config: Mapping[str, Any], topics: list[str], answer_s: float = 1.0) -> None:
+    def __init__(self, config: Mapping[str, object], topics: list[str], answer_s: float = 1.0) -> None:
         servers = str(config.get("bootstrap.servers", ""))
         settings = kafka_python_config(servers, config)
         settings.pop("bootstrap_servers", None)
@@ -170,10 +175,10 @@ class Watermarks:
         self._lines: dict[str, _BrokerLine] = {}
         self._addresses: dict[int, str] = {}  # broker id -> host:port, from the newest metadata
         self._leaders: dict[tuple[str, int], int] = {}
-        self._metadata: list[Future[list[Any]]] = []  # questions asked for the newest metadata
+        self._metadata: list[Future[list[Response]]] = []  # questions asked for the newest metadata
         self._metadata_at = 0.0
         self._stale = False  # a leader said it no longer leads a partition: ask for the metadata now
-        self._asking: dict[int, tuple[list[tuple[str, int]], Future[list[Any]]]] = {}  # leader -> question
+        self._asking: dict[int, tuple[list[tuple[str, int]], Future[list[Response]]]] = {}  # leader -> question
         self._known: dict[tuple[str, int], tuple[int, int]] = {}
         self._late: frozenset[tuple[str, int]] = frozenset()
 
@@ -209,7 +214,7 @@ class Watermarks:
             open_ = [f for f in self._metadata if not f.done()]
             wait(open_, timeout=max(0.0, deadline - time.monotonic()), return_when=FIRST_COMPLETED)
 
-    def _read_metadata(self, response: Any) -> None:
+    def _read_metadata(self, response: Response) -> None:
         self._addresses = {b: f"{host}:{port}" for b, (host, port) in metadata_brokers(response).items()}
         errors, partitions = metadata_partitions(response)
         leaders = {(p.topic, p.partition): p.leader for p in partitions if p.topic in self.topics}
@@ -266,7 +271,7 @@ class Watermarks:
             high.setdefault(topic, {})[str(p)] = hi
         return low, high
 
-    def _read_offsets(self, answers: list[Any]) -> set[tuple[str, int]]:
+    def _read_offsets(self, answers: list[Response]) -> set[tuple[str, int]]:
         """Record a leader's (earliest, latest) answers; the partitions it answered for."""
         earliest, latest = ({(t, p): (err, off) for t, p, err, off in list_offsets_answers(a)} for a in answers)
         answered = set()
