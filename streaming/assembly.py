@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from streaming.monitor import Monitor
     from streaming.notify import AlertSink
     from streaming.outputs import DeadLetterSink, KafkaStates
+    from streaming.statewriter import StateWriter
 
 __all__ = ["Outputs", "rule_config", "make_outputs", "make_monitor", "COLLECTOR_ROUND_MS"]
 
@@ -62,7 +63,8 @@ class Outputs(NamedTuple):
     store: StatusStore
     deadletters: DeadLetterSink  # a file (the embedded default, spools) or the dead-letter topic
     sinks: list[AlertSink]  # stdout, Alertmanager, the alerts topic
-    states: KafkaStates | None  # the state topic (Kafka mode)
+    states: KafkaStates | None  # the state topic's tombstones, from the driver (Kafka mode)
+    state_writer: StateWriter | None  # its records, from the executors (Kafka mode)
     checkpoint: DriverCheckpoint
     metrics_port: int | None  # the job's own /metrics (None: not served)
     deadletter_file: str | None  # where the dead letters go on the embedded default (None: a topic)
@@ -92,9 +94,10 @@ def make_outputs(
     from exporter.store import StatusStore
     from isrwatch.outcomes import ShrinkOutcomes
     from streaming.checkpoint import DriverCheckpoint
-    from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer
+    from streaming.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer, producer_config
     from streaming.parse import REASONS
     from streaming.producer import OutputProducer
+    from streaming.statewriter import StateWriter
 
     producer = None
     if settings.bootstrap_servers:
@@ -129,7 +132,12 @@ def make_outputs(
     states = KafkaStates(producer, settings.state_topic) if producer is not None else None
     if states is not None:
         on_close("state topic", states.close)
-    return Outputs(store, deadletters, list(sinks), states, DriverCheckpoint(checkpoint_dir), port, deadletter_file)
+    writer = None
+    if producer is not None and settings.bootstrap_servers:
+        conf = producer_config(settings.bootstrap_servers, settings.kafka_config)
+        writer = StateWriter(conf, settings.state_topic, producer)
+    checkpoint = DriverCheckpoint(checkpoint_dir)
+    return Outputs(store, deadletters, list(sinks), states, writer, checkpoint, port, deadletter_file)
 
 
 def make_monitor(

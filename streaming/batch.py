@@ -25,13 +25,14 @@ from pyspark import StorageLevel
 
 from isrwatch.rule import RuleConfig
 from isrwatch.status import GoneKey, ReplicaStatus, Thresholds
-from streaming import evaluate, parse, replicas
+from streaming import evaluate, parse, replicas, statewriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
     from streaming.lookahead import Lookahead
+    from streaming.statewriter import StateWriter
 
 __all__ = ["BatchOutput", "evaluate_records", "split_driver_rows"]
 
@@ -55,6 +56,9 @@ class BatchOutput:
     finish: Callable[[], None] = lambda: None
     # Where the time went: parse and the rare rows; the state's new version; the driver's rows.
     stages: dict[str, float] = field(default_factory=dict)
+    # Who wrote the batch's state-topic records ("executors" or "driver"), and how many.
+    state_writer: str = ""
+    state_records: int = 0
 
 
 def _held(records: DataFrame) -> DataFrame:
@@ -88,12 +92,15 @@ def evaluate_records(
     lookahead: Lookahead | None = None,
     forget_before: Mapping[str, int] | None = None,
     observed_only: bool = False,
+    states: StateWriter | None = None,
 ) -> BatchOutput:
     """Everything the driver needs from one batch of raw records (the Kafka
     source's columns); writes the batch's state version, without the replicas
     older than ``forget_before`` (``StateTable.write``). ``observed_only``: only the
     replicas the batch observes go through the window (``replicas.split_carried``),
-    for a batch that observes few of the replicas held; same state, same rows."""
+    for a batch that observes few of the replicas held; same state, same rows. ``states``:
+    the state topic, written at ``finish`` with each replica's newest row the driver took,
+    less the replicas the driver forgot in the batch (``BatchOutput.gone``)."""
     t0 = time.monotonic()
     now_ms = int(time.time() * 1000)
     out = BatchOutput()
@@ -145,9 +152,15 @@ def evaluate_records(
     held, held_keys = evaluated, keys
 
     def finish() -> None:
-        """Write the batch's state version (before the batch commits), release the batch."""
+        """Write the batch's state records and its state version (before the batch commits),
+        release the batch."""
         t1 = time.monotonic()
         try:
+            if states is not None:
+                finals = driver.where(F.col(replicas.LAST))
+                out.state_writer, out.state_records = states.write(statewriter.state_records(finals, out.gone))
+                out.stages["state_topic_s"] = time.monotonic() - t1
+                t1 = time.monotonic()
             table.write(replicas.next_state(held, idle), batch_id, forget_before, out.gone)
             if version is not None:
                 table.prune(version)  # the version this batch read stays until the next batch

@@ -5,7 +5,8 @@ alerts and the statuses through the monitor, writes the batch's dead letters
 and ISR-change counts and outcomes (``isrwatch.outcomes``, with the
 leaders' own shrink counts) once
 (``DriverCheckpoint.save_side``: a batch Spark runs again does not write them
-twice), writes the state version, and logs one line.
+twice), writes the state records (``streaming.statewriter``: by the executors) and the state
+version, and logs one line.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from streaming.batch import BatchOutput, evaluate_records, split_driver_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from streaming.statewriter import StateWriter
 
 __all__ = ["BatchHandler"]
 
@@ -52,6 +55,7 @@ class BatchHandler:
     max_gap_ms: int
     refresh_batches: int
     forget_after_ms: int  # the state table leaves out replicas the monitor forgets
+    states: StateWriter | None  # the state topic's records (Kafka mode)
     side_counts: dict[str, int]  # dead letters by reason, for the embedder (JobHandles)
     side_done: int = field(init=False)  # the last batch whose rare rows were written
     _clock_warned: dict[str, float] = field(init=False, default_factory=dict)  # cluster -> monotonic
@@ -81,6 +85,7 @@ class BatchHandler:
             lookahead=self.monitor.lookahead,
             forget_before=self.monitor.forget_cutoffs(self.forget_after_ms),
             observed_only=observed_only,
+            states=self.states,
         )
         try:
             assert out.table is not None
@@ -117,6 +122,8 @@ class BatchHandler:
                 telemetry_lag_s=float(lag_s),
                 changes=len(changes),
                 window="observed" if observed_only else "all",
+                state_records=out.state_records,
+                state_writer=out.state_writer or "none",
             ),
         )
 

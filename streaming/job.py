@@ -213,6 +213,7 @@ class Job:
             max_gap_ms=settings.observation_gap_ms or self.cfg.lag_time_max_ms // 2,
             refresh_batches=settings.ok_refresh_batches,
             forget_after_ms=FORGET_AFTER_MS,
+            states=outputs.state_writer,
             side_counts=self.handles.side_counts,
         )
         self.events = events = QueryEvents(query.JOB_QUERY)

@@ -3,9 +3,10 @@
 Spark evaluates each updated replica (``streaming.evaluate``); ``Monitor``
 receives the batch's statuses and keeps the newest one of every replica, each
 cluster's telemetry clock (the newest telemetry time seen from it) and the
-alert book. Per batch it hands the statuses to the store (and the state
-topic) and alert transitions to the sinks. A replica without new telemetry
-keeps its status: it is evaluated at the last time its leader answered, which
+alert book. Per batch it hands the statuses to the store and alert
+transitions to the sinks (the state topic's records come from the executors,
+``streaming.statewriter``; only its tombstones from here). A replica without new
+telemetry keeps its status: it is evaluated at the last time its leader answered, which
 its cluster clock passed already, so nothing about it can change
 (tests/isrwatch/test_status.py proves it), and it costs nothing per batch.
 
@@ -46,6 +47,7 @@ from streaming.checkpoint import DriverCheckpoint
 from streaming.identity import Identities
 from streaming.lookahead import Lookahead
 from streaming.notify import AlertSink
+from streaming.outputs import KafkaStates
 
 __all__ = ["Monitor", "BatchReport", "REPLICA_SCOPE", "STALE_SCOPE"]
 
@@ -96,7 +98,7 @@ class Monitor:
         stale_after_s: float,
         store: Any,
         sinks: Sequence[AlertSink],
-        state_topic: Any | None = None,
+        state_topic: KafkaStates | None = None,  # its tombstones
         checkpoint: DriverCheckpoint | None = None,
         wall_clock: Any = time.time,
         lookahead: Lookahead | None = None,
@@ -309,10 +311,8 @@ class Monitor:
             self.store.update(held, telemetry=False)  # (the telemetry time: just below)
             for c in clusters:
                 self.store.set_telemetry_time(c, self.cluster_now[c])
-            if self.state_topic is not None:
-                # Every replica of the batch has new telemetry. The topic has the evaluated
-                # statuses only, so a replica's records are in telemetry-time order.
-                self.state_topic.update(statuses)
+            # (The state topic's records of the batch: streaming.statewriter, after this;
+            # only its tombstones come from here.)
             said = [g for g in gone if self._last_t.get(g[:4], g[4]) <= g[4]]  # (not observed after)
             dropped = [g[:4] for g in said]
             removed = self._drop(dropped)

@@ -2,8 +2,8 @@
 
 * ``DeadLetterFile``: JSON lines on the embedded default.
 * ``KafkaDeadLetters``: the dead-letter topic (Kafka mode).
-* ``KafkaStates``: the compacted replica state topic, keyed by
-  ``isrwatch.status.status_key``, value ``status_to_json``.
+* ``KafkaStates``: the compacted replica state topic's tombstones (its records:
+  ``streaming.statewriter``, from the executors).
 
 Alert transitions go through ``streaming.notify`` sinks instead; ``read_tail`` gives the alerts
 sink what a topic already holds after a restart.
@@ -25,7 +25,6 @@ from exporter.kafka_metadata import first_metadata
 from isrwatch.exceptions import IsrwatchError
 from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
-from isrwatch.status import ReplicaStatus, status_key, status_to_json
 from streaming.parse import BASE64
 
 __all__ = [
@@ -37,6 +36,7 @@ __all__ = [
     "encode_deadletter",
     "payload_bytes",
     "make_producer",
+    "producer_config",
     "read_tail",
 ]
 
@@ -184,24 +184,12 @@ class KafkaDeadLetters:
 
 
 class KafkaStates:
-    """Replica statuses to the state topic (the exporter's input)."""
+    """The state topic's tombstones, from the driver: the replicas the monitor forgets. Their
+    records come from ``streaming.statewriter`` (the executors)."""
 
     def __init__(self, producer: Any, topic: str) -> None:
         self.producer = producer
         self.topic = topic
-
-    def write(self, statuses: Iterable[ReplicaStatus]) -> int:
-        n = 0
-        for s in statuses:
-            value = json.dumps(status_to_json(s), separators=(",", ":")).encode()
-            self._produce(status_key(s).encode(), value)
-            n += 1
-        self.producer.poll(0)
-        return n
-
-    def update(self, statuses: Iterable[ReplicaStatus]) -> int:
-        """``streaming.monitor``'s status output interface (as ``exporter.store.StatusStore.update``)."""
-        return self.write(statuses)
 
     def remove(self, keys: Iterable[str]) -> None:
         """Tombstones: forget these replicas on the compacted topic."""
@@ -222,24 +210,30 @@ class KafkaStates:
             log.warning(kv(event="state_flush_incomplete", topic=self.topic, left=left))
 
 
-def make_producer(bootstrap_servers: str, kafka_config: list[str]) -> Any:
-    """A confluent-kafka producer with the user's ``--kafka-config`` pairs."""
-    try:
-        from confluent_kafka import KafkaException, Producer
-    except ImportError as e:  # pragma: no cover - a dependency of the package
-        raise IsrwatchError(f"confluent-kafka is not installed: {e}") from None
+def producer_config(bootstrap_servers: str, kafka_config: list[str]) -> dict[str, str]:
+    """The job's producers' librdkafka configuration, the user's ``--kafka-config`` pairs last:
+    the driver's (``make_producer``) and the executors' (``streaming.statewriter``)."""
     # socket.timeout.ms: a hung broker must not hold the job's outputs for librdkafka's default minute.
     # One request in flight per broker: a request that times out against a hung leader is sent
     # again, and with several in flight a retried older state record could land after a newer
     # one of the same replica, which compaction would then keep (Kafka 0.9 has no idempotent
     # producer to order them).
-    conf = {
+    return {
         "bootstrap.servers": bootstrap_servers,
         "linger.ms": "50",
         "socket.timeout.ms": "10000",
         "max.in.flight.requests.per.connection": "1",
         **kafka_config_pairs(kafka_config),
     }
+
+
+def make_producer(bootstrap_servers: str, kafka_config: list[str]) -> Any:
+    """A confluent-kafka producer with the user's ``--kafka-config`` pairs."""
+    try:
+        from confluent_kafka import KafkaException, Producer
+    except ImportError as e:  # pragma: no cover - a dependency of the package
+        raise IsrwatchError(f"confluent-kafka is not installed: {e}") from None
+    conf = producer_config(bootstrap_servers, kafka_config)
     try:
         return Producer(conf, logger=logging.getLogger("librdkafka"))
     except KafkaException as e:

@@ -51,6 +51,7 @@ __all__ = [
     "next_state",
     "evaluate_batch",
     "for_the_driver",
+    "leave_out_gone",
     "StateTable",
 ]
 
@@ -367,6 +368,21 @@ def _driver_rows() -> Column:
     return (F.col(LAST) & (F.col(IN_BATCH) > 0)) | F.col(CHANGE)
 
 
+def leave_out_gone(rows: DataFrame, gone: Collection[GoneKey]) -> DataFrame:
+    """``rows`` without the replicas in ``gone`` (cluster, topic, partition, broker_id, t_ms: said
+    gone by the collector, elected leader, or late telemetry of a forgotten replica) whose
+    newest telemetry (``last_t_ms``) is not after that time."""
+    if not gone:
+        return rows
+    g = rows.sparkSession.createDataFrame(
+        sorted(gone), "g_cluster string, g_topic string, g_partition int, g_broker_id int, g_t_ms bigint"
+    )
+    said = F.col("last_t_ms") <= F.col("g_t_ms")  # not observed after it was said gone
+    for c in KEY_COLUMNS:
+        said = said & (F.col(c) == F.col(f"g_{c}"))
+    return rows.join(F.broadcast(g), said, "left_anti")
+
+
 _VERSION = re.compile(r"^v(\d+)$")
 
 
@@ -423,14 +439,7 @@ class StateTable:
                 cutoff = F.when(same, F.lit(ms)) if cutoff is None else cutoff.when(same, F.lit(ms))
             assert cutoff is not None
             state = state.where(F.col("last_t_ms") >= F.coalesce(cutoff, F.col("last_t_ms")))
-        if gone:
-            g = self.spark.createDataFrame(
-                sorted(gone), "g_cluster string, g_topic string, g_partition int, g_broker_id int, g_t_ms bigint"
-            )
-            said = F.col("last_t_ms") <= F.col("g_t_ms")  # not observed after it was said gone
-            for c in KEY_COLUMNS:
-                said = said & (F.col(c) == F.col(f"g_{c}"))
-            state = state.join(F.broadcast(g), said, "left_anti")
+        state = leave_out_gone(state, gone)
         state.select(*STATE_COLUMNS).write.mode("overwrite").parquet(self.path(batch_id))
 
     def prune(self, keep_from: int) -> None:

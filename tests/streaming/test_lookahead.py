@@ -20,26 +20,12 @@ HORIZON_MS = LAG_MS // 4  # the default
 T0 = 1_000_000  # telemetry time of the first batch (ms); the wall clock is set to match
 
 
-class StateTopic:
-    def __init__(self) -> None:
-        self.written = []
-
-    def update(self, statuses) -> None:
-        self.written.extend(statuses)
-
-
 def _setup(tmp_path, rule: Rule = Rule.KIP16_REFINED, horizon_ms: int | None = None):
-    clock, sink, topic = Clock(), Collect(), StateTopic()
+    clock, sink = Clock(), Collect()
     cfg = RuleConfig(rule, LAG_MS)
-    m = _monitor(
-        tmp_path,
-        clock,
-        sink,
-        state_topic=topic,
-        lookahead=Lookahead(cfg, Thresholds(), live_ms=15_000, horizon_ms=horizon_ms),
-    )
+    m = _monitor(tmp_path, clock, sink, lookahead=Lookahead(cfg, Thresholds(), live_ms=15_000, horizon_ms=horizon_ms))
     m.cfg = cfg
-    return m, clock, sink, topic
+    return m, clock, sink
 
 
 def _batch(m, batch_id: int, t_ms: int, caught_up_ms: int, *, in_isr: bool = True, leo: int = 10, silent_ms: int = 0):
@@ -66,7 +52,7 @@ def _resolved(sink) -> list[str]:
 
 
 def test_a_follower_behind_is_nearing_at_its_crossing_on_the_wall_clock(tmp_path) -> None:
-    m, clock, sink, _ = _setup(tmp_path)
+    m, clock, sink = _setup(tmp_path)
     # Behind for 3 s of 10 at T0: it crosses 0.5 at lcu + 5 s = T0 + 2 s, within the horizon.
     _batch(m, 0, T0, T0 - 3_000)
     clock.t = (T0 + 1_900) / 1000
@@ -80,15 +66,15 @@ def test_a_follower_behind_is_nearing_at_its_crossing_on_the_wall_clock(tmp_path
 
 
 def test_evidence_that_agrees_keeps_the_alert_and_evidence_that_refutes_it_resolves_it(tmp_path) -> None:
-    m, clock, sink, topic = _setup(tmp_path)
+    m, clock, sink = _setup(tmp_path)
     _batch(m, 0, T0, T0 - 3_000)
     clock.t = (T0 + 2_100) / 1000
     m.carry_forward()
     # The next batch's telemetry ends before the crossing, with the same last catch-up:
-    # it agrees; no transition, and the state topic gets the evaluated status, not the carried one.
+    # it agrees; no transition. (The state topic has Spark's evaluated rows, never the carried
+    # status: streaming.statewriter, tests/streaming/test_statewriter.py.)
     _batch(m, 1, T0 + 1_500, T0 - 3_000)
     assert _started(sink) == [(AlertName.NEARING.value, T0 + 2_000)] and not _resolved(sink)
-    assert [s.eval_ms for s in topic.written] == [T0, T0 + 1_500]
     assert next(iter(m.store.snapshot().statuses())).eval_ms == T0 + 2_000
     # Then telemetry past the crossing, still behind: evidence of the same alert, held.
     _batch(m, 2, T0 + 2_500, T0 - 3_000)
@@ -99,7 +85,7 @@ def test_evidence_that_agrees_keeps_the_alert_and_evidence_that_refutes_it_resol
 
 
 def test_a_catch_up_before_the_crossing_resolves_the_carried_alert(tmp_path) -> None:
-    m, clock, sink, _ = _setup(tmp_path)
+    m, clock, sink = _setup(tmp_path)
     _batch(m, 0, T0, T0 - 3_000)
     clock.t = (T0 + 2_000) / 1000
     m.carry_forward()
@@ -110,7 +96,7 @@ def test_a_catch_up_before_the_crossing_resolves_the_carried_alert(tmp_path) -> 
 
 
 def test_nothing_is_inferred_further_than_the_horizon_past_the_newest_telemetry(tmp_path) -> None:
-    m, clock, sink, _ = _setup(tmp_path)
+    m, clock, sink = _setup(tmp_path)
     # Behind for 2 s: its crossing is 3 s after the evidence, past the 2.5 s horizon.
     _batch(m, 0, T0, T0 - 2_000)
     for wall in (T0 + 3_000, T0 + 10_000):
@@ -123,7 +109,7 @@ def test_a_stalled_follower_is_carried_from_further_back(tmp_path) -> None:
     """Its broker silent for the stall time while its leader answers: evidence that it fetches
     nothing, so its crossing is said on the wall clock even when the newest telemetry is
     more than the quarter horizon before it; the same follower answering is not."""
-    m, clock, sink, _ = _setup(tmp_path)
+    m, clock, sink = _setup(tmp_path)
     # Behind for 1 s, silent for 3 s (the stall time): it crosses 0.5 at T0 + 4 s, 4 s
     # after its newest status: past the quarter horizon (2.5 s), within the stalled one.
     _batch(m, 0, T0, T0 - 1_000, silent_ms=3_000)
@@ -133,18 +119,18 @@ def test_a_stalled_follower_is_carried_from_further_back(tmp_path) -> None:
     assert carried.state is State.STALLED and carried.lag_state is State.NEARING and carried.eval_ms == T0 + 4_000
     assert (AlertName.NEARING.value, T0 + 4_000) in _started(sink)
     # The same evidence from a follower that answers: beyond the horizon, nothing inferred.
-    m2, clock2, sink2, _ = _setup(tmp_path / "2")
+    m2, clock2, sink2 = _setup(tmp_path / "2")
     _batch(m2, 0, T0, T0 - 1_000)
     clock2.t = (T0 + 4_000) / 1000
     assert m2.carry_forward() == [] and not _started(sink2)
 
 
 def test_a_follower_caught_up_or_out_of_the_isr_is_not_carried(tmp_path) -> None:
-    m, clock, sink, _ = _setup(tmp_path)
+    m, clock, sink = _setup(tmp_path)
     _batch(m, 0, T0, T0, leo=20)  # caught up at its newest telemetry
     clock.t = (T0 + HORIZON_MS) / 1000
     assert m.carry_forward() == []
-    m2, clock2, sink2, _ = _setup(tmp_path / "2")
+    m2, clock2, sink2 = _setup(tmp_path / "2")
     _batch(m2, 0, T0, T0 - 3_000, in_isr=False)  # already out of sync from evidence
     clock2.t = (T0 + 2_000) / 1000
     assert m2.carry_forward() == []
@@ -156,7 +142,7 @@ def test_a_follower_caught_up_or_out_of_the_isr_is_not_carried(tmp_path) -> None
 def test_telemetry_behind_the_wall_clock_carries_nothing(tmp_path) -> None:
     """A backlog, a replay or a collector's clock well behind: the cluster's newest telemetry
     is older than the stale limit on the wall clock, so the crossing waits for evidence."""
-    m, clock, sink, _ = _setup(tmp_path)
+    m, clock, sink = _setup(tmp_path)
     _batch(m, 0, T0, T0 - 3_000)
     clock.t = (T0 + 16_000) / 1000
     assert m.carry_forward() == []
@@ -164,7 +150,7 @@ def test_telemetry_behind_the_wall_clock_carries_nothing(tmp_path) -> None:
 
 def test_off_for_the_legacy_rule_and_at_zero(tmp_path) -> None:
     for rule, horizon in ((Rule.LEGACY_MESSAGES, None), (Rule.KIP16_REFINED, 0)):
-        m, clock, sink, _ = _setup(tmp_path / f"{rule.value}{horizon}", rule, horizon)
+        m, clock, sink = _setup(tmp_path / f"{rule.value}{horizon}", rule, horizon)
         _batch(m, 0, T0, T0 - 3_000)
         clock.t = (T0 + 2_000) / 1000
         assert m.carry_forward() == []
@@ -198,13 +184,13 @@ def test_carry_grows_only_the_age(age: int, ahead: int, stalled: bool) -> None:
 def test_a_restart_keeps_a_carried_alert_that_its_evidence_still_agrees_with(tmp_path) -> None:
     """The job stopped after saying Nearing between batches: restored from the same evidence
     (its state store), the first batch older than the crossing must not resolve it."""
-    m, clock, sink, _ = _setup(tmp_path)
+    m, clock, sink = _setup(tmp_path)
     _batch(m, 0, T0, T0 - 3_000)
     clock.t = (T0 + 2_000) / 1000
     m.carry_forward()
     restored = m.statuses[("c", "t", 0, 2)]
     evidence = evaluate(row_to_aggregate(_row(T0, T0 - 3_000, 1)), T0, m.cfg, m.thresholds)
-    again, clock2, sink2, _ = _setup(tmp_path)  # the same checkpoint: the alert book
+    again, clock2, sink2 = _setup(tmp_path)  # the same checkpoint: the alert book
     assert restored.eval_ms == T0 + 2_000 and again.book.active
     again.restore([(evidence, T0, 1)])
     _batch(again, 1, T0 + 1_500, T0 - 3_000)
@@ -217,7 +203,7 @@ def test_a_last_catch_up_moved_a_round_later_by_late_telemetry_keeps_the_alert(t
     """Observations that arrive late (a late partition) can raise the last catch-up by a
     collector round: the follower is still behind and crosses 0.5 s later; the alert holds
     (no resolve and start again), its status carried to the later crossing."""
-    m, clock, sink, topic = _setup(tmp_path)
+    m, clock, sink = _setup(tmp_path)
     _batch(m, 0, T0, T0 - 3_000)
     clock.t = (T0 + 2_000) / 1000
     m.carry_forward()
@@ -257,7 +243,7 @@ SAME_BROKERS = {"endpoints": [{"broker_id": b, "host": "127.0.0.1", "port": 9091
 def _setup_watched(tmp_path, silent: dict[int, float], stated: dict | None = SAME_BROKERS, named: str | None = None):
     """The monitor with the job's own look at its telemetry cluster's brokers; ``stated``:
     what cluster "c"'s collector says of it (None: nothing, an older collector)."""
-    m, clock, sink, topic = _setup(tmp_path)
+    m, clock, sink = _setup(tmp_path)
     m.broker_watch = Brokers(silent)
     m.identities = Identities(named)
     if stated is not None:
@@ -374,11 +360,11 @@ def test_a_restarted_job_does_not_end_what_its_first_run_fired_with_older_teleme
     yet: deferred ranges, a batch in flight). That evidence cannot end the alert (seen on real
     Kafka: resolved, then fired again a batch later); later telemetry still can. With the
     lookahead off (``--lookahead-ms 0``), which otherwise may carry the restored status on."""
-    m, clock, sink, _ = _setup(tmp_path, horizon_ms=0)
+    m, clock, sink = _setup(tmp_path, horizon_ms=0)
     _batch(m, 0, T0, T0 - 6_000)  # 0.6 of the lag: Nearing since its crossing, T0 - 1 s
     start = T0 - 1_000
     assert _started(sink) == [(AlertName.NEARING.value, start)]
-    m2, clock2, sink2, _ = _setup(tmp_path, horizon_ms=0)  # the same checkpoint: the book has it firing
+    m2, clock2, sink2 = _setup(tmp_path, horizon_ms=0)  # the same checkpoint: the book has it firing
     clock2.t = start / 1000
     old = _row(start - 500, start - 5_400, 1)
     m2.restore([(evaluate(row_to_aggregate(old), start - 500, m2.cfg, m2.thresholds), start - 500, 1)])
@@ -494,12 +480,12 @@ def test_a_restarted_job_still_knows_which_cluster_is_which_before_any_telemetry
     still (the broker holding it hung) uses its own evidence for that cluster at once."""
     m, clock, sink = _setup_watched(tmp_path, {2: (T0 + 1_000) / 1000})
     assert m.checkpoint is not None and m.checkpoint.identities_path.exists()
-    m2, clock2, sink2, _ = _setup(tmp_path)  # the same checkpoint, nothing stated since
+    m2, clock2, sink2 = _setup(tmp_path)  # the same checkpoint, nothing stated since
     m2.broker_watch = Brokers({2: (T0 + 1_000) / 1000})
     _batch(m2, 0, T0, T0, leo=20)
     clock2.t = (T0 + 20_000) / 1000
     assert m2.carry_forward(), "the restored identity lets the silence speak"
     assert set(m2.identities.as_json()) == {"c"}
     m2.checkpoint.identities_path.write_text("{not json")  # unreadable: started afresh, not a failed start
-    m3, clock3, sink3, _ = _setup(tmp_path)
+    m3, clock3, sink3 = _setup(tmp_path)
     assert m3.identities.as_json() == {}

@@ -1,0 +1,119 @@
+"""The state topic written by the executors (``streaming.statewriter``): records made in the
+JVM read back as the statuses the driver computes, real Kafka receives them from Spark's
+Python workers, and what a task cannot deliver in time goes through the driver, in order."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from isrwatch.status import STATUS_FIELDS, ReplicaStatus, State, status_from_record, status_key, status_to_json
+from localkafka.cluster import COMPAT_CONFIG
+from localkafka.ports import free_port
+from streaming.outputs import make_producer, producer_config
+from streaming.producer import OutputProducer
+from streaming.statewriter import StateWriter, state_records
+from tests.e2e.kafka_io import read_records
+
+
+def _status(broker: int, state: State = State.OK, **kw: object) -> ReplicaStatus:
+    values: dict[str, object] = dict(
+        cluster="c", topic="orders", partition=3, broker_id=broker, leader_id=1, eval_ms=1_700_000_000_123,
+        state=state, time_since_caught_up_s=12.25, lag_ratio=0.4083, time_to_shrink_s=17.75,
+        offset_lag=1_234_567_890_123, in_isr=True, isr_size=3, min_isr=None, lag_time_max_ms=30_000,
+        shrink_window_start_ms=1_700_000_017_873, shrink_window_end_ms=1_700_000_022_873,
+        lag_state=state, peak_lag_ratio=None, out_of_sync_episodes=2,
+    )  # fmt: skip
+    values.update(kw)
+    return ReplicaStatus(**values)  # type: ignore[arg-type]
+
+
+STATUSES = [
+    _status(2),
+    _status(3, State.STALLED, lag_state=State.NEARING, lag_ratio=1e-7, peak_lag_ratio=2.5e6, min_isr=2),
+    _status(4, State.OUT_OF_SYNC, in_isr=False, isr_size=2, time_since_caught_up_s=0.0, lag_ratio=1.0),
+]
+
+
+def _rows(spark, statuses: list[ReplicaStatus], last_t_ms: int = 1_700_000_000_123):  # type: ignore[no-untyped-def]
+    """The statuses as ``evaluate.status_columns`` gives them (states as their values)."""
+    rows = []
+    for s in statuses:
+        d = status_to_json(s)
+        rows.append({**{f: d[f] for f in STATUS_FIELDS}, "last_t_ms": last_t_ms, "observations": 7})
+    schema = (
+        "cluster string, topic string, partition int, broker_id int, leader_id int, eval_ms long, state string, "
+        "time_since_caught_up_s double, lag_ratio double, time_to_shrink_s double, offset_lag long, in_isr boolean, "
+        "isr_size int, min_isr int, lag_time_max_ms long, shrink_window_start_ms long, shrink_window_end_ms long, "
+        "lag_state string, peak_lag_ratio double, out_of_sync_episodes long, last_t_ms long, observations long"
+    )
+    return spark.createDataFrame([tuple(r.values()) for r in rows], schema)
+
+
+def test_records_made_in_the_jvm_read_back_as_the_statuses(spark) -> None:
+    """Key, field names, types and values as the driver's ``status_to_json`` writes them; the
+    exporter's own reader (``status_from_record``) gives back the status."""
+    got = {r.key.decode(): r.value for r in state_records(_rows(spark, STATUSES)).collect()}
+    assert set(got) == {status_key(s) for s in STATUSES}
+    for s in STATUSES:
+        value = bytes(got[status_key(s)])
+        assert json.loads(value) == status_to_json(s)
+        assert status_from_record(value) == s
+
+
+def test_a_replica_the_driver_forgot_in_the_batch_gets_no_record(spark) -> None:
+    """Said gone (or elected leader, or late) at or after its newest telemetry: no record, the
+    tombstone is the last word; said gone before it: observed after, its record goes."""
+    rows = _rows(spark, STATUSES, last_t_ms=100_000)
+    gone = [("c", "orders", 3, 2, 100_000), ("c", "orders", 3, 3, 99_999), ("c", "other", 3, 4, 200_000)]
+    keys = {r.key.decode() for r in state_records(rows, gone).collect()}
+    assert keys == {"c/orders/3/3", "c/orders/3/4"}
+
+
+def test_spark_s_python_workers_write_the_records_to_kafka(spark, kafka_cluster, unique_name) -> None:
+    topic = unique_name("state")
+    kafka_cluster.create_topic(topic, partitions=2, replication_factor=3, config={"cleanup.policy": "compact"})
+    flags = [f"{k}={v}" for k, v in COMPAT_CONFIG.items()]  # Kafka 0.9: no ApiVersions request
+    conf = producer_config(kafka_cluster.bootstrap_servers, flags)
+    driver = OutputProducer(make_producer(kafka_cluster.bootstrap_servers, flags), latest_wins={topic})
+    writer = StateWriter(conf, topic, driver)
+    assert writer.write(state_records(_rows(spark, STATUSES))) == ("executors", len(STATUSES))
+    assert writer.writers and all(pid != os.getpid() for _, pid in writer.writers)  # not the driver
+    assert sum(writer.writers.values()) == len(STATUSES)
+    records = read_records(kafka_cluster, topic)
+    assert {k.decode(): status_from_record(v) for _, _, k, v in records} == {status_key(s): s for s in STATUSES}
+    assert len(driver) == 0
+
+
+def test_records_not_acknowledged_in_time_go_through_the_driver_and_so_do_the_next(spark) -> None:
+    """A state topic whose leader does not answer (here: nothing listens at the address): each
+    task waits ``flush_s``, then hands its records to the driver, which holds them (newest of a
+    key wins) without blocking; while it holds any, the next batch goes through the driver,
+    so nothing newer overtakes them."""
+    nowhere = f"127.0.0.1:{free_port()}"
+    driver = OutputProducer(make_producer(nowhere, ["message.timeout.ms=60000"]), latest_wins={"state"})
+    try:
+        writer = StateWriter(producer_config(nowhere, []), "state", driver, flush_s=1.0)
+        assert writer.write(state_records(_rows(spark, STATUSES))) == ("executors", len(STATUSES))
+        assert sum(writer.writers.values()) == 0  # nothing delivered by the executors
+        assert driver.stats()["state"].pending == len(STATUSES)
+        assert writer.write(state_records(_rows(spark, STATUSES[:1]))) == ("driver", 1)
+        assert driver.stats()["state"].pending == len(STATUSES) + 1  # behind the older, in order
+    finally:
+        driver.producer.purge()
+        driver.producer.flush(0)
+
+
+def test_a_batch_the_executors_cannot_write_is_written_by_the_driver(spark) -> None:
+    """A task that fails (here: a producer setting librdkafka refuses, raised in the Python
+    worker) fails the write, not the batch: the driver writes that batch's records."""
+    nowhere = f"127.0.0.1:{free_port()}"
+    driver = OutputProducer(make_producer(nowhere, []), latest_wins={"state"})
+    try:
+        writer = StateWriter({**producer_config(nowhere, []), "no.such.setting": "1"}, "state", driver)
+        assert writer.write(state_records(_rows(spark, STATUSES))) == ("driver", len(STATUSES))
+        assert writer.executors_failed is None  # not an import error: the executors are tried again
+        assert driver.stats()["state"].pending == len(STATUSES)
+    finally:
+        driver.producer.purge()
+        driver.producer.flush(0)
