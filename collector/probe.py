@@ -5,7 +5,14 @@ One :meth:`ClusterProbe.snapshot` is one polling round: a Metadata request
 ListOffsets request with replica id -2 for every replica it hosts (the
 "debugging" replica id: followers answer it too, with their log end offset)
 and, to each leader, an ordinary ListOffsets (replica id -1) for the high
-watermark. Request versions are negotiated (v0 on 0.9; 4.x removed v0).
+watermark. Each request's version is chosen for the broker it goes to, from that
+broker's ApiVersions answer (``isrwatch.kafkawire.broker_versions``; 4.x removed
+ListOffsets v0). Kafka 0.9 cannot answer ApiVersions (it never replies: a question
+waits out its timeout), hence the 0.9 settings (``api.version.request=false``), which
+pin the versions to ``broker.version.fallback``'s. They hold only for brokers that
+cannot answer: at start-up each broker is asked a ListOffsets v0 (for no partition),
+and when one refuses it (Kafka 4 closes the connection) every connection asks its
+broker ApiVersions from then on.
 A broker that does not answer within the round's deadline is reported
 unreachable; the round carries on with the others.
 """
@@ -23,17 +30,19 @@ from kafka.client_async import KafkaClient
 from kafka.protocol.list_offsets import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 
-from isrwatch.exceptions import UnreachableError
+from isrwatch.exceptions import UnreachableError, UnsupportedBrokerError
 from isrwatch.kafkawire import (
     LATEST,
     LIST_OFFSETS_MAX_VERSION,
     METADATA_MAX_VERSION,
+    broker_versions,
     kept_replicas,
     list_offsets_answers,
     list_offsets_request,
     metadata_brokers,
     metadata_partitions,
     metadata_request,
+    request_version,
 )
 from isrwatch.logs import kv
 from isrwatch.telemetry import BrokerCounters
@@ -76,11 +85,12 @@ class ClusterProbe:
 
     def __init__(self, client_config: dict[str, Any], round_timeout_s: float = 1.0) -> None:
         self.config = {"request_timeout_ms": 10_000, **client_config}
+        self._fallback: tuple[int, ...] | None = self.config.get("api_version")  # the 0.9 settings' version
         self.round_timeout_s = round_timeout_s
         self.client: KafkaClient | None = None
         self._partitions: list[PartitionState] = []
         self._brokers: dict[int, str] = {}
-        self._versions: dict[str, int] = {}
+        self._versions: dict[int, dict[str, int]] = {}  # broker -> request -> version, as last logged
         self._unlisted: list[int] = []  # brokers whose replicas are kept though metadata leaves them out
 
     # -- connection ------------------------------------------------------------------
@@ -97,13 +107,47 @@ class ClusterProbe:
             self.client = KafkaClient(api_version_auto_timeout_ms=int(timeout_s * 1000), **self.config)
         except (kerrors.NoBrokersAvailable, kerrors.KafkaConnectionError) as e:
             raise UnreachableError(f"cannot reach Kafka at {servers}: {type(e).__name__}") from None
+        if self._fallback is None:
+            # kafka-python pins every later connection to the version its first one found; unpinned,
+            # each connection asks its own broker (a cluster in a rolling upgrade mixes versions)
+            self.client.config["api_version"] = None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             md = self.metadata(min(self.round_timeout_s * 2, max(0.1, deadline - time.monotonic())))
             if md is not None:
+                if self._fallback is not None:
+                    self._check_fallback(deadline)
+                # every broker connected (and its versions known) before the first round, when it can be
+                for broker in sorted(self._ready(sorted(self._brokers), deadline)):
+                    self._version(broker, ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION)
                 return md
         self.close()
         raise UnreachableError(f"cannot reach Kafka at {servers}: no metadata answer in {timeout_s:.0f} s")
+
+    def _check_fallback(self, deadline: float) -> None:
+        """The 0.9 settings were given: ask each broker a ListOffsets v0 for no partition, which
+        Kafka 0.9 answers and Kafka 4 refuses (it closes the connection). When one refuses, the
+        settings do not describe this cluster: every connection asks its broker ApiVersions from
+        then on (a broker that cannot answer it still gets the fallback's versions)."""
+        assert self.client is not None
+        ready = self._ready(sorted(self._brokers), deadline)
+        asked = {b: self.client.send(b, list_offsets_request(0, CLIENT_REPLICA_ID, [], LATEST)) for b in ready}
+        self._wait(list(asked.values()), deadline)
+        refused = sorted(b for b, f in asked.items() if f.failed())
+        if not refused:
+            return
+        log.info(
+            kv(
+                event="api_versions_asked",
+                brokers=",".join(map(str, refused)),
+                reason="they refuse the versions of broker.version.fallback: api.version.request=false applies to "
+                "brokers that cannot answer ApiVersions (Kafka 0.9)",
+            )
+        )
+        self.client.config["api_version"] = None  # new connections ask ApiVersions
+        for b in sorted(self.client._conns):  # and every connection is made anew (each keeps its settings)
+            self.client.close(b)
+        self._ready(sorted(self._brokers), deadline)
 
     @property
     def brokers(self) -> dict[int, str]:
@@ -128,12 +172,21 @@ class ClusterProbe:
             self.client.close()
             self.client = None
 
-    def _version(self, name: str, op: list[Any], max_version: int) -> int:
-        if name not in self._versions:
-            assert self.client is not None
-            self._versions[name] = self.client.api_version(op, max_version=max_version)
-            log.info(kv(event="api_version", request=name, version=self._versions[name]))
-        return self._versions[name]
+    def _version(self, broker: int, request: list[Any], highest: int) -> int:
+        """The version of ``request`` to send ``broker`` (connected): from its own ApiVersions
+        answer; logged when it changes. UnsupportedBrokerError when they share none."""
+        assert self.client is not None
+        conn = self.client._conns.get(broker)  # kafka-python keeps each broker's answer on its connection
+        name = request[0].__name__.removesuffix("Request_v0")
+        try:
+            version = request_version(broker_versions(conn, self._fallback), request, highest)
+        except UnsupportedBrokerError as e:
+            raise UnsupportedBrokerError(f"broker {broker}: {e}") from None
+        known = self._versions.setdefault(broker, {})
+        if known.get(name) != version:
+            known[name] = version
+            log.info(kv(event="api_version", broker=broker, request=name, version=version))
+        return version
 
     # -- one round -------------------------------------------------------------------
 
@@ -162,7 +215,7 @@ class ClusterProbe:
                 node = self.client.least_loaded_node()
         if node is None or not self.client.ready(node, metadata_priority=False):
             return None
-        version = self._version("Metadata", MetadataRequest, METADATA_MAX_VERSION)
+        version = self._version(node, MetadataRequest, METADATA_MAX_VERSION)
         future = self.client.send(node, metadata_request(version))
         self._wait([future], deadline)
         if not future.is_done or future.failed():
@@ -207,7 +260,8 @@ class ClusterProbe:
         while len(answered) < len(brokers) and time.monotonic() < deadline:
             for b in brokers:
                 if b not in sent and self.client.ready(b, metadata_priority=False):
-                    sent[b] = (self.client.send(b, MetadataRequest[0](topics=[])), time.monotonic())
+                    question = metadata_request(self._version(b, MetadataRequest, METADATA_MAX_VERSION), [])
+                    sent[b] = (self.client.send(b, question), time.monotonic())
             self.client.poll(timeout_ms=10)
             for b, (future, at) in sent.items():
                 if b not in answered and future.is_done and not future.failed():
@@ -216,7 +270,7 @@ class ClusterProbe:
 
     def _list_offsets(self, node: int, replica_id: int, parts: list[tuple[str, int]]) -> Any:
         assert self.client is not None
-        version = self._version("ListOffsets", ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION)
+        version = self._version(node, ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION)
         return self.client.send(node, list_offsets_request(version, replica_id, parts, LATEST))
 
     def snapshot(self) -> Snapshot:

@@ -39,6 +39,7 @@ from typing import Any
 from isrwatch.clientconfig import kafka_python_config
 from isrwatch.kafkawire import (
     METADATA_MAX_VERSION,
+    broker_versions,
     metadata_brokers,
     metadata_partitions,
     metadata_request,
@@ -156,8 +157,7 @@ def direct_metadata(config: Mapping[str, Any], server: str, timeout_s: float, to
     try:
         if not conn.connect_blocking(timeout_s):
             raise ConnectionError(f"{server}: no connection within {timeout_s:g} s")
-        versions = conn.get_api_versions() or {}
-        version = request_version(versions, MetadataRequest, METADATA_MAX_VERSION)
+        version = request_version(broker_versions(conn), MetadataRequest, METADATA_MAX_VERSION)
         future = conn.send(metadata_request(version, [topic] if topic else None))
         while not future.is_done:
             if time.monotonic() > deadline:
@@ -173,7 +173,7 @@ def direct_metadata(config: Mapping[str, Any], server: str, timeout_s: float, to
 
 
 def _cluster_metadata(response: Any) -> Any:
-    """A kafka-python MetadataResponse (versions 0 to 5) as librdkafka's ``ClusterMetadata``."""
+    """A kafka-python MetadataResponse (versions 0 to 7) as librdkafka's ``ClusterMetadata``."""
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import BrokerMetadata, ClusterMetadata, PartitionMetadata, TopicMetadata
 

@@ -104,13 +104,19 @@ def kafka_config_problem(items: list[str]) -> str | None:
     """``protocol_client_problem`` of ``--kafka-config KEY=VALUE`` items, or the items' own
     error (not KEY=VALUE): the settings' start-up check for the job and the collector."""
     try:
-        return protocol_client_problem(kafka_config_pairs(items))
+        props = kafka_config_pairs(items)
+        if "broker.version.fallback" in props:
+            broker_version(props["broker.version.fallback"])
+        return protocol_client_problem(props)
     except ConfigError as e:
         return str(e)
 
 
 def broker_version(text: str) -> tuple[int, ...]:
-    """``broker.version.fallback`` as kafka-python's api_version: 0.9.0.1 -> (0, 9); 0.10.2.1 -> (0, 10, 2); 2.8.1 -> (2, 8)."""
+    """``broker.version.fallback`` as kafka-python's api_version: 0.9.0.1 -> (0, 9); 0.10.2.1 -> (0, 10, 2); 2.8.1 -> (2, 8).
+    ConfigError (one line) for a version kafka-python records no ranges of (4.1.0 with kafka-python 2.3)."""
+    from kafka.protocol.broker_api_versions import BROKER_API_VERSIONS
+
     try:
         parts = [int(p) for p in text.strip().split(".")]
     except ValueError:
@@ -118,8 +124,19 @@ def broker_version(text: str) -> tuple[int, ...]:
     if not parts:
         raise ConfigError("--kafka-config broker.version.fallback is empty")
     if parts[0] == 0 and len(parts) >= 2 and parts[1] >= 10:
-        return tuple((parts + [0, 0])[:3])
-    return tuple((parts + [0])[:2])
+        version = tuple((parts + [0, 0])[:3])
+    else:
+        version = tuple((parts + [0])[:2])
+    if version not in BROKER_API_VERSIONS and version + (0,) in BROKER_API_VERSIONS:
+        version += (0,)
+    if version not in BROKER_API_VERSIONS:
+        known = sorted(BROKER_API_VERSIONS)
+        raise ConfigError(
+            f"--kafka-config broker.version.fallback={text}: isrwatch's protocol client (kafka-python) knows brokers "
+            f"{'.'.join(map(str, known[0]))} to {'.'.join(map(str, known[-1]))} only; it asks every broker its versions "
+            "(ApiVersions) and uses the fallback only for one that cannot answer (Kafka 0.9): give 0.9.0.1, or leave it out"
+        )
+    return version
 
 
 def librdkafka_config(bootstrap_servers: str, props: Mapping[str, str], **extra: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kafka.protocol.broker_api_versions import BROKER_API_VERSIONS
 from kafka.protocol.list_offsets import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 
@@ -24,7 +25,9 @@ __all__ = [
     "METADATA_MAX_VERSION",
     "LIST_OFFSETS_MAX_VERSION",
     "PartitionMetadata",
+    "Versions",
     "kept_replicas",
+    "broker_versions",
     "request_version",
     "metadata_request",
     "metadata_brokers",
@@ -35,8 +38,10 @@ __all__ = [
 
 LATEST = -1  # ListOffsets timestamp: the end of the log (a leader asked by a client: the high watermark)
 EARLIEST = -2  # ListOffsets timestamp: the log's start
-METADATA_MAX_VERSION = 5
-LIST_OFFSETS_MAX_VERSION = 5
+METADATA_MAX_VERSION = 7  # v7 carries each partition's leader epoch
+LIST_OFFSETS_MAX_VERSION = 5  # v6 on is a flexible version (tagged fields)
+
+Versions = dict[int, tuple[int, int]]  # a broker's ApiVersions answer: API key -> (min, max)
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class PartitionMetadata:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     error: int = 0
+    leader_epoch: int = -1  # -1: the answer does not say (Metadata before v7)
 
 
 # Kafka's partition error codes of a metadata answer that leaves out the replicas of brokers
@@ -80,6 +86,18 @@ def kept_replicas(
     return tuple(b for b in before if b in listed or b not in registered)
 
 
+def broker_versions(conn: Any, fallback: tuple[int, ...] | None = None) -> Versions:
+    """What the broker at the other end of ``conn`` (a connected kafka-python
+    ``BrokerConnection``) speaks: its own ApiVersions answer, or, for a broker that cannot
+    answer one (before Kafka 0.10), the ranges kafka-python records for ``fallback``
+    (``broker.version.fallback``), else for the version kafka-python's own probe found."""
+    found = getattr(conn, "_api_version", None)  # kafka-python keeps what it learnt on the connection
+    if found is not None and tuple(found) >= (0, 10):
+        return dict(conn.get_api_versions() or {})
+    table = fallback if fallback in BROKER_API_VERSIONS else found
+    return dict(BROKER_API_VERSIONS.get(table, {})) if table is not None else {}
+
+
 def request_version(versions: Mapping[int, tuple[int, int]], request: Sequence[Any], highest: int) -> int:
     """The version of ``request`` (kafka-python's classes of one API, one per version) to send
     a broker: the newest that isrwatch reads (``highest``), kafka-python encodes and the broker
@@ -98,7 +116,8 @@ def request_version(versions: Mapping[int, tuple[int, int]], request: Sequence[A
 
 
 def metadata_request(version: int, topics: list[str] | None = None) -> Any:
-    """A Metadata request of ``version``: every topic, or ``topics``; never creates one."""
+    """A Metadata request of ``version`` (0 to 7: the versions before the flexible ones that
+    kafka-python encodes): every topic, or ``topics``; never creates one."""
     cls = MetadataRequest[version]
     wanted = cls.ALL_TOPICS if topics is None else topics
     return cls(topics=wanted) if version < 4 else cls(topics=wanted, allow_auto_topic_creation=False)
@@ -123,10 +142,10 @@ def metadata_partitions(response: Any) -> tuple[dict[str, int], list[PartitionMe
             continue
         for pd in parts:
             if version >= 7:
-                p_error, p, leader, _epoch, replicas, isr = pd[:6]
+                p_error, p, leader, epoch, replicas, isr = pd[:6]
             else:
-                p_error, p, leader, replicas, isr = pd[:5]
-            out.append(PartitionMetadata(topic, p, leader, tuple(replicas), tuple(isr), p_error))
+                (p_error, p, leader, replicas, isr), epoch = pd[:5], -1
+            out.append(PartitionMetadata(topic, p, leader, tuple(replicas), tuple(isr), p_error, epoch))
     out.sort(key=lambda s: (s.topic, s.partition))
     return errors, out
 

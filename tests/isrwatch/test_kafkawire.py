@@ -16,6 +16,7 @@ from isrwatch.kafkawire import (
     LATEST,
     LIST_OFFSETS_MAX_VERSION,
     METADATA_MAX_VERSION,
+    broker_versions,
     kept_replicas,
     list_offsets_answers,
     list_offsets_request,
@@ -123,3 +124,39 @@ def test_a_broker_that_cannot_answer_api_versions_gets_version_0_and_one_beyond_
     assert request_version(BROKER_API_VERSIONS[(4, 0)], ListOffsetsRequest, 5) == 5
     with pytest.raises(UnsupportedBrokerError, match="ListOffsetsRequest: the broker speaks versions 6 to 9"):
         request_version({ListOffsetsRequest[0].API_KEY: (6, 9)}, ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION)
+
+
+# -- which ranges a connection's broker speaks (isrwatch.kafkawire.broker_versions) -----------
+
+
+class _Connection:
+    """What kafka-python's BrokerConnection keeps once connected: the version it found
+    (from the broker's ApiVersions answer, or for an older broker from its own probe) and the ranges."""
+
+    def __init__(self, found: tuple[int, ...], ranges: dict[int, tuple[int, int]]) -> None:
+        self._api_version = found
+        self._ranges = ranges
+
+    def get_api_versions(self) -> dict[int, tuple[int, int]]:
+        return self._ranges
+
+
+@pytest.mark.parametrize("broker", [b for b in _BROKERS if b >= (0, 10)], ids=lambda v: ".".join(map(str, v)))
+@pytest.mark.parametrize(("name", "request_class", "highest"), _REQUESTS, ids=[r[0] for r in _REQUESTS])
+def test_a_broker_that_answers_api_versions_is_asked_in_its_own_ranges_whatever_the_fallback(
+    broker, name, request_class, highest
+) -> None:
+    """The 0.9 settings (api.version.request=false, broker.version.fallback=0.9.0.1) given for
+    every broker of the table: only a broker that cannot answer ApiVersions gets 0.9's versions."""
+    ranges = BROKER_API_VERSIONS[broker]
+    versions = broker_versions(_Connection(broker, dict(ranges)), fallback=(0, 9))
+    low, high = ranges[request_class[0].API_KEY]
+    assert low <= request_version(versions, request_class, highest) <= high
+
+
+def test_a_broker_that_cannot_answer_api_versions_gets_the_fallbacks_ranges() -> None:
+    kafka_09 = _Connection((0, 9), dict(BROKER_API_VERSIONS[(0, 9)]))  # kafka-python's probe found 0.9
+    assert request_version(broker_versions(kafka_09), ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION) == 0
+    assert request_version(broker_versions(kafka_09, (0, 9)), MetadataRequest, METADATA_MAX_VERSION) == 0
+    # a fallback of an older broker is taken over the probe's finding
+    assert broker_versions(kafka_09, (0, 8, 2)) == BROKER_API_VERSIONS[(0, 8, 2)]

@@ -1,0 +1,117 @@
+"""The collector's fetch mode against a protocol-level fake of a Kafka 4.0 cluster
+(tests/support/fakebroker.py). A protocol check, not evidence about a broker's behaviour: it
+shows the requests go out in versions a 4.0 broker accepts (never ListOffsets v0, which 4.0
+removed) and that the answers are read; the offsets are what the fake was told to answer.
+Real-broker evidence is Kafka 0.9's (tests/collector/test_collector_kafka.py)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from kafka.conn import BrokerConnection
+from kafka.protocol.list_offsets import ListOffsetsRequest
+
+from collector.probe import ClusterProbe
+from collector.settings import CollectSettings
+from collector.tracker import ReplicaTracker
+from isrwatch.clientconfig import kafka_python_config
+from isrwatch.exceptions import ConfigError
+from isrwatch.kafkawire import LATEST, broker_versions, list_offsets_request, request_version
+from isrwatch.settings import kafka_config_pairs
+from tests.support.fakebroker import FakeKafka, sample_topics
+
+ZERO_NINE = {"api.version.request": "false", "broker.version.fallback": "0.9.0.1"}
+
+
+@pytest.fixture
+def fake():
+    with FakeKafka(sample_topics(("orders",))) as cluster:
+        yield cluster
+
+
+def _expected_leos(fake: FakeKafka) -> dict[tuple[int, str, int], int]:
+    return {(b, t, p): leo for t, parts in fake.topics.items() for p, fp in parts.items() for b, leo in fp.leo.items()}
+
+
+@pytest.mark.parametrize("props", [{}, ZERO_NINE], ids=["default-settings", "with-the-0.9-settings"])
+def test_a_round_against_the_4_0_protocol_fake_reads_every_replicas_log_end_offset(fake, props) -> None:
+    probe = ClusterProbe(kafka_python_config(fake.bootstrap, props), round_timeout_s=2.0)
+    try:
+        snap = probe.connect(10.0)
+        second = probe.snapshot()
+        assert probe.cluster_id == "fake-kafka-4.0"  # Metadata v2 on
+    finally:
+        probe.close()
+    for s in (snap, second):
+        assert s.unreachable == set()
+        assert s.leo == _expected_leos(fake)  # replica id -2: followers' own log end offsets too
+        assert s.hw == {("orders", p): fp.high_watermark for p, fp in fake.topics["orders"].items()}
+    assert [(p.partition, p.leader, p.replicas) for p in snap.partitions] == [
+        (p, fp.leader, fp.replicas) for p, fp in sorted(fake.topics["orders"].items())
+    ]
+    # isrwatch's own requests: ListOffsets v5 and Metadata v7 (the leader epochs), as 4.0's ranges allow
+    assert {(n, v) for _, n, v in fake.asked if n == "ListOffsets"} == {("ListOffsets", 5)}
+    assert ("Metadata", 7) in {(n, v) for _, n, v in fake.asked}
+    assert fake.unmodelled == []
+    if props:
+        # the 0.9 settings: each broker was asked one ListOffsets v0 at start-up, refused it, and
+        # was then asked ApiVersions; no data request went out at a 0.9 version
+        assert sorted(fake.refused) == [(b, "ListOffsets", 0) for b in fake.broker_ids]
+    else:
+        assert fake.refused == []
+
+
+def test_the_tracker_turns_the_fakes_answers_into_observations_of_each_follower(fake) -> None:
+    probe = ClusterProbe(kafka_python_config(fake.bootstrap, {}), round_timeout_s=2.0)
+    tracker = ReplicaTracker(lag_time_max_ms=30_000)
+    try:
+        tracker.observe(probe.connect(10.0))
+        result = tracker.observe(probe.snapshot())
+    finally:
+        probe.close()
+    seen = {(o.partition, o.broker_id): (o.leader_id, o.leo, o.leader_leo, o.hw) for o in result.observations}
+    expected = {
+        (p, b): (fp.leader, fp.leo[b], fp.leo[fp.leader], fp.high_watermark)
+        for p, fp in fake.topics["orders"].items()
+        for b in fp.replicas
+        if b != fp.leader
+    }
+    assert seen == expected
+    assert all(o.prev_leo is not None for o in result.observations)  # the first round's, carried over
+
+
+def test_a_connection_pinned_by_the_0_9_settings_is_refused_list_offsets_v0_by_the_fake(fake) -> None:
+    """What the probe's start-up check guards against, and what lets the tests above fail: a
+    kafka-python connection pinned to 0.9 (no ApiVersions) sends ListOffsets v0, and the fake,
+    as Kafka 4.0, closes the connection."""
+
+    host, port = fake.address(1).split(":")
+    conn = BrokerConnection(host, int(port), socket.AF_INET, api_version=(0, 9))
+    try:
+        assert conn.connect_blocking(5.0)
+        version = request_version(broker_versions(conn), ListOffsetsRequest, 5)
+        assert version == 0
+        future = conn.send(list_offsets_request(version, -2, [("orders", 0)], LATEST))
+        deadline = time.monotonic() + 5
+        while not future.is_done and time.monotonic() < deadline:
+            for response, answered in conn.recv():
+                answered.success(response)
+            time.sleep(0.01)
+        assert future.failed()
+    finally:
+        conn.close()
+    assert fake.refused == [(1, "ListOffsets", 0)]
+
+
+@pytest.mark.parametrize("fallback", ["4.1.0", "5"])
+def test_a_fallback_kafka_python_cannot_use_is_one_line_at_start_up(fallback) -> None:
+    settings = CollectSettings(
+        bootstrap_servers="k:9092", kafka_config=["api.version.request=false", f"broker.version.fallback={fallback}"]
+    )
+    problem = settings.validate()
+    assert problem is not None and "\n" not in problem
+    assert f"broker.version.fallback={fallback}" in problem and "0.8.0 to 4.0" in problem
+    with pytest.raises(ConfigError, match="knows brokers 0.8.0 to 4.0"):
+        kafka_python_config("k:9092", kafka_config_pairs(settings.kafka_config))
