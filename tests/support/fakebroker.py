@@ -80,6 +80,7 @@ class FakeKafka:
 
     def __post_init__(self) -> None:
         self._servers: dict[int, socket.socket] = {}
+        self._ports: dict[int, int] = {}  # kept after stop, for a test's messages
         self._conns: list[socket.socket] = []
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -91,6 +92,7 @@ class FakeKafka:
         for b in self.broker_ids:
             server = socket.create_server(("127.0.0.1", 0))
             self._servers[b] = server
+            self._ports[b] = int(server.getsockname()[1])
             self._spawn(self._accept, b, server)
         return self
 
@@ -110,7 +112,7 @@ class FakeKafka:
         self.stop()
 
     def address(self, broker: int) -> str:
-        return f"127.0.0.1:{self._servers[broker].getsockname()[1]}"
+        return f"127.0.0.1:{self._ports[broker]}"
 
     @property
     def bootstrap(self) -> str:
@@ -213,7 +215,7 @@ class FakeKafka:
                     "topic_authorized_operations": -(2**31),
                 }
             )
-        brokers = [{"node_id": b, "host": "127.0.0.1", "port": self._port(b), "rack": None} for b in self.broker_ids]
+        brokers = [{"node_id": b, "host": "127.0.0.1", "port": self._ports[b], "rack": None} for b in self.broker_ids]
         return {
             "throttle_time_ms": 0,
             "brokers": brokers,
@@ -222,9 +224,6 @@ class FakeKafka:
             "topics": topics,
             "cluster_authorized_operations": -(2**31),
         }
-
-    def _port(self, broker: int) -> int:
-        return int(self._servers[broker].getsockname()[1])
 
     def _list_offsets(self, broker: int, version: int, request: dict[str, Any]) -> dict[str, Any]:
         debug = request["replica_id"] == DEBUG_REPLICA
