@@ -4,13 +4,16 @@ where its alert transitions go (stdout, Alertmanager, the alerts topic)."""
 from __future__ import annotations
 
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from isrwatch.exceptions import ConfigError
 from streaming.settings import AlertingSettings, JobSettings
 
 if TYPE_CHECKING:
+    from exporter.server import MetricsServer
     from exporter.settings import SeriesSettings
+    from exporter.store import StatusStore
+    from streaming.notify import AlertSink, RecordProducer
 
 __all__ = [
     "metrics_port",
@@ -33,7 +36,7 @@ def metrics_port(settings: JobSettings) -> int:
     return KAFKA_METRICS_PORT if settings.bootstrap_servers else EMBEDDED_METRICS_PORT
 
 
-def serve_metrics(store: Any, settings: JobSettings, series: SeriesSettings) -> Any:
+def serve_metrics(store: StatusStore, settings: JobSettings, series: SeriesSettings) -> MetricsServer:
     """The job's own /metrics (its current state, whichever broker stalls), with the
     exporter's cardinality controls (``series``); a port that cannot be bound is a ConfigError."""
     from exporter.server import serve
@@ -80,8 +83,12 @@ def _serves_tls(settings: JobSettings) -> bool:
 
 
 def alert_sinks(
-    settings: JobSettings, alerting: AlertingSettings, producer: Any, runbook: str | None, checkpoint_dir: str
-) -> list[Any]:
+    settings: JobSettings,
+    alerting: AlertingSettings,
+    producer: RecordProducer | None,
+    runbook: str | None,
+    checkpoint_dir: str,
+) -> list[AlertSink]:
     """The sinks ``alerting`` asks for; ``producer`` (Kafka mode) writes ``settings``' alerts topic;
     alerts-topic records not yet confirmed and resolutions an Alertmanager has not taken are
     kept under ``checkpoint_dir``."""
@@ -89,7 +96,7 @@ def alert_sinks(
     from streaming.checkpoint import AlertsOutbox, DeliveryBacklog
     from streaming.outputs import read_tail
 
-    sinks: list[Any] = []
+    sinks: list[AlertSink] = []
     if not settings.bootstrap_servers or not alerting.alertmanager_url:
         # Without an Alertmanager, alert transitions are printed, with Kafka too.
         sinks.append(notify.StdoutSink(generator_url=alerting.grafana_url or "", runbook_base=runbook))

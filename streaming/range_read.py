@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
 
@@ -29,8 +29,12 @@ from streaming.source_spool import raw_arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from confluent_kafka import Consumer
 
-__all__ = ["KafkaRange", "read_range", "close_kept_consumers"]
+__all__ = ["KafkaRange", "ConsumerConfig", "read_range", "close_kept_consumers"]
+
+# librdkafka settings of a consumer (streaming.source_kafka.consumer_config)
+ConsumerConfig = dict[str, str | int | bool]
 
 log = logging.getLogger("streaming.source_kafka")
 # librdkafka's own messages (isrwatch.logs holds back its repeats)
@@ -57,10 +61,10 @@ _CONSUME_S = 0.25
 # each other, so a consumer left waiting on a hung leader must never serve another
 # partition. Unassigned between reads, so it prefetches nothing.
 _RangeKey = tuple[tuple[tuple[str, str], ...], str, int]
-_RANGE_CONSUMERS: dict[_RangeKey, Any] = {}
+_RANGE_CONSUMERS: dict[_RangeKey, Consumer] = {}
 
 
-def _range_consumer(config: dict[str, Any], topic: str, partition: int) -> tuple[_RangeKey, Any, bool]:
+def _range_consumer(config: ConsumerConfig, topic: str, partition: int) -> tuple[_RangeKey, Consumer, bool]:
     """(key, consumer, whether it was kept from an earlier read of the partition)."""
     from confluent_kafka import Consumer
 
@@ -72,7 +76,7 @@ def _range_consumer(config: dict[str, Any], topic: str, partition: int) -> tuple
     return key, consumer, False
 
 
-def _release(key: _RangeKey, consumer: Any, healthy: bool) -> None:
+def _release(key: _RangeKey, consumer: Consumer, healthy: bool) -> None:
     if healthy and key not in _RANGE_CONSUMERS:
         try:
             consumer.unassign()
@@ -190,7 +194,7 @@ class _Read:
         self.nxt = upto
 
 
-def read_range(config: dict[str, Any], r: KafkaRange) -> Iterator[pa.RecordBatch]:
+def read_range(config: ConsumerConfig, r: KafkaRange) -> Iterator[pa.RecordBatch]:
     """The records [start, end) of one partition as Arrow batches with the Kafka source's
     columns; with a state directory, up to where the batch's first read of it stopped."""
     import time

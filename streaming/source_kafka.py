@@ -38,13 +38,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from isrwatch.logs import kv
 from streaming.deferred import Deferred, plan_id
-from streaming.range_read import KafkaRange, read_range
+from streaming.range_read import ConsumerConfig, KafkaRange, read_range
 from streaming.source_spool import RAW_SCHEMA
 from streaming.watermarks import Watermarks
 
@@ -81,9 +81,9 @@ _FIRST_ANSWER_S = 10.0
 GO_BACK_AFTER_S = 10.0
 
 
-def consumer_config(options: dict[str, str]) -> dict[str, Any]:
+def consumer_config(options: dict[str, str]) -> ConsumerConfig:
     """librdkafka settings from the ``kafka.*`` options (prefix dropped)."""
-    cfg: dict[str, Any] = {k[len("kafka.") :]: v for k, v in options.items() if k.lower().startswith("kafka.")}
+    cfg: ConsumerConfig = {k[len("kafka.") :]: v for k, v in options.items() if k.lower().startswith("kafka.")}
     if "bootstrap.servers" not in cfg:
         raise ValueError("option kafka.bootstrap.servers is required")
     cfg.setdefault("group.id", "isrwatch-source")  # never joins nor commits: partitions are assigned
@@ -155,7 +155,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._started = False
 
     # The driver's watermark questions (threads, connections) are not shipped to the tasks.
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = dict(self.__dict__)
         state["_marks"] = None
         return state

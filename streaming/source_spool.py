@@ -18,7 +18,7 @@ where the checkpoint stopped) and never offers more than
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
@@ -40,6 +40,8 @@ quiet_zip_invalidation()
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
+
+    from isrwatch.spool import SpoolReader
 
 __all__ = ["FORMAT", "RAW_SCHEMA", "SpoolDataSource", "SpoolStreamReader", "raw_arrow_schema", "register"]
 
@@ -89,7 +91,11 @@ class SpoolRange(InputPartition):
         self.end = end
 
 
-def _offset(value: dict[str, Any] | None) -> int:
+# Where the spool is read to, as Spark keeps it in the checkpoint: {"offset": records before it}
+SpoolOffset = dict[str, int]
+
+
+def _offset(value: SpoolOffset | None) -> int:
     if not value:
         return 0
     return int(value["offset"])
@@ -104,20 +110,20 @@ class SpoolStreamReader(DataSourceStreamReader):
         # its checkpoint stopped, through partitions(seen, seen).
         self._planned = 0
 
-    def _reader(self) -> Any:
+    def _reader(self) -> SpoolReader:
         from isrwatch.spool import SpoolReader
 
         return SpoolReader(self.path)
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> SpoolOffset:
         self._planned = 0
         return {"offset": 0}
 
-    def latestOffset(self) -> dict[str, int]:
+    def latestOffset(self) -> SpoolOffset:
         end = min(self._reader().end_offset(), self._planned + self.max_records)
         return {"offset": max(end, self._planned)}
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+    def partitions(self, start: SpoolOffset, end: SpoolOffset) -> Sequence[InputPartition]:
         lo, hi = _offset(start), _offset(end)
         self._planned = max(self._planned, hi)
         return [SpoolRange(s, min(hi, s + _SPLIT_ROWS)) for s in range(lo, hi, _SPLIT_ROWS)]
@@ -154,7 +160,7 @@ class SpoolStreamReader(DataSourceStreamReader):
         if offsets:
             yield batch()
 
-    def commit(self, end: dict[str, Any]) -> None:
+    def commit(self, end: SpoolOffset) -> None:
         # The spool is append-only and kept whole (the simulator owns its files).
         self._planned = max(self._planned, _offset(end))
 
