@@ -35,6 +35,7 @@ __all__ = [
     "JmxConnection",
     "JmxError",
     "LEO_PATTERN",
+    "is_replica_log",
     "service_url",
     "start_jvm",
 ]
@@ -42,6 +43,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LEO_PATTERN = "kafka.log:type=Log,name=LogEndOffset,topic=*,partition=*"
+# Logs the pattern may list that are no replica an ISR counts: KRaft's own metadata log, and a
+# future log (a replica being copied to another log directory: ``is-future=true`` in its name,
+# which the pattern above, without ``,*``, does not match; checked again all the same).
+NOT_REPLICAS = frozenset({"__cluster_metadata"})
 # The follower side: the largest lag, in messages, of the broker's replica fetchers (each
 # partition's own, FetcherLagMetrics ConsumerLag, would cost a call per follower replica).
 MAX_LAG = "kafka.server:type=ReplicaFetcherManager,name=MaxLag,clientId=Replica"
@@ -228,6 +233,8 @@ class JmxConnection:
         gone = _jclass("javax.management.InstanceNotFoundException")
         out = {}
         for name in self._names(pattern):
+            if not is_replica_log(_unquoted(name.getKeyProperty("topic")), name.getKeyProperty("is-future")):
+                continue
             try:
                 value = self._mbeans.getAttribute(name, attribute)
             except gone:
@@ -253,6 +260,12 @@ class JmxConnection:
                 "not a Kafka broker's JMX port?"
             )
         return int(next(iter(ids)))
+
+
+def is_replica_log(topic: str, is_future: Any) -> bool:
+    """Whether a log's ``LogEndOffset`` MBean (its ``topic`` and ``is-future`` key properties;
+    None: no such key) is a partition replica's log, the ones the ISR counts."""
+    return topic not in NOT_REPLICAS and (is_future is None or str(is_future).lower() != "true")
 
 
 def _unquoted(value: Any) -> str:

@@ -10,7 +10,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from collector.jmx import BrokerReading, JmxConnection, JmxError, service_url, start_jvm
+from collector.jmx import BrokerReading, JmxConnection, JmxError, is_replica_log, service_url, start_jvm
 from collector.jmxprobe import JmxProbe
 from collector.probe import PartitionState
 from collector.settings import CollectSettings
@@ -149,3 +149,19 @@ def test_a_silent_broker_is_unreachable_even_once_the_metadata_leaves_it_out() -
         assert probe.snapshot().unreachable == {3}
     workers[2].answering, workers[2].busy = True, False
     assert probe.snapshot().unreachable == set()
+
+
+@pytest.mark.parametrize(
+    ("topic", "is_future", "counted"),
+    [
+        ("orders", None, True),  # a replica's log: leader or follower
+        ("orders", "true", False),  # a future log: the replica being copied to another log directory
+        ("orders", "false", True),
+        ("__cluster_metadata", None, False),  # KRaft's metadata log: no partition of Metadata, no ISR
+        ("__consumer_offsets", None, True),  # an internal topic with replicas and an ISR is counted
+    ],
+)
+def test_only_replica_logs_are_read_over_jmx(topic: str, is_future: str | None, counted: bool) -> None:
+    """Issue 55, item 5: JMX mode skips `is-future` logs and `__cluster_metadata` (the names of
+    Kafka's UnifiedLog metrics, read in its source: no broker here has either)."""
+    assert is_replica_log(topic, is_future) is counted

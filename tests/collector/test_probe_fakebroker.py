@@ -115,3 +115,27 @@ def test_a_fallback_kafka_python_cannot_use_is_one_line_at_start_up(fallback) ->
     assert f"broker.version.fallback={fallback}" in problem and "0.8.0 to 4.0" in problem
     with pytest.raises(ConfigError, match="knows brokers 0.8.0 to 4.0"):
         kafka_python_config("k:9092", kafka_config_pairs(settings.kafka_config))
+
+
+def test_a_fenced_broker_left_out_of_the_broker_list_is_not_answering_not_lagging(fake) -> None:
+    """Issue 55, item 5: KRaft leaves a fenced broker out of Metadata's broker list while its
+    replicas stay assigned. Its replicas read as a broker that does not answer (``leo`` None,
+    the broker unreachable), not as followers whose log end offset stopped."""
+    fake.fenced.add(3)
+    for fp in fake.topics["orders"].values():  # as the controller leaves them: out of every ISR, leading none
+        fp.isr = tuple(b for b in fp.isr if b != 3)
+        if fp.leader == 3:
+            fp.leader, fp.leader_epoch = fp.isr[0], fp.leader_epoch + 1
+    probe = ClusterProbe(kafka_python_config(fake.bootstrap, {}), round_timeout_s=2.0)
+    tracker = ReplicaTracker(lag_time_max_ms=30_000)
+    try:
+        tracker.observe(probe.connect(10.0))
+        snap = probe.snapshot()
+        result = tracker.observe(snap)
+    finally:
+        probe.close()
+    assert snap.unreachable == {3} and sorted(snap.brokers) == [1, 2]
+    assert not any(b == 3 for b, _, _ in snap.leo)  # never asked, though it still listens
+    of_3 = [o for o in result.observations if o.broker_id == 3]
+    assert len(of_3) == len(fake.topics["orders"]) and all(o.leo is None for o in of_3)
+    assert all(o.leo is not None for o in result.observations if o.broker_id != 3)

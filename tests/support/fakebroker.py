@@ -14,7 +14,9 @@ shows how a real broker behaves. What it is told follows Apache Kafka's source, 
   level, so the log end offset; answered by followers too) gives the broker's own log end
   offset of every replica it hosts; replica id -1 (a client) gives the leader's high
   watermark (latest) or log start (earliest), and NOT_LEADER_OR_FOLLOWER from another broker;
-* Metadata: every broker, and each partition's leader, leader epoch (v7 on), replicas and ISR.
+* Metadata: every broker but the fenced ones (``fenced``: KRaft leaves a fenced broker out of the
+  broker list, its replicas still in the partitions'), and each partition's leader, leader
+  epoch (v7 on), replicas and ISR.
 
 Versions the layouts do not write down (Metadata 9 on, ListOffsets 6 on: flexible ones isrwatch
 and kafka-python 2.3 do not send) are recorded as ``unmodelled`` and the connection closed, so
@@ -73,6 +75,7 @@ class FakeKafka:
     topics: dict[str, dict[int, FakePartition]]
     broker_ids: tuple[int, ...] = (1, 2, 3)
     cluster_id: str = "fake-kafka-4.0"
+    fenced: set[int] = field(default_factory=set)  # left out of Metadata's broker list; still serving
     versions: dict[int, tuple[int, int]] = field(default_factory=lambda: dict(KAFKA_4_0))
     asked: list[tuple[int, str, int]] = field(default_factory=list)  # (broker, request, version)
     refused: list[tuple[int, str, int]] = field(default_factory=list)
@@ -215,7 +218,11 @@ class FakeKafka:
                     "topic_authorized_operations": -(2**31),
                 }
             )
-        brokers = [{"node_id": b, "host": "127.0.0.1", "port": self._ports[b], "rack": None} for b in self.broker_ids]
+        brokers = [
+            {"node_id": b, "host": "127.0.0.1", "port": self._ports[b], "rack": None}
+            for b in self.broker_ids
+            if b not in self.fenced
+        ]
         return {
             "throttle_time_ms": 0,
             "brokers": brokers,
