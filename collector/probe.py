@@ -118,7 +118,9 @@ class ClusterProbe:
                 if self._fallback is not None:
                     self._check_fallback(deadline)
                 # every broker connected (and its versions known) before the first round, when it can be
-                for broker in sorted(self._ready(sorted(self._brokers), deadline)):
+                # within a round's time (one down or hung is the rounds' to report)
+                soon = min(deadline, time.monotonic() + self.round_timeout_s)
+                for broker in sorted(self._ready(sorted(self._brokers), soon)):
                     self._version(broker, ListOffsetsRequest, LIST_OFFSETS_MAX_VERSION)
                 return md
         self.close()
@@ -130,6 +132,9 @@ class ClusterProbe:
         settings do not describe this cluster: every connection asks its broker ApiVersions from
         then on (a broker that cannot answer it still gets the fallback's versions)."""
         assert self.client is not None
+        # bounded as a round is: a broker that hangs (paused) must not hold the start-up, and one
+        # that has not answered by then is not one that refused
+        deadline = min(deadline, time.monotonic() + self.round_timeout_s)
         ready = self._ready(sorted(self._brokers), deadline)
         asked = {b: self.client.send(b, list_offsets_request(0, CLIENT_REPLICA_ID, [], LATEST)) for b in ready}
         self._wait(list(asked.values()), deadline)
@@ -145,9 +150,8 @@ class ClusterProbe:
             )
         )
         self.client.config["api_version"] = None  # new connections ask ApiVersions
-        for b in sorted(self.client._conns):  # and every connection is made anew (each keeps its settings)
+        for b in list(self.client._conns):  # and every connection is made anew (each keeps its settings)
             self.client.close(b)
-        self._ready(sorted(self._brokers), deadline)
 
     @property
     def brokers(self) -> dict[int, str]:

@@ -139,3 +139,19 @@ def test_a_fenced_broker_left_out_of_the_broker_list_is_not_answering_not_laggin
     of_3 = [o for o in result.observations if o.broker_id == 3]
     assert len(of_3) == len(fake.topics["orders"]) and all(o.leo is None for o in of_3)
     assert all(o.leo is not None for o in result.observations if o.broker_id != 3)
+
+
+@pytest.mark.parametrize("props", [{}, ZERO_NINE], ids=["default-settings", "with-the-0.9-settings"])
+def test_a_broker_hung_at_start_up_is_unreachable_and_the_others_are_read(fake, props) -> None:
+    """A broker that accepts connections and answers nothing (paused): neither the start-up's
+    version questions (ApiVersions, or the 0.9 settings' check) nor a round waits on it beyond
+    the round, and it is not taken for a broker that refused a version."""
+    fake.hung.add(2)
+    probe = ClusterProbe(kafka_python_config(fake.bootstrap, props), round_timeout_s=1.0)
+    try:
+        snap = probe.connect(10.0)
+    finally:
+        probe.close()
+    assert snap.unreachable == {2}
+    assert snap.leo == {k: v for k, v in _expected_leos(fake).items() if k[0] != 2}
+    assert {v for _, n, v in fake.asked if n == "ListOffsets"} == {5}

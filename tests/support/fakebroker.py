@@ -76,6 +76,7 @@ class FakeKafka:
     broker_ids: tuple[int, ...] = (1, 2, 3)
     cluster_id: str = "fake-kafka-4.0"
     fenced: set[int] = field(default_factory=set)  # left out of Metadata's broker list; still serving
+    hung: set[int] = field(default_factory=set)  # accept connections and read requests, answer none (SIGSTOP)
     versions: dict[int, tuple[int, int]] = field(default_factory=lambda: dict(KAFKA_4_0))
     asked: list[tuple[int, str, int]] = field(default_factory=list)  # (broker, request, version)
     refused: list[tuple[int, str, int]] = field(default_factory=list)
@@ -150,7 +151,10 @@ class FakeKafka:
                 if len(head) < 4:
                     return  # the client closed the connection
                 size = struct.unpack(">i", head)[0]
-                answer = self._answer(broker, incoming.read(size))
+                frame = incoming.read(size)
+                if broker in self.hung:
+                    continue
+                answer = self._answer(broker, frame)
                 if answer is None:
                     return  # refused: the connection is closed, as a broker closes it
                 conn.sendall(struct.pack(">i", len(answer)) + answer)
