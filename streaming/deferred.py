@@ -73,14 +73,14 @@ def plan_id(start: Offsets, end: Offsets) -> str:
     return hashlib.sha256((offsets_digest(start) + offsets_digest(end)).encode()).hexdigest()[:32]
 
 
-def _write(path: Path, data: Any) -> None:
+def _write(path: Path, data: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data), encoding="utf-8")
     os.replace(tmp, path)
 
 
-def _read(path: Path) -> Any:
+def _read(path: Path) -> Any:  # Any: a JSON value (None when unreadable), which each caller checks
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

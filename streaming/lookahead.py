@@ -15,9 +15,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Collection, Mapping
-from typing import Any
 
-from isrwatch.alerts import AlertName, replica_alerts
+from isrwatch.alerts import AlertKey, AlertName, replica_alerts
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import ReplicaKey, ReplicaStatus, State, Thresholds, lag_state_of, last_caught_up_ms
 
@@ -100,7 +99,7 @@ class Lookahead:
         self._plan(key, held)
         return held
 
-    def resume(self, key: ReplicaKey, s: ReplicaStatus, firing: Collection[tuple[str, Any]]) -> ReplicaStatus:
+    def resume(self, key: ReplicaKey, s: ReplicaStatus, firing: Collection[AlertKey]) -> ReplicaStatus:
         """After a restart: ``s``, restored from telemetry, carried again to its crossing if
         the restored alert book (``firing``: the keys of its alerts) has it nearing and ``s``
         agrees (behind, due within the horizon); else the first batch would resolve the

@@ -26,10 +26,13 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
+
+if TYPE_CHECKING:
+    from streaming.settings import JobSettings
 
 __all__ = [
     "Origin",
@@ -141,7 +144,7 @@ def checkpoint_offsets(checkpoint_dir: str, query_dir: str) -> dict[str, dict[st
         # v1, the batch's metadata, then one line of offsets per source
         for line in lines[2:3]:
             try:
-                data: Any = json.loads(line)
+                data: object = json.loads(line)
             except ValueError:
                 break
             if isinstance(data, dict):
@@ -200,9 +203,9 @@ def check_offsets(
                 )
 
 
-def check_checkpoint(settings: Any, checkpoint_dir: str, spool_dir: str | None, timeout_s: float) -> str | None:
-    """At the job's start: the checkpoint belongs to this telemetry (``settings``:
-    ``streaming.settings.JobSettings``), and its offsets still exist. Returns the telemetry
+def check_checkpoint(settings: JobSettings, checkpoint_dir: str, spool_dir: str | None, timeout_s: float) -> str | None:
+    """At the job's start: the checkpoint belongs to this telemetry (``settings``), and its
+    offsets still exist. Returns the telemetry
     cluster's id, where its brokers give one (``streaming.identity``)."""
     from isrwatch.settings import kafka_config_pairs
 

@@ -12,7 +12,7 @@ code, the ``reason`` label of the dead-letter counter), a detail text, the
 cluster when known, the source position and the rejected payload (the whole
 record, or the one observation as JSON) with its encoding: the text when the
 bytes are valid UTF-8 (``utf8``), else their base64 (``base64``); null payload
-and encoding for a record with no value. Any byte sequence is a record: bytes
+and encoding for a record with no value. Every byte sequence is a record: bytes
 that are not UTF-8 never reach the JSON parser nor the driver as text.
 """
 

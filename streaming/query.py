@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyspark.sql.functions as F
 
@@ -109,7 +109,7 @@ def restore_state(spark: SparkSession, checkpoint_dir: str) -> DataFrame | None:
     return table.committed(done)
 
 
-def restore_aggregates(spark: SparkSession, checkpoint_dir: str) -> list[dict[str, Any]]:
+def restore_aggregates(spark: SparkSession, checkpoint_dir: str) -> list[dict[str, object]]:
     """The replicas' state rows as of the last committed batch (empty when none)."""
     df = restore_state(spark, checkpoint_dir)
     return [] if df is None else df.toArrow().to_pylist()

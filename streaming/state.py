@@ -18,7 +18,7 @@ reference like the rest; a checkpoint of that job is read once by
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsInt
 
 import pyspark.sql.functions as F
 from pyspark.sql import Column
@@ -95,7 +95,7 @@ def replica_aggregates(obs: DataFrame, rule: Rule, max_gap_ms: int | None = None
     )
 
 
-def row_to_aggregate(row: Mapping[str, Any]) -> ReplicaAggregate:
+def row_to_aggregate(row: Mapping[str, Any]) -> ReplicaAggregate:  # Any: a row's ints, lists and dict
     """One output row (as a dict, ``latest`` a dict too) to the core's type."""
     latest = row["latest"] or {}
     leader_id = _int(latest.get("leader_id"))
@@ -123,7 +123,7 @@ def row_to_aggregate(row: Mapping[str, Any]) -> ReplicaAggregate:
     )
 
 
-def _int(v: Any) -> int | None:
+def _int(v: SupportsInt | str | None) -> int | None:
     if v is None:
         return None
     try:

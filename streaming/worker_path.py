@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import sys
 import zipimport
-from typing import Any
 
 __all__ = ["quiet_zip_invalidation"]
 
@@ -48,7 +47,7 @@ def quiet_zip_invalidation() -> bool:
         return True
     reread = current
 
-    def invalidate_caches(self: Any) -> None:
+    def invalidate_caches(self: zipimport.zipimporter) -> None:
         stamp = _stamp(self.archive)
         if stamp is not None and getattr(self, _STAMP, None) == stamp:
             return  # unchanged since this importer read it: its directory is current
