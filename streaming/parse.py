@@ -7,7 +7,7 @@ per observation, each with its own reason (null when good);
 ``side_items`` picks out the rare rows (dead letters, ISR changes). All of it is Spark SQL: no
 Python runs per record or per observation.
 
-Dead letters share one shape (``DEADLETTER_COLUMNS``): the reason (a short
+Dead letters share one shape (``DeadLetter``, its keys ``DEADLETTER_COLUMNS``): the reason (a short
 code, the ``reason`` label of the dead-letter counter), a detail text, the
 cluster when known, the source position and the rejected payload (the whole
 record, or the one observation as JSON) with its encoding: the text when the
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame
@@ -43,6 +43,7 @@ __all__ = [
     "REASONS",
     "RECORD_REASONS",
     "DEADLETTER_COLUMNS",
+    "DeadLetter",
     "UTF8",
     "BASE64",
     "CHANGE_TYPE",
@@ -102,16 +103,21 @@ _COLUMNS_BAD = "_columns_bad"
 # JSON reader keeps the rest as nulls otherwise: a wrong type would read as a missing value).
 CORRUPT = "_corrupt_record"
 
-DEADLETTER_COLUMNS = [
-    "reason",
-    "detail",
-    "cluster",
-    "source_topic",
-    "source_partition",
-    "source_offset",
-    "payload",
-    "payload_encoding",
-]
+
+class DeadLetter(TypedDict):
+    """One dead letter as the driver hands it to the outputs (``streaming.outputs``)."""
+
+    reason: str  # a key of REASONS
+    detail: str | None
+    cluster: str | None
+    source_topic: str | None
+    source_partition: int | None
+    source_offset: int | None
+    payload: str | None  # the rejected bytes, as payload_encoding says
+    payload_encoding: str | None  # UTF8 or BASE64 (None without a payload)
+
+
+DEADLETTER_COLUMNS = list(DeadLetter.__annotations__)
 
 # payload_encoding values: the payload is the text itself, or the base64 of the bytes.
 UTF8, BASE64 = "utf8", "base64"
