@@ -26,14 +26,15 @@ from bench.machine import print_header
 __all__ = ["main"]
 
 
-def drain(spark, kafka, records: list[bytes], per_record: int, cap: int, refresh: int) -> dict:  # type: ignore[no-untyped-def]
+def drain(spark, kafka, records: list[bytes], per_record: int, cap: int, refresh: int, **extra) -> dict:  # type: ignore[no-untyped-def]
+    """The job drains ``records`` in batches of ``cap`` records; ``extra``: more of the job's settings."""
     from streaming import job
 
     expected = -(-len(records) // cap)
     topic = bkafka.new_topic(kafka, f"bench-refresh-{refresh}")
     bkafka.produce(kafka, topic, records)
     checkpoint = tempfile.mkdtemp(prefix="bench-refresh-")
-    settings = tp.job_settings(kafka, topic, checkpoint, cap, 0.001, ok_refresh_batches=refresh)
+    settings = tp.job_settings(kafka, topic, checkpoint, cap, 0.001, ok_refresh_batches=refresh, **extra)
     log = tp.BatchLog().__enter__()
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -67,6 +68,7 @@ def drain(spark, kafka, records: list[bytes], per_record: int, cap: int, refresh
         "rate": (len(records) - cap) * per_record / (t[-1] - t[0]),
         "driver_ms": [int(f["batch_ms"]) - int(f.get("spark_ms", 0)) for f in later],
         "rows": [int(f["replicas"]) for f in later],
+        "batches": later,  # every later batch's log fields
     }
 
 

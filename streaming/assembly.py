@@ -135,7 +135,7 @@ def make_outputs(
     writer = None
     if producer is not None and settings.bootstrap_servers:
         conf = producer_config(settings.bootstrap_servers, settings.kafka_config)
-        writer = StateWriter(conf, settings.state_topic, producer)
+        writer = StateWriter(conf, settings.state_topic, producer, by_driver=settings.state_writer == "driver")
     checkpoint = DriverCheckpoint(checkpoint_dir)
     return Outputs(store, deadletters, list(sinks), states, writer, checkpoint, port, deadletter_file)
 

@@ -54,6 +54,13 @@ class JobSettings:
     )
     telemetry_topic: str = option("isr.telemetry", "telemetry topic (input)", check=topic_name)
     state_topic: str = option("isr.replica-state", "replica state topic (output, compacted)", check=topic_name)
+    state_writer: str = option(
+        "executors",
+        "who produces the state topic's records: the Spark executors' Python workers (the driver takes over "
+        "what they cannot deliver within 3 s) or the driver alone (executors that cannot reach the state topic's "
+        "cluster)",
+        choices=("executors", "driver"),
+    )
     alerts_topic: str = option("isr.alerts", "alert transitions topic (output)", check=topic_name)
     deadletter_topic: str = option("isr.deadletter", "rejected telemetry topic (output)", check=topic_name)
     max_records_per_trigger: int = option(100_000, "most telemetry records read per micro-batch", check=positive)

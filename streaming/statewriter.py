@@ -135,6 +135,7 @@ class StateWriter:
     topic: str
     outputs: OutputProducer
     flush_s: float = FLUSH_S
+    by_driver: bool = False  # --state-writer driver: the executors never write
     # The processes that wrote the last batch's records: (host, pid) -> records delivered.
     writers: dict[tuple[str, int], int] | None = None
     # Set when the executors could not write at all (e.g. their Python lacks confluent-kafka):
@@ -143,7 +144,7 @@ class StateWriter:
 
     def write(self, records: DataFrame) -> tuple[str, int]:
         """Write ``state_records``' rows; -> (who wrote them: "executors" or "driver", records)."""
-        if self.executors_failed or self._driver_holds():
+        if self.by_driver or self.executors_failed or self._driver_holds():
             return "driver", self._through_driver(records.toArrow())
         try:
             back = records.mapInArrow(produce_partition(self.conf, self.topic, self.flush_s), RECORD_SCHEMA).toArrow()
@@ -170,6 +171,10 @@ class StateWriter:
         ):  # fmt: skip
             if kind == "task":
                 writers[(host, pid)] = writers.get((host, pid), 0) + sent
+        if self.writers is None or set(writers) != set(self.writers):
+            # Which processes write the records, when that changes (an operator's proof, and
+            # tests/e2e/test_spark_cluster.py's: Spark's Python workers, not the driver).
+            log.info(kv(event="state_writers", processes=",".join(f"{h}:{p}" for h, p in sorted(writers))))
         self.writers = writers
         failed = back.filter(pc.equal(back.column("kind"), "failed"))
         if failed.num_rows:

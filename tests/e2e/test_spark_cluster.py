@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 import time
 import urllib.request
 from collections import defaultdict
@@ -84,6 +86,34 @@ def _check_round(r: dict[str, Any]) -> None:
         check_nearing_lead(row, where)  # the bound of local mode
 
 
+def _ancestors(pid: int) -> list[str]:
+    """The command lines of ``pid`` and its parents (Linux /proc)."""
+    out = []
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                out.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            break
+    return out
+
+
+def state_writers(pipe: Pipeline) -> list[int]:
+    """The processes the job says wrote its state records (``event=state_writers``) that are
+    still running, each checked to be a Python worker under an executor's JVM (a worker's
+    ``CoarseGrainedExecutorBackend``), not the job's driver."""
+    pids = {int(hp.rsplit(":", 1)[1]) for line in re.findall(r"event=state_writers processes=(\S+)", pipe.job_log())
+            for hp in line.split(",")}  # fmt: skip
+    alive = [p for p in sorted(pids) if os.path.exists(f"/proc/{p}")]
+    for p in alive:
+        chain = _ancestors(p)
+        assert any("CoarseGrainedExecutorBackend" in c for c in chain[1:]), f"state writer {p}: {chain}"
+        assert not any("isrwatch run" in c or "isrwatch.cli run" in c for c in chain), f"{p} is the driver's"
+    return alive
+
+
 def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_worker(
     kafka_cluster_factory, tmp_path, spark_reader
 ):
@@ -110,6 +140,7 @@ def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_work
 
         rounds = [pause_round(cluster, pipe, topic, first, placed, None)]
         before_kill = tasks_per_worker(ui_port, spark)
+        writers = state_writers(pipe)
 
         spark.kill_worker(1)
         killed_at = time.time()
@@ -136,6 +167,8 @@ def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_work
         },
     )
     assert set(before_kill) == {0, 1} and min(before_kill.values()) > 0, f"tasks on both workers: {before_kill}"
+    assert writers, "the state records were written by executors' Python workers (streaming.statewriter)"
+    assert "state_writer=executors" in pipe.job_log()
     assert after_kill.get(0, 0) > before_kill[0], f"the surviving worker took the work on: {after_kill}"
     for r in rounds:
         _check_round(r)
