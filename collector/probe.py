@@ -36,6 +36,7 @@ from isrwatch.kafkawire import (
     LIST_OFFSETS_MAX_VERSION,
     METADATA_MAX_VERSION,
     broker_versions,
+    fallback_check,
     kept_replicas,
     list_offsets_answers,
     list_offsets_request,
@@ -136,7 +137,7 @@ class ClusterProbe:
         # that has not answered by then is not one that refused
         deadline = min(deadline, time.monotonic() + self.round_timeout_s)
         ready = self._ready(sorted(self._brokers), deadline)
-        asked = {b: self.client.send(b, list_offsets_request(0, CLIENT_REPLICA_ID, [], LATEST)) for b in ready}
+        asked = {b: self.client.send(b, fallback_check()) for b in ready}
         self._wait(list(asked.values()), deadline)
         refused = sorted(b for b, f in asked.items() if f.failed())
         if not refused:

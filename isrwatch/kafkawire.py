@@ -8,6 +8,8 @@ broker spoke (v0 on Kafka 0.9; Kafka 4 removed v0 of ListOffsets).
 
 from __future__ import annotations
 
+import socket
+import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +30,8 @@ __all__ = [
     "Versions",
     "kept_replicas",
     "broker_versions",
+    "fallback_check",
+    "broker_connection",
     "request_version",
     "metadata_request",
     "metadata_brokers",
@@ -96,6 +100,45 @@ def broker_versions(conn: Any, fallback: tuple[int, ...] | None = None) -> Versi
         return dict(conn.get_api_versions() or {})
     table = fallback if fallback in BROKER_API_VERSIONS else found
     return dict(BROKER_API_VERSIONS.get(table, {})) if table is not None else {}
+
+
+def fallback_check() -> Any:
+    """The question that tells a broker the 0.9 settings describe from one they do not, without
+    ApiVersions (Kafka 0.9 never answers that; its question waits out its timeout): a ListOffsets
+    v0 for no partition, which 0.9 answers and Kafka 4 refuses by closing the connection."""
+    return list_offsets_request(0, -1, [], LATEST)
+
+
+def broker_connection(address: str, settings: Mapping[str, Any], timeout_s: float) -> Any:
+    """A connected kafka-python ``BrokerConnection`` to ``address`` (host:port) with ``settings``
+    (``isrwatch.clientconfig.kafka_python_config``, bootstrap servers taken out); ConnectionError
+    when there is none within ``timeout_s``. Settings pinned to a version (the 0.9 settings) hold
+    for a broker that accepts :func:`fallback_check`; one that refuses it is connected to again,
+    unpinned, and asked ApiVersions."""
+    from kafka.conn import BrokerConnection
+
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    pinned = settings.get("api_version") is not None
+    for attempt in (dict(settings), {**settings, "api_version": None}) if pinned else (dict(settings),):
+        conn = BrokerConnection(host.strip("[]"), int(port), socket.AF_UNSPEC, **attempt)
+        if not conn.connect_blocking(max(0.0, deadline - time.monotonic())):
+            conn.close()
+            raise ConnectionError(f"{address}: no connection within {timeout_s:g} s")
+        if attempt.get("api_version") is None or not _refuses(conn, fallback_check(), deadline):
+            return conn
+        conn.close()
+    raise ConnectionError(f"{address}: no connection within {timeout_s:g} s")  # (not reached)
+
+
+def _refuses(conn: Any, request: Any, deadline: float) -> bool:
+    """Whether the broker closed ``conn`` on ``request`` before ``deadline`` (no answer by then: no)."""
+    future = conn.send(request)
+    while not future.is_done and time.monotonic() < deadline:
+        for response, answered in conn.recv():  # the connection leaves the futures to its caller
+            answered.success(response)
+        time.sleep(0.002)
+    return bool(future.failed())
 
 
 def request_version(versions: Mapping[int, tuple[int, int]], request: Sequence[Any], highest: int) -> int:

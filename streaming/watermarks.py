@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -36,6 +35,7 @@ from isrwatch.kafkawire import (
     LATEST,
     LIST_OFFSETS_MAX_VERSION,
     METADATA_MAX_VERSION,
+    broker_connection,
     list_offsets_answers,
     list_offsets_request,
     metadata_brokers,
@@ -113,15 +113,11 @@ class _BrokerLine:
             self._conn = None
 
     def _answer(self, requests: Question) -> list[Response]:
-        from kafka.conn import BrokerConnection
-
         deadline = time.monotonic() + _QUESTION_TIMEOUT_S
         if self._conn is None or not self._conn.connected():
             self._drop()
-            host, _, port = self.address.rpartition(":")
-            self._conn = BrokerConnection(host.strip("[]"), int(port), socket.AF_UNSPEC, **self._settings)
-            if not self._conn.connect_blocking(_QUESTION_TIMEOUT_S):
-                raise ConnectionError(f"{self.address}: no connection within {_QUESTION_TIMEOUT_S:g} s")
+            # (the 0.9 settings hold for a broker that cannot answer ApiVersions only)
+            self._conn = broker_connection(self.address, self._settings, _QUESTION_TIMEOUT_S)
         conn = self._conn
         futures = [conn.send(r) for r in requests(conn.get_api_versions() or {})]
         while not all(f.is_done for f in futures):

@@ -20,8 +20,12 @@ def fake():
         yield cluster
 
 
-def test_the_jobs_watermarks_are_each_leaders_log_start_and_high_watermark(fake) -> None:
-    marks = Watermarks({"bootstrap.servers": fake.bootstrap}, ["isr.telemetry"], answer_s=5.0)
+ZERO_NINE = {"api.version.request": "false", "broker.version.fallback": "0.9.0.1"}
+
+
+@pytest.mark.parametrize("props", [{}, ZERO_NINE], ids=["default-settings", "with-the-0.9-settings"])
+def test_the_jobs_watermarks_are_each_leaders_log_start_and_high_watermark(fake, props) -> None:
+    marks = Watermarks({"bootstrap.servers": fake.bootstrap, **props}, ["isr.telemetry"], answer_s=5.0)
     try:
         low, high = marks.poll()
         late = marks.late
@@ -31,7 +35,10 @@ def test_the_jobs_watermarks_are_each_leaders_log_start_and_high_watermark(fake)
     assert low == {"isr.telemetry": {str(p): fp.log_start for p, fp in parts.items()}}
     assert high == {"isr.telemetry": {str(p): fp.high_watermark for p, fp in parts.items()}}
     assert late == frozenset()
-    assert fake.refused == [] and fake.unmodelled == []
+    assert fake.unmodelled == []
+    # with the 0.9 settings, each connection's check (ListOffsets v0 for no partition) is refused, and
+    # the connection made again asks ApiVersions: no question of the planner goes out at a 0.9 version
+    assert {(n, v) for _, n, v in fake.refused} == ({("ListOffsets", 0)} if props else set())
     assert {(n, v) for _, n, v in fake.asked if n != "ApiVersions"} == {("Metadata", 7), ("ListOffsets", 5)}
 
 
