@@ -17,6 +17,7 @@ from isrwatch.kafkawire import (
     LATEST,
     LIST_OFFSETS_MAX_VERSION,
     METADATA_MAX_VERSION,
+    fallback_check,
     list_offsets_answers,
     list_offsets_request,
     metadata_brokers,
@@ -75,6 +76,14 @@ def test_a_list_offsets_request_is_laid_out_as_the_specification_says(version, r
         ],
     }
     assert request.encode() == encode(LIST_OFFSETS.request, version, values, flexible=False)
+
+
+def test_the_fallback_check_is_a_list_offsets_v0_for_no_partition() -> None:
+    """The question a broker pinned by the 0.9 settings is asked first: 0.9 answers it, a broker
+    that removed ListOffsets v0 (Kafka 4) refuses it."""
+    request = fallback_check()
+    assert request.API_VERSION == 0
+    assert request.encode() == encode(LIST_OFFSETS.request, 0, {"replica_id": -1, "topics": []}, flexible=False)
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
