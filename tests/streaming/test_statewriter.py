@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+
+import pytest
 
 from isrwatch.status import STATUS_FIELDS, ReplicaStatus, State, status_from_record, status_key, status_to_json
 from localkafka.cluster import COMPAT_CONFIG
@@ -85,35 +88,44 @@ def test_spark_s_python_workers_write_the_records_to_kafka(spark, kafka_cluster,
     assert len(driver) == 0
 
 
-def test_records_not_acknowledged_in_time_go_through_the_driver_and_so_do_the_next(spark) -> None:
+@pytest.fixture
+def nowhere() -> Iterator[tuple[str, OutputProducer]]:
+    """A state topic on a loopback address nothing listens at, and the driver's producer for it
+    (its records purged at the end)."""
+    address = f"127.0.0.1:{free_port()}"
+    driver = OutputProducer(make_producer(address, ["message.timeout.ms=60000"]), latest_wins={"state"})
+    yield address, driver
+    driver.producer.purge()
+    driver.producer.flush(0)
+
+
+def test_records_not_acknowledged_in_time_go_through_the_driver_and_so_do_the_next(spark, nowhere) -> None:
     """A state topic whose leader does not answer (here: nothing listens at the address): each
     task waits ``flush_s``, then hands its records to the driver, which holds them (newest of a
     key wins) without blocking; while it holds any, the next batch goes through the driver,
     so nothing newer overtakes them."""
-    nowhere = f"127.0.0.1:{free_port()}"
-    driver = OutputProducer(make_producer(nowhere, ["message.timeout.ms=60000"]), latest_wins={"state"})
-    try:
-        writer = StateWriter(producer_config(nowhere, []), "state", driver, flush_s=1.0)
-        assert writer.write(state_records(_rows(spark, STATUSES))) == ("executors", len(STATUSES))
-        assert sum(writer.writers.values()) == 0  # nothing delivered by the executors
-        assert driver.stats()["state"].pending == len(STATUSES)
-        assert writer.write(state_records(_rows(spark, STATUSES[:1]))) == ("driver", 1)
-        assert driver.stats()["state"].pending == len(STATUSES) + 1  # behind the older, in order
-    finally:
-        driver.producer.purge()
-        driver.producer.flush(0)
+    address, driver = nowhere
+    writer = StateWriter(producer_config(address, []), "state", driver, flush_s=1.0)
+    assert writer.write(state_records(_rows(spark, STATUSES))) == ("executors", len(STATUSES))
+    assert writer.writers is not None and sum(writer.writers.values()) == 0  # none delivered by the executors
+    assert driver.stats()["state"].pending == len(STATUSES)
+    assert writer.write(state_records(_rows(spark, STATUSES[:1]))) == ("driver", 1)
+    assert driver.stats()["state"].pending == len(STATUSES) + 1  # behind the older, in order
 
 
-def test_a_batch_the_executors_cannot_write_is_written_by_the_driver(spark) -> None:
+def test_a_batch_the_executors_cannot_write_is_written_by_the_driver(spark, nowhere) -> None:
     """A task that fails (here: a producer setting librdkafka refuses, raised in the Python
     worker) fails the write, not the batch: the driver writes that batch's records."""
-    nowhere = f"127.0.0.1:{free_port()}"
-    driver = OutputProducer(make_producer(nowhere, []), latest_wins={"state"})
-    try:
-        writer = StateWriter({**producer_config(nowhere, []), "no.such.setting": "1"}, "state", driver)
-        assert writer.write(state_records(_rows(spark, STATUSES))) == ("driver", len(STATUSES))
-        assert writer.executors_failed is None  # not an import error: the executors are tried again
-        assert driver.stats()["state"].pending == len(STATUSES)
-    finally:
-        driver.producer.purge()
-        driver.producer.flush(0)
+    address, driver = nowhere
+    writer = StateWriter({**producer_config(address, []), "no.such.setting": "1"}, "state", driver)
+    assert writer.write(state_records(_rows(spark, STATUSES))) == ("driver", len(STATUSES))
+    assert writer.executors_failed is None  # not an import error: the executors are tried again
+    assert driver.stats()["state"].pending == len(STATUSES)
+
+
+def test_state_writer_driver_keeps_the_executors_out(spark, nowhere) -> None:
+    """``--state-writer driver``: the driver produces every record, the executors none."""
+    address, driver = nowhere
+    writer = StateWriter(producer_config(address, []), "state", driver, by_driver=True)
+    assert writer.write(state_records(_rows(spark, STATUSES))) == ("driver", len(STATUSES))
+    assert writer.writers is None and driver.stats()["state"].pending == len(STATUSES)
