@@ -36,7 +36,7 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast  # Any: JSON read back from the files (_read, _key)
 
 from isrwatch.alerts import AlertBook, AlertKey, PostableAlert
 from isrwatch.exceptions import IsrwatchError

@@ -42,7 +42,6 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 __all__ = ["Deferred", "SHORT_READ_S", "SHORT_READ_NEW_S", "offsets_digest", "plan_id"]
 
@@ -80,7 +79,8 @@ def _write(path: Path, data: object) -> None:
     os.replace(tmp, path)
 
 
-def _read(path: Path) -> Any:  # Any: a JSON value (None when unreadable), which each caller checks
+def _read(path: Path) -> object:
+    """The JSON value in ``path`` (None when it cannot be read); each caller checks its shape."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -18,7 +18,7 @@ reference like the rest; a checkpoint of that job is read once by
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, SupportsInt
+from typing import TYPE_CHECKING, Any, SupportsInt  # Any: a state row (row_to_aggregate)
 
 import pyspark.sql.functions as F
 from pyspark.sql import Column
