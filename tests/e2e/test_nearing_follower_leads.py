@@ -21,12 +21,18 @@ a follower, nor a real Prometheus scraping the job's; once the killed broker is 
 partitions of isrwatch's own topics with it), nothing of it may be left in Prometheus either
 (the exporter's series, the shipped rules' alerts); nor may the job, SIGKILLed and started
 again on its checkpoint, bring it back.
+
+Runs in make test on the cluster and pipeline of tests/e2e/test_slow_follower.py, after its
+``[fetch]`` test (whose topic it deleted): a cluster and a job start less. This module holds the
+scenario and its checks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -36,7 +42,7 @@ from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pauses import layout
 from tests.e2e.pipeline import Pipeline, until
 from tests.e2e.results import write_result
-from tests.e2e.test_slow_follower import FOLLOWERS, HEAVY_RATE, MESSAGE_BYTES, slow_followers_cluster
+from tests.e2e.test_slow_follower import FOLLOWERS, HEAVY_RATE, MESSAGE_BYTES
 from tests.e2e_observability.running_job import parse_metrics
 
 # The job's forget time is 15 minutes; the job learns the election from the first round
@@ -58,13 +64,13 @@ def _follower_series(pipe: Pipeline, broker: int) -> list[str]:
     ]
 
 
-def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(kafka_cluster_factory, tmp_path):
-    cluster = slow_followers_cluster(kafka_cluster_factory)
+def nearing_follower_elected(cluster: Any, pipe: Pipeline, tmp_path: Path) -> None:
+    """The scenario on a running ``pipe`` of a cluster of slow followers (test_slow_follower.py)."""
     # the watched topic: broker 1 leads, 2 and 3 follow (so the election's candidates are the
     # two slow followers); isrwatch's own topics are placed by Kafka (Pipeline.create_topics)
     cluster.create_topic(TOPIC, assignment=[[LEADER, *FOLLOWERS]])
     heavy = ProduceLoad(cluster, TOPIC, 1, rate=HEAVY_RATE, size=MESSAGE_BYTES)
-    with Pipeline(cluster, tmp_path) as pipe, contextlib.ExitStack() as stack:
+    with contextlib.ExitStack() as stack:
         pipe.wait_watching(len(FOLLOWERS))
         prom = stack.enter_context(prometheus_scraping(pipe, tmp_path))
         until(
