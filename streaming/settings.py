@@ -57,7 +57,7 @@ class JobSettings:
     state_writer: str = option(
         "executors",
         "who produces the state topic's records: the Spark executors' Python workers (the driver takes over "
-        "what they cannot deliver within 3 s) or the driver alone (executors that cannot reach the state topic's "
+        "what they cannot deliver within 1 s) or the driver alone (executors that cannot reach the state topic's "
         "cluster)",
         choices=("executors", "driver"),
     )

@@ -42,8 +42,10 @@ __all__ = ["StateWriter", "state_records", "RECORD_SCHEMA"]
 log = logging.getLogger(__name__)
 
 # How long a task waits for its records' acknowledgement: a state-topic leader that hangs
-# costs one batch this much once, then the driver holds the records (never blocking).
-FLUSH_S = 3.0
+# costs one batch this much once, then the driver holds the records (never blocking). At 3 s,
+# tests/e2e/test_broker_pauses.py's job spent 3.3 s writing in five batches of a pause (its
+# records delivered late, not lost): the next batch's alerts waited that long.
+FLUSH_S = 1.0
 CLIENT_ID = "isrwatch-state-executor"
 # What a task hands back: one "task" row (its process and what it delivered) and a
 # "failed" row per record it could not deliver in time.
