@@ -17,7 +17,7 @@ import json
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import pyarrow.compute as pc
 import pyspark.sql.functions as F
@@ -34,22 +34,47 @@ if TYPE_CHECKING:
     from streaming.lookahead import Lookahead
     from streaming.statewriter import StateWriter
 
-__all__ = ["BatchOutput", "evaluate_records", "split_driver_rows"]
+__all__ = ["BatchOutput", "IsrChange", "BrokerCount", "evaluate_records", "split_driver_rows"]
 
 SIDE = "_side"  # a rare row (dead letter, ISR change, broker count, replica gone) as JSON, among the driver's rows
-ISR_CHANGE_KEYS = ("cluster", "topic", "partition", "shrink", "expand", "t_ms", "left", "joined", "leader_id")
-COUNTER_KEYS = ("cluster", "broker_id", "t_ms", "shrinks_total")
+
+
+class IsrChange(TypedDict):
+    """An ISR change the batch's records told (``parse.side_items``; a bad one is a dead letter)."""
+
+    cluster: str
+    topic: str
+    partition: int
+    shrink: int  # how many followers left the ISR
+    expand: int  # how many joined it
+    t_ms: int
+    left: list[int]  # their broker ids
+    joined: list[int]
+    leader_id: int | None
+
+
+class BrokerCount(TypedDict):
+    """A broker's own count of the ISR shrinks it made as a leader (JMX telemetry)."""
+
+    cluster: str
+    broker_id: int
+    t_ms: int
+    shrinks_total: int
+
+
+ISR_CHANGE_KEYS = tuple(IsrChange.__annotations__)
+COUNTER_KEYS = tuple(BrokerCount.__annotations__)
 
 
 @dataclass
 class BatchOutput:
-    deadletters: list[dict[str, Any]] = field(default_factory=list)
-    isr_changes: list[dict[str, Any]] = field(default_factory=list)
-    counters: list[dict[str, Any]] = field(default_factory=list)  # the brokers' own ISR shrink counts
+    deadletters: list[parse.DeadLetter] = field(default_factory=list)
+    isr_changes: list[IsrChange] = field(default_factory=list)
+    counters: list[BrokerCount] = field(default_factory=list)  # the brokers' own ISR shrink counts
     # replicas the collector said gone (and, added by the driver, followers elected leader)
     gone: list[GoneKey] = field(default_factory=list)
     # what collectors said of the clusters they poll: (cluster, {"cluster_id", "endpoints"})
-    identities: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    identities: list[tuple[str, Mapping[str, object]]] = field(default_factory=list)
     table: pa.Table | None = None  # replicas.for_the_driver's rows
     spark_s: float = 0.0
     # Writes the batch's state and releases it: call once the driver has the rows.
@@ -133,15 +158,15 @@ def evaluate_records(
         for item in rows_.filter(is_side).column(SIDE).to_pylist():
             row = json.loads(item)
             if row["kind"] == "deadletter":
-                out.deadletters.append({k: row.get(k) for k in parse.DEADLETTER_COLUMNS})
+                out.deadletters.append(cast("parse.DeadLetter", {k: row.get(k) for k in parse.DEADLETTER_COLUMNS}))
             elif row["kind"] == "counters":
-                out.counters.append({k: row.get(k) for k in COUNTER_KEYS})
+                out.counters.append(cast("BrokerCount", {k: row.get(k) for k in COUNTER_KEYS}))
             elif row["kind"] == "gone":
                 out.gone.append((row["cluster"], row["topic"], row["partition"], row["broker_id"], row["t_ms"]))
             elif row["kind"] == "identity":
                 out.identities.append((row["cluster"], json.loads(row["payload"])))
             else:
-                out.isr_changes.append({k: row.get(k) for k in ISR_CHANGE_KEYS})
+                out.isr_changes.append(cast("IsrChange", {k: row.get(k) for k in ISR_CHANGE_KEYS}))
     except BaseException:
         for held_df in (evaluated, keys):
             if held_df is not None:

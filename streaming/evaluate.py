@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar  # Any: columns read from untyped pyarrow (statuses_from_arrow)
 
 import pyspark.sql.functions as F
 from pyspark.sql import Column, Window
@@ -229,10 +229,13 @@ _SHARED_AT = tuple(
 )
 
 
-def _shared(values: list[Any]) -> list[Any]:
+_V = TypeVar("_V")
+
+
+def _shared(values: list[_V]) -> list[_V]:
     """``values`` with one object per distinct value: ``to_pylist`` makes a new str or
     large int per row, which the driver would then hold once per replica (~0.1 KB)."""
-    one: dict[Any, Any] = {}
+    one: dict[_V, _V] = {}
     return [one.setdefault(v, v) for v in values]
 
 
@@ -243,7 +246,8 @@ def statuses_from_arrow(table: pa.Table) -> Iterator[tuple[ReplicaStatus, int, i
     a few µs a replica, against ~10 µs through ``Table.to_pylist()``'s dicts and
     the dataclass constructor.
     """
-    cols: list[list[Any]] = [table.column(name).to_pylist() for name in STATUS_COLUMNS + EXTRA_COLUMNS]
+    names = STATUS_COLUMNS + EXTRA_COLUMNS
+    cols: list[list[Any]] = [table.column(n).to_pylist() for n in names]  # Any: per-column types, pyarrow untyped
     for at in _SHARED_AT:
         cols[at] = _shared(cols[at])
     state_at, lag_state_at = STATUS_COLUMNS.index("state"), STATUS_COLUMNS.index("lag_state")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from isrwatch.logs import kv
 from isrwatch.outcomes import LagEvidence
@@ -25,6 +25,11 @@ from streaming.batch import BatchOutput, evaluate_records, split_driver_rows
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from exporter.store import StatusStore
+    from streaming.checkpoint import DriverCheckpoint
+    from streaming.monitor import Monitor
+    from streaming.outputs import DeadLetterSink
+    from streaming.replicas import StateTable
     from streaming.statewriter import StateWriter
 
 __all__ = ["BatchHandler"]
@@ -46,11 +51,11 @@ LAG_WARN_EVERY_S = 3600.0
 class BatchHandler:
     cfg: RuleConfig
     th: Thresholds
-    table: Any  # streaming.replicas.StateTable
-    monitor: Any  # streaming.monitor.Monitor
-    store: Any  # exporter.store.StatusStore
-    deadletters: Any  # streaming.outputs.DeadLetterFile or KafkaDeadLetters
-    checkpoint: Any  # streaming.checkpoint.DriverCheckpoint
+    table: StateTable
+    monitor: Monitor
+    store: StatusStore
+    deadletters: DeadLetterSink  # streaming.outputs.DeadLetterFile or KafkaDeadLetters
+    checkpoint: DriverCheckpoint
     future_tolerance_ms: int | None
     max_gap_ms: int
     refresh_batches: int
@@ -204,10 +209,11 @@ class BatchHandler:
                 if c[change]:
                     self.store.add_isr_changes(c["cluster"], c["topic"], int(c["partition"]), change, int(c[change]))
             # warned or missed: against the alerts of this batch and those before (isrwatch.outcomes)
-            where = {"cluster": c["cluster"], "topic": c["topic"], "partition": int(c["partition"])}
+            cluster, topic, partition = c["cluster"], c["topic"], int(c["partition"])
+            where = {"cluster": cluster, "topic": topic, "partition": partition}
             leader = None if c["leader_id"] is None else int(c["leader_id"])
             for broker, outcome, lead_s in self.store.outcomes.isr_change(
-                *where.values(), int(c["t_ms"]), c["left"] or (), c["joined"] or (), leader=leader
+                cluster, topic, partition, int(c["t_ms"]), c["left"] or (), c["joined"] or (), leader=leader
             ):
                 lead = None if lead_s is None else round(lead_s, 3)
                 log.info("isr_shrink %s", kv(**where, broker_id=broker, outcome=outcome, lead_s=lead, t_ms=c["t_ms"]))

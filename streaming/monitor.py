@@ -34,9 +34,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from isrwatch.alerts import Alert, AlertBook, AlertName, Transition, partition_alert, replica_alerts, stale_alert
 from isrwatch.logs import kv
@@ -49,6 +49,9 @@ from streaming.lookahead import Lookahead
 from streaming.notify import AlertSink
 from streaming.outputs import KafkaStates
 
+if TYPE_CHECKING:
+    from exporter.store import StatusStore
+
 __all__ = ["Monitor", "BatchReport", "REPLICA_SCOPE", "STALE_SCOPE"]
 
 log = logging.getLogger(__name__)
@@ -58,10 +61,6 @@ Evaluated = tuple[ReplicaStatus, int, int]
 
 STALE_SCOPE = {AlertName.TELEMETRY_STALE.value}
 REPLICA_SCOPE = {n.value for n in AlertName} - STALE_SCOPE
-
-
-class StatusOutput(Protocol):
-    def update(self, statuses: Iterable[ReplicaStatus]) -> Any: ...
 
 
 @dataclass
@@ -96,11 +95,11 @@ class Monitor:
         *,
         default_min_isr: int,
         stale_after_s: float,
-        store: Any,
+        store: StatusStore,
         sinks: Sequence[AlertSink],
         state_topic: KafkaStates | None = None,  # its tombstones
         checkpoint: DriverCheckpoint | None = None,
-        wall_clock: Any = time.time,
+        wall_clock: Callable[[], float] = time.time,
         lookahead: Lookahead | None = None,
         broker_watch: BrokerWatch | None = None,
         identities: Identities | None = None,
@@ -423,7 +422,7 @@ class Monitor:
             )  # fmt: skip
         return carried
 
-    def identify(self, stated: Iterable[tuple[str, dict[str, Any]]]) -> None:
+    def identify(self, stated: Iterable[tuple[str, Mapping[str, object]]]) -> None:
         """Take in what collectors said of the clusters they poll (``streaming.identity``)."""
         with self._lock:
             if self.identities.learn(stated) and self.checkpoint is not None:

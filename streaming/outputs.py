@@ -19,13 +19,19 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from exporter.kafka_metadata import first_metadata
 from isrwatch.exceptions import IsrwatchError
 from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
 from streaming.parse import BASE64
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
+
+    from streaming.notify import RecordProducer
+    from streaming.parse import DeadLetter
 
 __all__ = [
     "DeadLetterSink",
@@ -49,28 +55,29 @@ class DeadLetterSink(Protocol):
 
     failed: int
 
-    def write(self, deadletters: Iterable[Mapping[str, Any]]) -> int: ...
+    def write(self, deadletters: Iterable[DeadLetter]) -> int: ...
 
     def close(self) -> None: ...
 
 
-def payload_bytes(d: Mapping[str, Any]) -> bytes | None:
-    """The rejected bytes a dead letter carries (its ``payload`` decoded by ``payload_encoding``)."""
+def payload_bytes(d: Mapping[str, object]) -> bytes | None:
+    """The rejected bytes a dead letter carries (its ``payload`` decoded by ``payload_encoding``),
+    as the job writes it (``DeadLetter``) or as it is read back (JSON, perhaps truncated)."""
     payload = d.get("payload")
     if payload is None:
         return None
     if d.get("payload_encoding") == BASE64:
-        return base64.b64decode(payload, validate=True)
+        return base64.b64decode(cast(str, payload), validate=True)  # cast: a base64 payload is text
     return str(payload).encode("utf-8", "surrogatepass")
 
 
-def encode_deadletter(d: Mapping[str, Any], max_bytes: int | None = None, sort_keys: bool = False) -> bytes:
+def encode_deadletter(d: DeadLetter, max_bytes: int | None = None, sort_keys: bool = False) -> bytes:
     """One dead letter as a JSON object (ASCII bytes). When it would exceed
     ``max_bytes``, the payload becomes the base64 of the longest prefix of the
     rejected bytes that fits, with ``payload_truncated`` true, ``payload_bytes``
     (the whole size) and ``payload_sha256`` (of the whole); ValueError when
     even that does not fit."""
-    body = dict(d)
+    body: dict[str, object] = dict(d)
     out = json.dumps(body, default=str, sort_keys=sort_keys).encode("ascii")
     if max_bytes is None or len(out) <= max_bytes:
         return out
@@ -101,7 +108,7 @@ class DeadLetterFile:
         # Unbuffered: a write that failed (disk full) leaves nothing behind to fail again at close.
         self._fh = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
 
-    def write(self, deadletters: Iterable[Mapping[str, Any]]) -> int:
+    def write(self, deadletters: Iterable[DeadLetter]) -> int:
         lines: list[bytes] = []
         failed, error = 0, ""
         for d in deadletters:
@@ -144,13 +151,13 @@ class KafkaDeadLetters:
     and counts what is never delivered). A letter the producer refuses (too
     big for it, a closed producer) is logged and counted in ``failed``."""
 
-    def __init__(self, producer: Any, topic: str, max_bytes: int = MAX_DEADLETTER_BYTES) -> None:
+    def __init__(self, producer: RecordProducer, topic: str, max_bytes: int = MAX_DEADLETTER_BYTES) -> None:
         self.producer = producer
         self.topic = topic
         self.max_bytes = max_bytes
         self.failed = 0
 
-    def write(self, deadletters: Iterable[Mapping[str, Any]]) -> int:
+    def write(self, deadletters: Iterable[DeadLetter]) -> int:
         n = failed = 0
         error = ""
         for d in deadletters:
@@ -187,7 +194,7 @@ class KafkaStates:
     """The state topic's tombstones, from the driver: the replicas the monitor forgets. Their
     records come from ``streaming.statewriter`` (the executors)."""
 
-    def __init__(self, producer: Any, topic: str) -> None:
+    def __init__(self, producer: RecordProducer, topic: str) -> None:
         self.producer = producer
         self.topic = topic
 
@@ -227,7 +234,7 @@ def producer_config(bootstrap_servers: str, kafka_config: list[str]) -> dict[str
     }
 
 
-def make_producer(bootstrap_servers: str, kafka_config: list[str]) -> Any:
+def make_producer(bootstrap_servers: str, kafka_config: list[str]) -> Producer:
     """A confluent-kafka producer with the user's ``--kafka-config`` pairs."""
     try:
         from confluent_kafka import KafkaException, Producer

@@ -27,9 +27,12 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from isrwatch.logs import kv
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message, Producer
 
 __all__ = ["OutputProducer", "OutputStats"]
 
@@ -44,7 +47,7 @@ class OutputStats:
 
 
 class OutputProducer:
-    def __init__(self, producer: Any, latest_wins: Collection[str] = (), max_held: int = 100_000) -> None:
+    def __init__(self, producer: Producer, latest_wins: Collection[str] = (), max_held: int = 100_000) -> None:
         self.producer = producer
         self.latest_wins = frozenset(latest_wins)
         self.max_held = max_held
@@ -98,8 +101,8 @@ class OutputProducer:
                 return
             self._queued.popleft()
 
-    def _delivered(self, err: Any, msg: Any) -> None:
-        topic = msg.topic()
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        topic = cast(str, msg.topic())  # a delivery report's message has its topic
         with self._count_lock:
             self._inflight[topic] = self._inflight.get(topic, 1) - 1
             if err is not None:

@@ -28,7 +28,7 @@ import os
 import re
 import shutil
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyspark.sql.functions as F
 from pyspark.sql import Column, Window
@@ -39,7 +39,7 @@ from streaming import evaluate
 from streaming.state import KEY_COLUMNS, LATEST_COLUMNS, caught_up_time_expr
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession, WindowSpec
 
     from streaming.lookahead import Lookahead
 
@@ -141,7 +141,7 @@ def _observation_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
     ]
 
 
-def _running(column: str, window: Any) -> Column:
+def _running(column: str, window: WindowSpec) -> Column:
     if column in _BY:
         # max_by skips rows whose ordering is null: the newest non-null value.
         return F.max_by(F.col(column), F.col(_BY[column])).over(window)
@@ -217,7 +217,7 @@ _ORDER = tuple(_ORDER_BY)
 
 
 @functools.cache
-def _ordered() -> Any:
+def _ordered() -> WindowSpec:
     """A replica's rows in order: the seed first, then the observations in
     telemetry time order (ties broken by content, so a replayed batch orders
     its rows the same way)."""

@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +33,7 @@ from isrwatch.status import STATUS_FIELDS, GoneKey
 from streaming import replicas
 
 if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message, Producer
     from pyspark.sql import DataFrame
 
     from streaming.producer import OutputProducer
@@ -68,10 +69,10 @@ def state_records(rows: DataFrame, gone: Collection[GoneKey] = ()) -> DataFrame:
     return rows.select(key.cast("binary").alias("key"), value.cast("binary").alias("value"))
 
 
-_producers: dict[tuple[tuple[str, str], ...], Any] = {}  # Any: confluent_kafka.Producer, per Python worker
+_producers: dict[tuple[tuple[str, str], ...], Producer] = {}  # per Python worker
 
 
-def _producer(conf: Mapping[str, str]) -> Any:  # Any: confluent_kafka.Producer
+def _producer(conf: Mapping[str, str]) -> Producer:
     """One producer per Python worker and configuration, kept across its tasks (each task
     flushes what it sent, so nothing is pending between tasks)."""
     key = tuple(sorted(conf.items()))
@@ -88,10 +89,10 @@ def produce_partition(conf: Mapping[str, str], topic: str, flush_s: float) -> Ca
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         producer = _producer(conf)
-        failed: list[tuple[bytes, bytes, str]] = []
+        failed: list[tuple[bytes | None, bytes | None, str]] = []
         acknowledged = [0]
 
-        def delivered(err: Any, msg: Any) -> None:  # Any: confluent_kafka's KafkaError, Message
+        def delivered(err: KafkaError | None, msg: Message) -> None:
             if err is None:
                 acknowledged[0] += 1
             else:
