@@ -73,12 +73,17 @@ _producers: dict[tuple[tuple[str, str], ...], Producer] = {}  # per Python worke
 
 
 def _producer(conf: Mapping[str, str]) -> Producer:
-    """One producer per Python worker and configuration, kept across its tasks (each task
-    flushes what it sent, so nothing is pending between tasks)."""
+    """One producer per Python worker, kept across its tasks (each task flushes what it sent,
+    so nothing is pending between tasks); a task of another configuration (another job in the
+    same Spark application, e.g. tests or benchmarks) replaces it, so a worker keeps no
+    connections to a cluster it no longer writes to."""
     key = tuple(sorted(conf.items()))
     if key not in _producers:
         from confluent_kafka import Producer
 
+        for old in _producers.values():
+            old.flush(0)  # (nothing pending: each task flushed; drops the connections with it)
+        _producers.clear()
         _producers[key] = Producer({**conf, "client.id": CLIENT_ID})
     return _producers[key]
 
