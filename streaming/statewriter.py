@@ -7,8 +7,9 @@ state record: a fleet's replicas cost the executors, not the one driver (docs/sc
 
 Order per replica is the state topic's contract (compaction keeps the last record of a
 key). A batch has one record per replica; each task waits for its records' acknowledgement
-(at most ``FLUSH_S``) before the batch ends, and the driver's tombstones for replicas it
-forgets come after (``Monitor``). A record a task could not deliver in time goes back to
+(at most ``FLUSH_S``) before the batch ends, so the driver's tombstones (``Monitor``) come
+after every earlier record, and a replica the driver forgets in a batch gets no record in
+it (``state_records``' ``gone``). A record a task could not deliver in time goes back to
 the driver, which holds and sends it (``streaming.producer``: the newest record of a key
 wins); while the driver holds any, the next batches' records go through the driver too,
 so nothing newer overtakes a held record. A retried task sends its records again: the
