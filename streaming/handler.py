@@ -60,8 +60,8 @@ class BatchHandler:
     max_gap_ms: int
     refresh_batches: int
     forget_after_ms: int  # the state table leaves out replicas the monitor forgets
-    states: StateWriter | None  # the state topic's records (Kafka mode)
     side_counts: dict[str, int]  # dead letters by reason, for the embedder (JobHandles)
+    states: StateWriter | None = None  # the state topic's records (Kafka mode; None: not written)
     side_done: int = field(init=False)  # the last batch whose rare rows were written
     _clock_warned: dict[str, float] = field(init=False, default_factory=dict)  # cluster -> monotonic
     _lag_warned: dict[tuple[str, str], float] = field(init=False, default_factory=dict)  # (cluster, direction)
