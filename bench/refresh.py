@@ -26,6 +26,15 @@ from bench.machine import print_header
 __all__ = ["main"]
 
 
+def backlog(replicas: int, rounds: int) -> tuple[Fleet, list[bytes]]:
+    """``rounds`` whole rounds of a fleet of ``replicas``: the telemetry records a job drains."""
+    fleet = Fleet(replicas)
+    records: list[bytes] = []
+    for i in range(rounds):
+        records += fleet.round(i, tp.START_MS + i * fleet.interval_ms)
+    return fleet, records
+
+
 def drain(spark, kafka, records: list[bytes], per_record: int, cap: int, refresh: int, **extra) -> dict:  # type: ignore[no-untyped-def]
     """The job drains ``records`` in batches of ``cap`` records; ``extra``: more of the job's settings."""
     from streaming import job
@@ -82,10 +91,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print_header("isrwatch --ok-refresh-batches A/B")
     from streaming.session import build_session
 
-    fleet = Fleet(args.replicas)
-    records: list[bytes] = []
-    for i in range(args.rounds):
-        records += fleet.round(i, tp.START_MS + i * fleet.interval_ms)
+    fleet, records = backlog(args.replicas, args.rounds)
     cap = max(1, args.batch_observations // fleet.per_record)
     spark = build_session("local[2]", 2, app_name="isrwatch-bench-refresh")
     kafka = bkafka.start_cluster()

@@ -17,10 +17,8 @@ import argparse
 import statistics
 
 from bench import kafka as bkafka
-from bench import throughput as tp
-from bench.load import Fleet
 from bench.machine import load_average, print_header
-from bench.refresh import drain
+from bench.refresh import backlog, drain
 
 __all__ = ["main"]
 
@@ -55,10 +53,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     print_header("isrwatch --state-writer A/B")
     from streaming.session import build_session
 
-    fleet = Fleet(args.replicas)
-    records: list[bytes] = []
-    for i in range(args.rounds):
-        records += fleet.round(i, tp.START_MS + i * fleet.interval_ms)
+    fleet, records = backlog(args.replicas, args.rounds)
     cap = -(-len(records) // args.rounds)  # one round a batch: each replica observed once
     spark = build_session("local[2]", 2, app_name="isrwatch-bench-state-writer")
     kafka = bkafka.start_cluster()
