@@ -129,13 +129,14 @@ def make_outputs(
         sinks = alert_sinks(settings, alerting, producer, base, checkpoint_dir)
     for sink in sinks:
         on_close(type(sink).__name__, sink.close)
-    states = KafkaStates(producer, settings.state_topic) if producer is not None else None
-    if states is not None:
-        on_close("state topic", states.close)
     writer = None
     if producer is not None and settings.bootstrap_servers:
         conf = producer_config(settings.bootstrap_servers, settings.kafka_config)
         writer = StateWriter(conf, settings.state_topic, producer, by_driver=settings.state_writer == "driver")
+    states = None
+    if producer is not None:
+        states = KafkaStates(producer, settings.state_topic, writer.forgotten if writer is not None else None)
+        on_close("state topic", states.close)
     checkpoint = DriverCheckpoint(checkpoint_dir)
     return Outputs(store, deadletters, list(sinks), states, writer, checkpoint, port, deadletter_file)
 

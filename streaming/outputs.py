@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, cast
 
 from exporter.kafka_metadata import first_metadata
@@ -192,17 +192,24 @@ class KafkaDeadLetters:
 
 class KafkaStates:
     """The state topic's tombstones, from the driver: the replicas the monitor forgets. Their
-    records come from ``streaming.statewriter`` (the executors)."""
+    records come from ``streaming.statewriter`` (the executors), which hears of each tombstone
+    (``removed``: ``StateWriter.forgotten``)."""
 
-    def __init__(self, producer: RecordProducer, topic: str) -> None:
+    def __init__(
+        self, producer: RecordProducer, topic: str, removed: Callable[[Collection[bytes]], None] | None = None
+    ) -> None:
         self.producer = producer
         self.topic = topic
+        self.removed = removed
 
     def remove(self, keys: Iterable[str]) -> None:
         """Tombstones: forget these replicas on the compacted topic."""
-        for key in keys:
-            self._produce(key.encode(), None)
+        encoded = [key.encode() for key in keys]
+        for key in encoded:
+            self._produce(key, None)
         self.producer.poll(0)
+        if self.removed is not None:
+            self.removed(encoded)
 
     def _produce(self, key: bytes, value: bytes | None) -> None:
         try:

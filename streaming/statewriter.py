@@ -12,8 +12,13 @@ after every earlier record, and a replica the driver forgets in a batch gets no 
 it (``state_records``' ``gone``). A record a task could not deliver in time goes back to
 the driver, which holds and sends it (``streaming.producer``: the newest record of a key
 wins); while the driver holds any, the next batches' records go through the driver too,
-so nothing newer overtakes a held record. A retried task sends its records again: the
-same values, harmless under compaction.
+so nothing newer overtakes a held record. A record handed back may still have been on its
+way to a leader that hangs, and land after the driver's newer one when the leader wakes
+(Kafka 0.9 has no idempotent producer to fence it): once the driver's records are all
+acknowledged, and ``REPAIR_AFTER_S`` later, the driver sends each such replica's newest
+record (or tombstone) once more, so the last record of a key is its newest
+(docs/state-topic.md). A retried task sends its records again: the same values,
+harmless under compaction.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -48,6 +53,10 @@ log = logging.getLogger(__name__)
 # tests/e2e/test_broker_pauses.py's job spent 3.3 s writing in five batches of a pause (its
 # records delivered late, not lost): the next batch's alerts waited that long.
 FLUSH_S = 1.0
+# How long after the driver's records were all acknowledged it sends the replicas whose
+# executor records were handed back once more: a request that was on its way to a leader
+# that hung is answered when the leader wakes, within its usual latency of the driver's copy.
+REPAIR_AFTER_S = 5.0
 CLIENT_ID = "isrwatch-state-executor"
 # What a task hands back: one "task" row (its process and what it delivered) and a
 # "failed" row per record it could not deliver in time.
@@ -150,10 +159,16 @@ class StateWriter:
     # Set when the executors could not write at all (e.g. their Python lacks confluent-kafka):
     # the driver writes every batch's records from then on.
     executors_failed: str | None = None
+    repair_after_s: float = REPAIR_AFTER_S
+    # The replicas whose executor records were handed back (maybe still on their way to a
+    # leader): key -> its newest record since (None: a tombstone), sent again once settled.
+    _repair: dict[bytes, bytes | None] = field(default_factory=dict)
+    _settled_at: float | None = None  # when the driver was first seen holding nothing since
 
     def write(self, records: DataFrame) -> tuple[str, int]:
         """Write ``state_records``' rows; -> (who wrote them: "executors" or "driver", records)."""
-        if self.by_driver or self.executors_failed or self._driver_holds():
+        self._repair_when_settled()
+        if self.by_driver or self.executors_failed or self._repair or self._driver_holds():
             return "driver", self._through_driver(records.toArrow())
         try:
             back = records.mapInArrow(produce_partition(self.conf, self.topic, self.flush_s), RECORD_SCHEMA).toArrow()
@@ -196,7 +211,33 @@ class StateWriter:
                 )
             )
             self._through_driver(failed)
+            self._repair.update(zip(failed.column("key").to_pylist(), failed.column("value").to_pylist(), strict=True))
+            self._settled_at = None
         return "executors", sum(writers.values()) + failed.num_rows
+
+    def forgotten(self, keys: Collection[bytes]) -> None:
+        """The driver's tombstones (``outputs.KafkaStates``): a replica to repair is repaired
+        with its tombstone, never with an older record."""
+        for key in keys:
+            if key in self._repair:
+                self._repair[key] = None
+
+    def _repair_when_settled(self) -> None:
+        if not self._repair:
+            return
+        if self._driver_holds():
+            self._settled_at = None
+            return
+        now = time.monotonic()
+        if self._settled_at is None:
+            self._settled_at = now
+        if now - self._settled_at < self.repair_after_s:
+            return
+        keys, values = list(self._repair), list(self._repair.values())
+        self._repair.clear()
+        self._settled_at = None
+        log.info(kv(event="state_records_repaired", records=len(keys)))
+        self._through_driver(pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())}))
 
     def _driver_holds(self) -> bool:
         stats = self.outputs.stats().get(self.topic)
@@ -205,6 +246,8 @@ class StateWriter:
     def _through_driver(self, table: pa.Table) -> int:
         keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
         for k, v in zip(keys, values, strict=True):
+            if k in self._repair:
+                self._repair[k] = v
             self.outputs.produce(self.topic, key=k, value=v)
         self.outputs.poll(0)
         return len(keys)

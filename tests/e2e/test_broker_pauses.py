@@ -75,10 +75,12 @@ MAX_BATCH_GAP_S = 15.0
 
 def _state_after_compaction(cluster: Any, pipe: Pipeline, watch: GaugeWatch) -> dict[str, Any]:
     """Issue 17, after the rounds: the broker has compacted the state topic (records gone from
-    its partitions), what is left of each replica is in telemetry-time order (so compaction,
-    which keeps the last record of a key, keeps the newest state: nothing older resurrected by
-    a late or retried delivery), and an exporter started now, reading the compacted topic from
-    its start, agrees with the job."""
+    its partitions), the last record of each replica is its newest (compaction keeps the last
+    record of a key: nothing older resurrected by a late or retried delivery, nor after its
+    tombstone), and an exporter started now, reading the compacted topic from its start, agrees
+    with the job. A record the executors handed back to the driver while a leader hung may land
+    after the driver's newer one when the leader wakes, until the driver repairs it
+    (streaming.statewriter): such records, older than one before them, are counted, not refused."""
     found: dict[str, Any] = {}
 
     def compacted() -> bool:
@@ -92,14 +94,18 @@ def _state_after_compaction(cluster: Any, pipe: Pipeline, watch: GaugeWatch) -> 
 
     until("the broker to compact the state topic", compacted, 120, pipe)
     backwards = []
-    newest: dict[bytes | None, int] = {}
-    for p, offset, key, value in found["records"]:
-        if value is None:
+    newest: dict[str, int] = {}
+    last: dict[str, tuple[int, int, int | None]] = {}  # key -> its last record: partition, offset, eval_ms
+    for p, offset, raw_key, value in found["records"]:
+        key = (raw_key or b"").decode(errors="replace")
+        eval_ms = None if value is None else json.loads(value)["eval_ms"]
+        last[key] = (p, offset, eval_ms)
+        if eval_ms is None:
             continue
-        eval_ms = json.loads(value)["eval_ms"]
         if eval_ms < newest.get(key, -1):
             backwards.append([p, offset, key, eval_ms, newest[key]])
         newest[key] = max(eval_ms, newest.get(key, -1))
+    not_newest = [[key, *at, newest[key]] for key, at in last.items() if at[2] is not None and at[2] < newest[key]]
     port = pipe.start_exporter()
     fresh = GaugeWatch(watch.topic, watch.urls["job"], f"http://127.0.0.1:{port}/metrics", watch.prom_url)
     until(
@@ -112,6 +118,7 @@ def _state_after_compaction(cluster: Any, pipe: Pipeline, watch: GaugeWatch) -> 
         "records_left": len(found["records"]),
         "removed_by_compaction": found["removed"],
         "went_backwards": backwards,
+        "last_not_newest": not_newest,
     }
 
 
@@ -269,7 +276,7 @@ def test_every_broker_paused_in_turn_is_alerted_before_its_shrinks(deployment, s
     if lost is not None:
         assert not any(lost.values()), f"output records lost: {lost}"
     if after_compaction is not None:
-        assert not after_compaction["went_backwards"], f"a replica's state went backwards: {after_compaction}"
+        assert not after_compaction["last_not_newest"], f"a replica's last state is not its newest: {after_compaction}"
     for e in pipe.alerts(status="firing"):
         t, p, b = e.replica
         if b < 0:

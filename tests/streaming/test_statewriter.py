@@ -4,8 +4,10 @@ Python workers, and what a task cannot deliver in time goes through the driver, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from isrwatch.status import STATUS_FIELDS, ReplicaStatus, State, status_from_record, status_key, status_to_json
 from localkafka.cluster import COMPAT_CONFIG
 from localkafka.ports import free_port
-from streaming.outputs import make_producer, producer_config
+from streaming.outputs import KafkaStates, make_producer, producer_config
 from streaming.producer import OutputProducer
 from streaming.statewriter import StateWriter, state_records
 from tests.e2e.kafka_io import read_records
@@ -129,3 +131,47 @@ def test_state_writer_driver_keeps_the_executors_out(spark, nowhere) -> None:
     writer = StateWriter(producer_config(address, []), "state", driver, by_driver=True)
     assert writer.write(state_records(_rows(spark, STATUSES))) == ("driver", len(STATUSES))
     assert writer.writers is None and driver.stats()["state"].pending == len(STATUSES)
+
+
+def test_a_handed_back_record_landing_late_is_overwritten_by_the_newest(spark, kafka_cluster_factory) -> None:
+    """The state topic's leader hangs while the executors write: their records go back to the
+    driver, which also writes the next batch's newer ones and a tombstone. A handed-back record
+    may still land when the leader wakes, after the driver's newer one (made certain here by
+    sending it late ourselves): once the driver's records are acknowledged, and
+    ``repair_after_s`` later, the driver sends each such replica's newest record once more, so
+    the last record of every key is its newest (the tombstone for the forgotten one). One
+    broker: the test pauses the only leader the topic has."""
+    cluster = kafka_cluster_factory(brokers=1)
+    topic = "state"
+    cluster.create_topic(topic, partitions=1, replication_factor=1, config={"cleanup.policy": "compact"})
+    flags = [f"{k}={v}" for k, v in COMPAT_CONFIG.items()]
+    driver = OutputProducer(make_producer(cluster.bootstrap_servers, flags), latest_wins={topic})
+    writer = StateWriter(producer_config(cluster.bootstrap_servers, flags), topic, driver, repair_after_s=0.5)
+    tombstones = KafkaStates(driver, topic, writer.forgotten)
+    newer = [dataclasses.replace(s, eval_ms=s.eval_ms + 1_000) for s in STATUSES[:2]]
+    cluster.pause(1)
+    try:
+        assert writer.write(state_records(_rows(spark, STATUSES))) == ("executors", len(STATUSES))
+        assert writer.writers is not None and sum(writer.writers.values()) == 0  # all handed back
+        assert writer.write(state_records(_rows(spark, newer))) == ("driver", len(newer))
+        tombstones.remove([status_key(STATUSES[2])])
+    finally:
+        cluster.resume(1)
+    deadline = time.monotonic() + 60
+    while driver.stats()[topic].pending and time.monotonic() < deadline:
+        driver.poll(0.2)
+    assert not driver.stats()[topic].pending, "the driver's records acknowledged once the leader woke"
+    late = make_producer(cluster.bootstrap_servers, flags)
+    for s in STATUSES:  # the executors' records, landing after the driver's
+        late.produce(topic, key=status_key(s).encode(), value=json.dumps(status_to_json(s)).encode())
+    assert late.flush(30) == 0
+    empty = state_records(_rows(spark, []))
+    assert writer.write(empty) == ("driver", 0)  # settled from now on: the clock starts
+    time.sleep(0.6)
+    assert writer.write(empty) == ("driver", 0)  # repaired before this batch's (no) records
+    assert driver.flush(30) == 0
+    last = {k.decode(): v for _, _, k, v in read_records(cluster, topic)}
+    assert set(last) == {status_key(s) for s in STATUSES}
+    assert {k: status_from_record(v) for k, v in last.items() if v is not None} == {status_key(s): s for s in newer}
+    assert last[status_key(STATUSES[2])] is None, "the forgotten replica's tombstone is its last record"
+    assert writer.write(state_records(_rows(spark, newer)))[0] == "executors", "back to the executors"
