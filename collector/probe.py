@@ -63,6 +63,7 @@ class PartitionState:
     leader: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    leader_epoch: int = -1  # -1: the broker does not say (Metadata before v7: Kafka before 2.1)
 
 
 @dataclass
@@ -237,6 +238,7 @@ class ClusterProbe:
                 m.leader,
                 kept_replicas(before.get((m.topic, m.partition)), m.replicas, m.error, self._brokers),
                 m.isr,
+                m.leader_epoch,
             )
             for m in listed
         ]

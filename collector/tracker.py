@@ -118,6 +118,7 @@ class ReplicaTracker:
                         replicas=ps.replicas,
                         lag_time_max_ms=self.lag_time_max_ms,
                         min_isr=self.min_isr,
+                        leader_epoch=ps.leader_epoch if ps.leader_epoch >= 0 else None,
                     )
                 )
                 if leader_leo is not None:

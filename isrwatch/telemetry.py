@@ -35,6 +35,7 @@ __all__ = [
     "TelemetryRecord",
     "PARTITION_FIELDS",
     "FOLLOWER_FIELDS",
+    "OPTIONAL_PARTITION_FIELDS",
     "observation_fields",
     "encode_record",
     "decode_record",
@@ -60,6 +61,9 @@ MAX_CLUSTER_CHARS = 255
 # ``p``, the index of its partition entry.
 PARTITION_FIELDS = ("topic", "partition", "leader_id", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
 FOLLOWER_FIELDS = ("broker_id", "t_ms", "leo", "leader_leo", "prev_t_ms", "prev_leo", "prev_leader_leo")
+# Partition fields a version-4 record may leave out (each read as None): written only when some
+# observation of the record has one. ``leader_epoch``: Metadata v7 and later (Kafka 2.1 on).
+OPTIONAL_PARTITION_FIELDS = ("leader_epoch",)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,9 @@ class Observation:
     replicas: tuple[int, ...] = ()
     lag_time_max_ms: int | None = None
     min_isr: int | None = None
+    # The partition's leader epoch where the cluster says it (Metadata v7+; version 4, optional);
+    # None: unknown, and the rule resets the follower's clock on a change of leader id alone.
+    leader_epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -153,14 +160,20 @@ def observation_fields(version: int, observations: Iterable[Mapping[str, Any]]) 
     fields of ``Observation``: ``{"observations": [...]}`` before version 3, else
     ``topics``, ``partitions`` and ``followers`` (the columns). A partition entry is shared
     by the observations that agree on every one of its fields, so nothing is lost."""
-    if version < COLUMNS_FROM:
-        return {"observations": list(observations)}
+    if version < COLUMNS_FROM:  # no place for the optional fields
+        return {
+            "observations": [{k: v for k, v in o.items() if k not in OPTIONAL_PARTITION_FIELDS} for o in observations]
+        }
+    observations = list(observations)
+    named: tuple[str, ...] = PARTITION_FIELDS
+    if version >= GONE_FROM:
+        named += tuple(f for f in OPTIONAL_PARTITION_FIELDS if any(o.get(f) is not None for o in observations))
     topics: dict[Any, int] = {}
     entries: dict[tuple[Any, ...], int] = {}
-    partitions: dict[str, list[Any]] = {f: [] for f in PARTITION_FIELDS}
+    partitions: dict[str, list[Any]] = {f: [] for f in named}
     followers: dict[str, list[Any]] = {"p": [], **{f: [] for f in FOLLOWER_FIELDS}}
     for o in observations:
-        entry = {f: o.get(f) for f in PARTITION_FIELDS}
+        entry = {f: o.get(f) for f in named}
         entry["isr"], entry["replicas"] = list(entry["isr"] or ()), list(entry["replicas"] or ())
         key = tuple(tuple(v) if isinstance(v, list) else v for v in entry.values())
         at = entries.get(key)
@@ -179,7 +192,8 @@ def _rows(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A version-3 body's observations as dicts; ValueError when its columns do not fit."""
     topics, parts, fol = body["topics"], body["partitions"], body["followers"]
     n_parts, n = len(parts["partition"]), len(fol["p"])
-    for f in PARTITION_FIELDS:
+    optional = [f for f in OPTIONAL_PARTITION_FIELDS if parts.get(f) is not None]
+    for f in (*PARTITION_FIELDS, *optional):
         if len(parts[f]) != n_parts:
             raise ValueError(f"partitions.{f} has {len(parts[f])} entries, partitions.partition {n_parts}")
     for f in FOLLOWER_FIELDS:
@@ -192,7 +206,7 @@ def _rows(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         t = parts["topic"][p]
         if type(t) is not int or not 0 <= t < len(topics):
             raise ValueError(f"partitions.topic[{p}] is {t!r}, not an index of topics")
-        row = {f: parts[f][p] for f in PARTITION_FIELDS}
+        row = {f: parts[f][p] for f in (*PARTITION_FIELDS, *optional)}
         row["topic"] = topics[t]
         row.update((f, fol[f][i]) for f in FOLLOWER_FIELDS)
         rows.append(row)
@@ -328,7 +342,7 @@ OBSERVATION_DDL = (
     "STRUCT<topic: STRING, partition: INT, broker_id: INT, leader_id: INT, "
     "t_ms: BIGINT, leo: BIGINT, leader_leo: BIGINT, hw: BIGINT, prev_t_ms: BIGINT, "
     "prev_leo: BIGINT, prev_leader_leo: BIGINT, isr: ARRAY<INT>, replicas: ARRAY<INT>, "
-    "lag_time_max_ms: BIGINT, min_isr: INT>"
+    "lag_time_max_ms: BIGINT, min_isr: INT, leader_epoch: INT>"
 )
 SPARK_SCHEMA_DDL = (
     "version INT, cluster STRING, source STRING, sent_ms BIGINT, "
@@ -340,7 +354,8 @@ SPARK_SCHEMA_DDL = (
     "cluster_id STRING, endpoints ARRAY<STRUCT<broker_id: INT, host: STRING, port: INT>>, "
     "topics ARRAY<STRING>, "
     "partitions STRUCT<topic: ARRAY<INT>, partition: ARRAY<INT>, leader_id: ARRAY<INT>, hw: ARRAY<BIGINT>, "
-    "isr: ARRAY<ARRAY<INT>>, replicas: ARRAY<ARRAY<INT>>, lag_time_max_ms: ARRAY<BIGINT>, min_isr: ARRAY<INT>>, "
+    "isr: ARRAY<ARRAY<INT>>, replicas: ARRAY<ARRAY<INT>>, lag_time_max_ms: ARRAY<BIGINT>, min_isr: ARRAY<INT>, "
+    "leader_epoch: ARRAY<INT>>, "
     "followers STRUCT<p: ARRAY<INT>, broker_id: ARRAY<INT>, t_ms: ARRAY<BIGINT>, leo: ARRAY<BIGINT>, "
     "leader_leo: ARRAY<BIGINT>, prev_t_ms: ARRAY<BIGINT>, prev_leo: ARRAY<BIGINT>, prev_leader_leo: ARRAY<BIGINT>>"
 )

@@ -30,6 +30,7 @@ from isrwatch.telemetry import (
     FOLLOWER_FIELDS,
     MAX_CLUSTER_CHARS,
     MAX_TOPIC_CHARS,
+    OPTIONAL_PARTITION_FIELDS,
     PARTITION_FIELDS,
     SPARK_SCHEMA_DDL,
     SUPPORTED_VERSIONS,
@@ -232,6 +233,8 @@ def _columns_bad(r: Column) -> Column:
     bad = topics.isNull() | parts.isNull() | fol.isNull()
     for f in PARTITION_FIELDS[:1] + PARTITION_FIELDS[2:]:  # each against partitions.partition
         bad = bad | (F.size(parts[f]) != n_parts)
+    for f in OPTIONAL_PARTITION_FIELDS:  # absent: every entry null
+        bad = bad | (parts[f].isNotNull() & (F.size(parts[f]) != n_parts))
     for f in FOLLOWER_FIELDS:
         bad = bad | (F.size(fol[f]) != n)
 
@@ -253,7 +256,7 @@ def _column_observation(r: Column, i: Column, p: Column | None = None) -> Column
         return F.try_element_at(values, index + 1)
 
     p = at(r["followers"]["p"], i) if p is None else p
-    fields = {f: at(r["partitions"][f], p) for f in PARTITION_FIELDS}
+    fields = {f: at(r["partitions"][f], p) for f in (*PARTITION_FIELDS, *OPTIONAL_PARTITION_FIELDS)}
     fields["topic"] = at(r["topics"], fields["topic"])
     fields.update((f, at(r["followers"][f], i)) for f in FOLLOWER_FIELDS)
     return F.struct(*[fields[f].alias(f) for f in _OBSERVATION_FIELDS])

@@ -48,8 +48,9 @@ def test_collect_watching_the_4_0_protocol_fake_publishes_each_followers_offsets
     assert sorted(latest) == sorted((p, b) for p, fp in parts.items() for b in fp.replicas if b != fp.leader)
     for (p, b), o in latest.items():
         fp = parts[p]
-        assert (o["leader_id"], o["leo"], o["leader_leo"], o["hw"]) == (
+        assert (o["leader_id"], o["leader_epoch"], o["leo"], o["leader_leo"], o["hw"]) == (
             fp.leader,
+            fp.leader_epoch,
             fp.leo[b],
             fp.leo[fp.leader],
             fp.high_watermark,

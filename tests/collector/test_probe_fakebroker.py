@@ -48,8 +48,8 @@ def test_a_round_against_the_4_0_protocol_fake_reads_every_replicas_log_end_offs
         assert s.unreachable == set()
         assert s.leo == _expected_leos(fake)  # replica id -2: followers' own log end offsets too
         assert s.hw == {("orders", p): fp.high_watermark for p, fp in fake.topics["orders"].items()}
-    assert [(p.partition, p.leader, p.replicas) for p in snap.partitions] == [
-        (p, fp.leader, fp.replicas) for p, fp in sorted(fake.topics["orders"].items())
+    assert [(p.partition, p.leader, p.replicas, p.leader_epoch) for p in snap.partitions] == [
+        (p, fp.leader, fp.replicas, fp.leader_epoch) for p, fp in sorted(fake.topics["orders"].items())
     ]
     # isrwatch's own requests: ListOffsets v5 and Metadata v7 (the leader epochs), as 4.0's ranges allow
     assert {(n, v) for _, n, v in fake.asked if n == "ListOffsets"} == {("ListOffsets", 5)}
@@ -71,9 +71,12 @@ def test_the_tracker_turns_the_fakes_answers_into_observations_of_each_follower(
         result = tracker.observe(probe.snapshot())
     finally:
         probe.close()
-    seen = {(o.partition, o.broker_id): (o.leader_id, o.leo, o.leader_leo, o.hw) for o in result.observations}
-    expected = {
-        (p, b): (fp.leader, fp.leo[b], fp.leo[fp.leader], fp.high_watermark)
+    seen = {
+        (o.partition, o.broker_id): (o.leader_id, o.leo, o.leader_leo, o.hw, o.leader_epoch)
+        for o in result.observations
+    }
+    expected = {  # the leader epoch too: Metadata v7 gives it
+        (p, b): (fp.leader, fp.leo[b], fp.leo[fp.leader], fp.high_watermark, fp.leader_epoch)
         for p, fp in fake.topics["orders"].items()
         for b in fp.replicas
         if b != fp.leader

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import jsonschema
 import pytest
 
@@ -14,7 +16,7 @@ from isrwatch.exceptions import ConfigError
 from isrwatch.kafkawire import kept_replicas
 from isrwatch.rule import RuleConfig
 from isrwatch.status import Thresholds
-from isrwatch.telemetry import decode_record, encode_record, json_schema
+from isrwatch.telemetry import TelemetryRecord, decode_record, encode_record, json_schema
 
 P0 = PartitionState("orders", 0, leader=1, replicas=(1, 2, 3), isr=(1, 2, 3))
 
@@ -41,6 +43,22 @@ def test_one_observation_per_follower_with_previous_round():
     assert (second[3].prev_t_ms, second[3].prev_leo, second[3].prev_leader_leo) == (1000, 8, 10)
     assert (second[3].leo, second[3].leader_leo, second[3].hw) == (9, 20, 9)
     assert second[2].leader_id == 1 and second[2].replicas == (1, 2, 3)
+
+
+def test_the_leader_epoch_goes_into_the_observations_where_the_metadata_gives_it():
+    """Metadata v7+ gives the epoch (telemetry ``leader_epoch``); -1 (Kafka before 2.1, the
+    JMX path) is written as unknown, left out of the record."""
+    tr = ReplicaTracker()
+    unknown = tr.observe(snap(1000, {1: 10, 2: 10, 3: 8})).observations
+    assert {o.leader_epoch for o in unknown} == {None}
+    assert b"leader_epoch" not in encode_record(TelemetryRecord("c", "fetch", 1, tuple(unknown)))
+    s = snap(2000, {1: 20, 2: 20, 3: 9})
+    s.partitions = [PartitionState("orders", 0, 1, (1, 2, 3), (1, 2, 3), leader_epoch=7)]
+    known = tr.observe(s).observations
+    assert {o.leader_epoch for o in known} == {7}
+    data = encode_record(TelemetryRecord("c", "fetch", 2, tuple(known)))
+    jsonschema.validate(json.loads(data), json_schema())
+    assert decode_record(data).observations == tuple(known)
 
 
 def test_unreachable_broker_gives_none_and_leader_down_gives_none_leader_leo():

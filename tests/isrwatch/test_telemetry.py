@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from isrwatch.telemetry import (
     FOLLOWER_FIELDS,
+    OPTIONAL_PARTITION_FIELDS,
     PARTITION_FIELDS,
     BrokerCounters,
     BrokerEndpoint,
@@ -44,6 +45,7 @@ observations = st.builds(
     replicas=st.lists(ids, max_size=5).map(tuple),
     lag_time_max_ms=st.one_of(st.none(), st.integers(1, 10**7)),
     min_isr=st.one_of(st.none(), st.integers(1, 5)),
+    leader_epoch=st.one_of(st.none(), st.integers(0, 2**31 - 1)),
 )
 records = st.builds(
     TelemetryRecord,
@@ -93,6 +95,12 @@ records = st.builds(
 NOT_BEFORE_4 = {"gone": (), "cluster_id": None, "endpoints": ()}
 
 
+def _older(record: TelemetryRecord, version: int) -> TelemetryRecord:
+    """``record`` as a version before 4 keeps it: without NOT_BEFORE_4 and the leader epochs."""
+    obs = tuple(replace(o, leader_epoch=None) for o in record.observations)
+    return replace(record, version=version, observations=obs, **NOT_BEFORE_4)
+
+
 @given(records)
 def test_round_trip_and_schema(record: TelemetryRecord) -> None:
     data = encode_record(record)
@@ -105,7 +113,7 @@ def test_version_2_round_trip_and_schema(record: TelemetryRecord) -> None:
     """What collectors before version 3 write, and ``isrwatch collect --telemetry-version 2``."""
     data = encode_record(replace(record, version=2))
     assert "observations" in json.loads(data)
-    assert decode_record(data) == replace(record, version=2, **NOT_BEFORE_4)
+    assert decode_record(data) == _older(record, 2)
     jsonschema.validate(json.loads(data), json_schema(2))
 
 
@@ -114,7 +122,7 @@ def test_version_3_is_version_2_as_columns(record: TelemetryRecord) -> None:
     """The same observations, in order; a partition's fields once per distinct partition entry."""
     body = json.loads(encode_record(replace(record, version=3)))
     jsonschema.validate(body, json_schema(3))
-    assert decode_record(json.dumps(body)) == replace(record, version=3, **NOT_BEFORE_4)
+    assert decode_record(json.dumps(body)) == _older(record, 3)
     v2 = json.loads(encode_record(replace(record, version=2)))
     assert body["version"] == 3 and len(body["followers"]["p"]) == len(v2["observations"])
     parts = {tuple((f, str(o[f])) for f in PARTITION_FIELDS) for o in v2["observations"]}
@@ -124,8 +132,13 @@ def test_version_3_is_version_2_as_columns(record: TelemetryRecord) -> None:
 
 @given(records)
 def test_version_4_is_version_3_with_the_replicas_gone(record: TelemetryRecord) -> None:
-    """What isrwatch writes: version 3 plus ``gone`` and the cluster's identity (each absent
-    when there is none)."""
+    """What isrwatch writes: version 3 plus ``gone``, the cluster's identity and the leader
+    epochs (each absent when there is none)."""
+    epochs = [o.leader_epoch for o in record.observations]
+    with_epochs = json.loads(encode_record(record))["partitions"]
+    assert ("leader_epoch" in with_epochs) == any(e is not None for e in epochs)
+    assert set(with_epochs.get("leader_epoch", [])) <= set(epochs)
+    record = replace(record, observations=tuple(replace(o, leader_epoch=None) for o in record.observations))
     body = json.loads(encode_record(record))
     v3 = json.loads(encode_record(replace(record, version=3)))
     assert body.pop("version") == 4 and v3.pop("version") == 3
@@ -142,7 +155,7 @@ def test_version_1_is_version_2_without_leaders_brokers_and_gone(record: Telemet
     data = encode_record(old)
     jsonschema.validate(json.loads(data), json_schema(1))
     changes = tuple(replace(c, leader_id=None) for c in record.isr_changes)
-    assert decode_record(data) == replace(old, isr_changes=changes, brokers=(), **NOT_BEFORE_4)
+    assert decode_record(data) == replace(_older(record, 1), isr_changes=changes, brokers=())
 
 
 def _v3(**over: object) -> bytes:
@@ -258,15 +271,25 @@ def test_the_spark_schema_and_the_json_schema_name_the_dataclasses_fields() -> N
         f for f in record + columns if f != "observations" and f not in NOT_BEFORE_4
     )
     assert sorted(json_schema(4)["properties"]) == sorted(f for f in record + columns if f != "observations")
-    assert json_schema(4)["properties"]["partitions"] == json_schema(3)["properties"]["partitions"]
+    v4_parts = json.loads(json.dumps(json_schema(4)["properties"]["partitions"]))
+    assert list(v4_parts["properties"])[-len(OPTIONAL_PARTITION_FIELDS) :] == list(OPTIONAL_PARTITION_FIELDS)
+    for f in OPTIONAL_PARTITION_FIELDS:
+        assert f not in v4_parts["required"]
+        del v4_parts["properties"][f]
+    assert v4_parts == json_schema(3)["properties"]["partitions"]
     assert json_schema(4)["properties"]["followers"] == json_schema(3)["properties"]["followers"]
     assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "observations")) == obs
-    assert list(json_schema(2)["$defs"]["observation"]["properties"]) == obs
-    assert sorted(PARTITION_FIELDS + FOLLOWER_FIELDS) == sorted(obs)
+    assert list(json_schema(2)["$defs"]["observation"]["properties"]) == [
+        f for f in obs if f not in OPTIONAL_PARTITION_FIELDS
+    ]
+    assert sorted(PARTITION_FIELDS + OPTIONAL_PARTITION_FIELDS + FOLLOWER_FIELDS) == sorted(obs)
     v3 = json_schema(3)["properties"]
     assert list(v3["partitions"]["properties"]) == list(PARTITION_FIELDS)
     assert list(v3["followers"]["properties"]) == ["p", *FOLLOWER_FIELDS]
-    assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "partitions", "STRUCT<")) == list(PARTITION_FIELDS)
+    assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "partitions", "STRUCT<")) == [
+        *PARTITION_FIELDS,
+        *OPTIONAL_PARTITION_FIELDS,
+    ]
     assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "followers", "STRUCT<")) == ["p", *FOLLOWER_FIELDS]
     for schema in (json_schema(2), json_schema(3), json_schema(4)):
         assert _ddl_fields(_ddl_struct(SPARK_SCHEMA_DDL, "isr_changes")) == change
