@@ -18,6 +18,7 @@ from isrwatch.rule import (
     Rule,
     RuleConfig,
     leader_change_caught_up_time,
+    new_leadership,
     observed_caught_up_time,
     unseen_gap_caught_up_time,
 )
@@ -53,8 +54,7 @@ def fold(
     if before is not None:
         isr = o.get("isr") or ()  # not reported: does not rule the follower out (as evaluate reads it)
         in_isr = not isr or int(o["broker_id"]) in isr
-        leader = int(o["leader_id"])
-        changed = before.leader_id >= 0 and leader >= 0 and leader != before.leader_id
+        changed = new_leadership(int(o["leader_id"]), before.leader_id, o.get("leader_epoch"), before.leader_epoch)
         cu = _max(cu, leader_change_caught_up_time(t, in_isr, changed, before.last_t_ms, max_gap_ms))
     progressed = leo is not None and (
         (prev_leo is not None and leo > prev_leo) or (leader_leo is not None and leo >= leader_leo)
@@ -70,6 +70,7 @@ def fold(
             "replicas": tuple(o.get("replicas") or ()),
             "lag_time_max_ms": o.get("lag_time_max_ms"),
             "min_isr": o.get("min_isr"),
+            "leader_epoch": o.get("leader_epoch"),
         }
         if newest
         else {}

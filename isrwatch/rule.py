@@ -23,7 +23,8 @@ Under the KIP-16 variants a follower is out of sync when
 ``observed_caught_up_time`` is what the monitor infers from its samples, where a
 long interval between two observations is a gap in the evidence, not time out
 of sync (docs/rule.md, "Gaps in telemetry"), and ``leader_change_caught_up_time``
-adds what a new leader's election proves (docs/rule.md, "Leader changes").
+adds what a new leader's election, or a new leader epoch under the same leader
+(``new_leadership``), proves (docs/rule.md, "Leader changes").
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "caught_up_time",
     "observed_caught_up_time",
     "leader_change_caught_up_time",
+    "new_leadership",
     "check_period_ms",
     "removal_window",
     "on_fetch",
@@ -163,6 +165,30 @@ def observed_caught_up_time(
     return caught_up_time(rule, t_ms, fetch_offset, leader_leo, prev_t_ms, prev_leader_leo)
 
 
+def new_leadership(
+    leader_id: int, prev_leader_id: int, leader_epoch: int | None, prev_leader_epoch: int | None
+) -> bool:
+    """Whether an observation shows the partition led anew since the replica's previous
+    observation: another leader (both ids known, >= 0), or the same leader in a newer
+    leader epoch (both epochs known, >= 0). A broker that becomes, or stays, the leader in a
+    new epoch runs ``Partition.makeLeader``, which starts each in-sync follower's clock
+    afresh (``leader_change_caught_up_time``): Kafka bumps the epoch under the same leader on
+    reassignments, when a ZooKeeper controller removes a dead broker from the ISR, and in
+    KRaft before metadata.version 3.6-IV0 on every ISR change (docs/rule.md, "Leader
+    changes"). An epoch not known (None or -1: Metadata before v7, Kafka before 2.1, and
+    the JMX collector) leaves the leader id alone to decide, as before epochs were read."""
+    if leader_id < 0 or prev_leader_id < 0:
+        return False
+    if leader_id != prev_leader_id:
+        return True
+    return (
+        leader_epoch is not None
+        and prev_leader_epoch is not None
+        and prev_leader_epoch >= 0
+        and leader_epoch > prev_leader_epoch
+    )
+
+
 def leader_change_caught_up_time(
     t_ms: int,
     in_isr: bool,
@@ -175,9 +201,11 @@ def leader_change_caught_up_time(
     A broker that becomes a partition's leader starts each in-sync follower's clock
     at its election (0.9's ``Partition.makeLeader`` resets every follower's fetch
     state, which sets ``lastCaughtUpTimeMs`` to now; later versions do so for the
-    followers in the ISR). So an observation of an in-sync follower under a leader
-    other than the one the replica's previous observation showed
-    (``leader_changed``) proves a catch-up no earlier than the election, which lies
+    followers in the ISR), and so does a leader that stays leader in a new leader
+    epoch (``makeLeader`` runs for every new epoch). So an observation of an in-sync
+    follower under a leader other than the one the replica's previous observation
+    showed, or under a newer epoch of the same leader (``leader_changed``:
+    ``new_leadership``), proves a catch-up no earlier than the election, which lies
     after that previous observation (``prev_t_ms``): that time, a sound lower bound.
     When the two observations are more than ``max_gap_ms`` apart, or there is no
     previous one in evidence, the follower's evidence starts afresh at ``t_ms``, as

@@ -103,6 +103,8 @@ class ReplicaAggregate:
     # Newest known offsets (max_by over observations where each is not null):
     known_leo: int | None = None
     known_leader_leo: int | None = None
+    # From the newest observation too: the partition's leader epoch (None: not known)
+    leader_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,8 +175,9 @@ def _history_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
       not see the replica as a follower in its previous round: it led the
       partition, or the collector restarted) is judged against the state's previous
       observation instead (``isrwatch.episodes.fold``), the gap rule included;
-    * an observation under another leader than the previous one's is evidence of a
-      catch-up (``isrwatch.rule.leader_change_caught_up_time``);
+    * an observation under another leader than the previous one's, or under a newer
+      leader epoch of the same leader (both epochs known), is evidence of a catch-up
+      (``isrwatch.rule.new_leadership``, ``isrwatch.rule.leader_change_caught_up_time``);
     * an observation without ``prev_*`` long after the state's previous one, whose
       broker did not answer, starts the replica's evidence afresh
       (``isrwatch.rule.unseen_gap_caught_up_time``).
@@ -188,13 +189,16 @@ def _history_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
     t, leader = F.col("latest_t"), latest["leader_id"]
     prev_t = F.max(t).over(before)
     prev_leader = F.max_by(leader, t).over(before)
+    epoch, prev_epoch = latest["leader_epoch"], F.max_by(latest["leader_epoch"], t).over(before)
     prev_leader_leo = F.max_by(F.col("known_leader_leo"), F.col("known_leader_leo_t")).over(before)
     newer = (F.col(SEED) == 0) & (prev_t < t)
     filled = caught_up_time_expr(rule, max_gap_ms, t, latest["leo"], latest["leader_leo"], prev_t, prev_leader_leo)
     # An ISR not reported (null or empty, as the evaluation reads it) does not rule the follower out.
     isr = F.coalesce(latest["isr"], F.array().cast("array<int>"))
     in_isr = (F.size(isr) == 0) | F.array_contains(isr, F.col("broker_id"))
-    changed = (prev_leader >= 0) & (leader >= 0) & (leader != prev_leader) & in_isr
+    # isrwatch.rule.new_leadership: another leader, or the same one in a newer epoch (both known)
+    new_epoch = F.coalesce((leader == prev_leader) & (prev_epoch >= 0) & (epoch > prev_epoch), F.lit(False))
+    changed = (prev_leader >= 0) & (leader >= 0) & ((leader != prev_leader) | new_epoch) & in_isr
     after_gap = t - prev_t > max_gap_ms if max_gap_ms is not None else F.lit(False)
     # isrwatch.rule.unseen_gap_caught_up_time: no prev_*, a gap, no answer from the broker
     unseen_gap = F.lit(False) if rule is Rule.LEGACY_MESSAGES else after_gap & latest["leo"].isNull()
@@ -461,4 +465,6 @@ class StateTable:
         state = self.spark.read.parquet(self.path(done[-1]))
         if "out_of_sync_episodes" not in state.columns:  # a version written before the count existed
             state = state.withColumn("out_of_sync_episodes", F.lit(0).cast("long"))
+        if "leader_epoch" not in state.select("latest.*").columns:  # a version written before the epoch
+            state = state.withColumn("latest", F.col("latest").withField("leader_epoch", F.lit(None).cast("int")))
         return state.select(*STATE_COLUMNS)

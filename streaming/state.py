@@ -34,7 +34,17 @@ __all__ = ["KEY_COLUMNS", "LATEST_COLUMNS", "caught_up_time_expr", "replica_aggr
 KEY_COLUMNS = ["cluster", "topic", "partition", "broker_id"]
 
 # Taken from the newest observation (max_by t_ms): the state's ``latest`` struct.
-LATEST_COLUMNS = ("leader_id", "leo", "leader_leo", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
+LATEST_COLUMNS = (
+    "leader_id",
+    "leo",
+    "leader_leo",
+    "hw",
+    "isr",
+    "replicas",
+    "lag_time_max_ms",
+    "min_isr",
+    "leader_epoch",
+)
 
 
 def caught_up_time_expr(
@@ -120,6 +130,7 @@ def row_to_aggregate(row: Mapping[str, Any]) -> ReplicaAggregate:  # Any: a row'
         min_isr=_int(latest.get("min_isr")),
         known_leo=_int(row["known_leo"]),
         known_leader_leo=_int(row["known_leader_leo"]),
+        leader_epoch=_int(latest.get("leader_epoch")),
     )
 
 

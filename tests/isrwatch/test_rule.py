@@ -15,6 +15,7 @@ from isrwatch.rule import (
     check_period_ms,
     is_out_of_sync,
     leader_change_caught_up_time,
+    new_leadership,
     observed_caught_up_time,
     on_fetch,
     removal_window,
@@ -357,3 +358,14 @@ def test_a_former_leader_back_after_its_restart_is_not_paged_for_its_leadership(
     assert last.lag_state.value == "out_of_sync"  # outside the ISR
     starts = {a.name: a.starts_ms for a in replica_alerts(last) if a.name is not AlertName.STALLED}
     assert starts and all(v >= back for v in starts.values()), starts
+
+
+def test_a_new_leadership_is_another_leader_or_a_newer_epoch_of_the_same_one_both_known() -> None:
+    assert new_leadership(2, 1, None, None)  # another leader, epochs unknown: as before epochs
+    assert new_leadership(2, 1, 3, 3)
+    assert new_leadership(1, 1, 5, 4)  # the same leader, a newer epoch (KRaft before 3.6-IV0: an ISR change)
+    assert not new_leadership(1, 1, 4, 4)
+    assert not new_leadership(1, 1, 3, 4)  # an older epoch (stale metadata) is not a new leadership
+    for unknown in ((5, None), (None, 4), (5, -1), (-1, 4), (None, None)):
+        assert not new_leadership(1, 1, *unknown)  # an unknown epoch: the leader id alone decides
+    assert not new_leadership(-1, 1, 5, 4) and not new_leadership(1, -1, 5, 4)  # no leader

@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import ReplicaAggregate, State, Thresholds, evaluate
 from streaming.evaluate import status_columns, statuses_from_arrow
+from streaming.state import LATEST_COLUMNS
 
 AGG_SCHEMA = (
     "cluster string, topic string, partition int, broker_id int, first_t_ms bigint, last_t_ms bigint, "
     "last_caught_up_ms bigint, last_answer_ms bigint, last_leader_answer_ms bigint, last_progress_ms bigint, "
     "latest struct<leader_id:int, leo:bigint, leader_leo:bigint, hw:bigint, isr:array<int>, "
-    "replicas:array<int>, lag_time_max_ms:bigint, min_isr:int>, "
+    "replicas:array<int>, lag_time_max_ms:bigint, min_isr:int, leader_epoch:int>, "
     "known_leo bigint, known_leader_leo bigint, observations bigint"
 )
 
@@ -67,14 +68,13 @@ def random_aggregate(rng: random.Random, i: int) -> ReplicaAggregate:
         min_isr=rng.choice([None, 1, 2]),
         known_leo=rng.choice([None, leo, rng.randint(0, 600)]),
         known_leader_leo=rng.choice([None, leader_leo, rng.randint(0, 600)]),
+        leader_epoch=rng.choice([None, 0, 7]),
     )
 
 
 def _row(a: ReplicaAggregate) -> dict:
     d = asdict(a)
-    latest = {
-        k: d.pop(k) for k in ("leader_id", "leo", "leader_leo", "hw", "isr", "replicas", "lag_time_max_ms", "min_isr")
-    }
+    latest = {k: d.pop(k) for k in LATEST_COLUMNS}
     latest["isr"], latest["replicas"] = list(latest["isr"]), list(latest["replicas"])
     return {**d, "latest": latest, "observations": 7}
 

@@ -63,7 +63,10 @@ def _sig(s):
 
 @pytest.mark.parametrize("rule", [Rule.KIP16_REFINED, Rule.KIP16, Rule.LEGACY_MESSAGES])
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(history=fetch_histories(gaps=True, unanswered=True, leaders=True), cuts=st.lists(st.integers(0, 40), max_size=3))
+@given(
+    history=fetch_histories(gaps=True, unanswered=True, leaders=True, epochs=True),
+    cuts=st.lists(st.integers(0, 40), max_size=3),
+)
 def test_changes_at_every_observation_equal_the_reference_however_batched(spark, rule, history, cuts) -> None:
     cfg = RuleConfig(rule, 10_000, lag_max_messages=40)
     rows = _rows(history)
@@ -142,6 +145,23 @@ def test_a_broker_that_led_the_partition_is_not_paged_when_it_follows_again(spar
     assert state_changes([("c", r) for r in rows], cfg, TH, 5_000) == []
 
 
+def _assert_reset_at_the_previous_observation(spark, rows, cfg, t0) -> None:
+    """Broker 2, stuck since ``t0`` and observed every second, Nearing then Critical, is
+    caught up again by its observation at t0 + 9 s, no later than the one before it
+    (t0 + 8 s): in Spark however batched, as in the reference."""
+    expected = state_changes([("c", r) for r in rows], cfg, TH, 5_000)
+    for cuts in ([], [9]):
+        got, finals = _spark_changes(spark, rows, cfg, 5_000, cuts)
+        assert [(s.eval_ms - t0, s.lag_state) for s in got] == [
+            (5_000, State.NEARING),
+            (8_000, State.CRITICAL),
+            (9_000, State.OK),
+        ]
+        assert [_sig(s) for s in got] == [_sig(c.status) for c in expected]
+        final = finals[("c", "t", 0, 2)][0]
+        assert final.shrink_window_start_ms - final.lag_time_max_ms == t0 + 8_000
+
+
 def test_a_follower_under_a_new_leader_is_caught_up_no_later_than_its_previous_observation(spark) -> None:
     """Broker 2 follows leader 1 without catching up (Nearing, then Critical); the
     leader moves to broker 9 between two observations 1 s apart: the new leader's
@@ -154,25 +174,56 @@ def test_a_follower_under_a_new_leader_is_caught_up_no_later_than_its_previous_o
     stuck = [(t0 + i * 1000, 100, 100 + 10 * i, 1, [1, 2], False) for i in range(9)]  # caught up at t0 only
     moved = [(t0 + 9_000, 100, 190, 9, [9, 2], False), (t0 + 9_500, 100, 200, 9, [9, 2], False)]
     rows = _rows([(2, stuck + moved)])
-    expected = state_changes([("c", r) for r in rows], cfg, TH, 5_000)
-    for cuts in ([], [9]):
-        got, finals = _spark_changes(spark, rows, cfg, 5_000, cuts)
-        assert [(s.eval_ms - t0, s.lag_state) for s in got] == [
-            (5_000, State.NEARING),
-            (8_000, State.CRITICAL),
-            (9_000, State.OK),
-        ]
-        assert [_sig(s) for s in got] == [_sig(c.status) for c in expected]
-        final = finals[("c", "t", 0, 2)][0]
-        assert final.shrink_window_start_ms - final.lag_time_max_ms == t0 + 8_000
+    _assert_reset_at_the_previous_observation(spark, rows, cfg, t0)
     left_out = _rows([(2, stuck + [(t, leo, lleo, 9, [9], False) for t, leo, lleo, *_ in moved])])
     _, finals = _spark_changes(spark, left_out, cfg, 5_000, [])
     final = finals[("c", "t", 0, 2)][0]
     assert final.shrink_window_start_ms - final.lag_time_max_ms == t0
 
 
+def test_a_newer_leader_epoch_under_the_same_leader_resets_like_a_new_leader_and_an_unknown_one_does_not(
+    spark,
+) -> None:
+    """Broker 2 follows leader 1 without catching up; between two observations 1 s apart
+    the leader stays but its epoch goes from 4 to 5 (an ISR change in KRaft before
+    metadata.version 3.6-IV0): ``Partition.makeLeader`` started the follower's clock
+    afresh, so it is caught up no later than the previous observation, as under a new
+    leader. The same history without epochs (Kafka before 2.1, or -1) or with the epoch
+    unchanged gives no reset (the follower goes on to OutOfSync); outside the ISR, none."""
+    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000)
+    t0 = 1_000_000
+    stuck = [(t0 + i * 1000, 100, 100 + 10 * i, 1, [1, 2], False) for i in range(9)]
+    later = [(t0 + i * 1000, 100, 100 + 10 * i, 1, [1, 2], False) for i in range(9, 12)]
+
+    def with_epochs(fetches, bump_at, before=4, after=5):
+        return [(*f, before if f[0] < t0 + bump_at else after) for f in fetches]
+
+    rows = _rows([(2, with_epochs(stuck + later, 9_000))])
+    _assert_reset_at_the_previous_observation(spark, rows, cfg, t0)
+    no_reset = {
+        "unknown": _rows([(2, stuck + later)]),
+        "-1 after": _rows([(2, with_epochs(stuck + later, 9_000, 4, -1))]),
+        "-1 before": _rows([(2, with_epochs(stuck + later, 9_000, -1, 5))]),
+        "same epoch": _rows([(2, with_epochs(stuck + later, 9_000, 4, 4))]),
+        "older epoch": _rows([(2, with_epochs(stuck + later, 9_000, 5, 4))]),
+        "out of the isr": _rows(
+            [(2, with_epochs(stuck + [(t, leo, lleo, 1, [1], f) for t, leo, lleo, _, _, f in later], 9_000))]
+        ),
+    }
+    for name, rows in no_reset.items():
+        expected = state_changes([("c", r) for r in rows], cfg, TH, 5_000)
+        got, finals = _spark_changes(spark, rows, cfg, 5_000, [9])
+        assert [_sig(s) for s in got] == [_sig(c.status) for c in expected], name
+        assert State.OUT_OF_SYNC in [s.lag_state for s in got], name
+        final = finals[("c", "t", 0, 2)][0]
+        assert final.shrink_window_start_ms - final.lag_time_max_ms == t0, name
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(history=fetch_histories(gaps=True, unanswered=True, leaders=True), cuts=st.lists(st.integers(0, 40), max_size=3))
+@given(
+    history=fetch_histories(gaps=True, unanswered=True, leaders=True, epochs=True),
+    cuts=st.lists(st.integers(0, 40), max_size=3),
+)
 def test_the_jobs_rows_only_equal_every_row_filtered_to_the_jobs_rows(spark, history, cuts) -> None:
     """``driver_rows_only`` (the job's path: the episodes counted and the full status
     computed after the filter) gives exactly the rows, every column, of the whole

@@ -18,7 +18,7 @@ OBS_SCHEMA = "cluster STRING, " + OBS_DDL.replace(": ", " ")
 
 
 @st.composite
-def fetch_histories(draw, gaps: bool = False, unanswered: bool = False, leaders: bool = False):
+def fetch_histories(draw, gaps: bool = False, unanswered: bool = False, leaders: bool = False, epochs: bool = False):
     """Several followers' fetch sequences: times rise, leader LEO never falls,
     the follower's fetch offset never passes the leader LEO it saw. ``gaps``:
     some intervals far longer than the lag window. ``unanswered``: some
@@ -26,11 +26,15 @@ def fetch_histories(draw, gaps: bool = False, unanswered: bool = False, leaders:
     the partition's leader moves between brokers 1 and 9 now and then, the
     follower is sometimes outside the ISR, and some observations come without the
     collector's ``prev_*`` fields (fetches of six fields: t, leo, leader LEO,
-    leader, isr, no prev)."""
+    leader, isr, no prev). ``epochs`` (with ``leaders``): a seventh, the leader
+    epoch, which a new leader bumps and the same leader sometimes bumps too; some
+    followers' histories do not know it (None throughout), some miss it now and then
+    (None or -1)."""
     followers = draw(st.integers(1, 3))
     out = []
     for b in range(followers):
         n = draw(st.integers(1, 12))
+        known, epoch = draw(st.booleans()), draw(st.integers(0, 3))
         t, leader, leo = 1_000_000, 100, 100
         fetches = []
         for _ in range(n):
@@ -45,7 +49,15 @@ def fetch_histories(draw, gaps: bool = False, unanswered: bool = False, leaders:
                 leader_id = draw(st.sampled_from([1, 9])) if moved or not fetches else fetches[-1][3]
                 isr = [leader_id, b + 2] if draw(st.integers(0, 5)) else [leader_id]
                 forgot = draw(st.integers(0, 4)) == 0  # the collector sends no prev_* fields
-                fetches.append((t, seen_leo, seen_leader, leader_id, isr, forgot))
+                if not epochs:
+                    fetches.append((t, seen_leo, seen_leader, leader_id, isr, forgot))
+                    continue
+                if (fetches and leader_id != fetches[-1][3]) or draw(st.integers(0, 3)) == 0:
+                    epoch += 1
+                seen_epoch = epoch if known else None
+                if known and draw(st.integers(0, 6)) == 0:
+                    seen_epoch = draw(st.sampled_from([None, -1]))
+                fetches.append((t, seen_leo, seen_leader, leader_id, isr, forgot, seen_epoch))
             else:
                 fetches.append((t, seen_leo, seen_leader))
         out.append((b + 2, fetches))
@@ -57,7 +69,7 @@ def _rows(history):
     for broker, fetches in history:
         prev = None
         for t, leo, leader, *where in fetches:
-            leader_id, isr, forgot = where if where else (1, [1, broker], False)
+            leader_id, isr, forgot, *epoch = where if where else (1, [1, broker], False)
             replicas = [1, 9, broker] if where else [1, broker]
             if forgot:
                 prev = None
@@ -79,6 +91,7 @@ def _rows(history):
                     "replicas": replicas,
                     "lag_time_max_ms": 10_000,
                     "min_isr": 1,
+                    "leader_epoch": epoch[0] if epoch else None,
                 }
             )
             prev = (t, leo, leader)
