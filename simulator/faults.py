@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from simulator.model import Engine
 
-__all__ = ["Fault", "BrokerPause", "FetcherStall", "FetcherSlowdown", "FollowerBootstrap"]
+__all__ = [
+    "Fault",
+    "BrokerPause",
+    "FetcherStall",
+    "FetcherSlowdown",
+    "FollowerBootstrap",
+    "EpochPerIsrChange",
+    "AtLeaderCheck",
+]
 
 
 @dataclass(frozen=True)
@@ -75,4 +83,34 @@ class FollowerBootstrap:
         engine.bootstrap_follower(self.follower, self.backlog)
 
 
-Fault = BrokerPause | FetcherStall | FetcherSlowdown | FollowerBootstrap
+@dataclass(frozen=True)
+class EpochPerIsrChange:
+    """Not a fault: the cluster bumps a partition's leader epoch on every ISR change, as KRaft
+    does before metadata.version 3.6-IV0, and its leaders restart their in-sync followers'
+    clocks each time (``Engine._bump_epoch``). Its telemetry carries the epoch."""
+
+    def install(self, engine: Engine) -> None:
+        engine.epoch_per_isr_change = True
+
+
+@dataclass(frozen=True)
+class AtLeaderCheck:
+    """``faults`` with their times counted from ``leader``'s first ISR check at or after
+    ``after_ms`` (its phase is random): for a story that needs to know when the leader
+    looks. ``at_ms`` and ``until_ms`` of each may be negative (before that check)."""
+
+    leader: int
+    after_ms: int
+    faults: tuple[BrokerPause | FetcherStall | FetcherSlowdown, ...]
+
+    def install(self, engine: Engine) -> None:
+        engine.at(0, self._arm, engine)  # runs once the engine has started: the phases are drawn
+
+    def _arm(self, engine: Engine) -> None:
+        check = engine.next_check_ms(self.leader, self.after_ms)
+        for f in self.faults:
+            until = None if f.until_ms is None else f.until_ms + check
+            replace(f, at_ms=f.at_ms + check, until_ms=until).install(engine)
+
+
+Fault = BrokerPause | FetcherStall | FetcherSlowdown | FollowerBootstrap | EpochPerIsrChange | AtLeaderCheck

@@ -17,6 +17,10 @@ so a run is fully determined by its seed.
   phase) and drops the followers ``rule.is_out_of_sync`` names.
 * The controller removes a broker paused past its session timeout from
   every ISR and moves its leaderships to the first other ISR member.
+* A new leader starts a new leader epoch; with ``epoch_per_isr_change`` (KRaft
+  before metadata.version 3.6-IV0) so does every ISR change under the same
+  leader, and the leader then starts each in-sync follower's clock afresh
+  (``Partition.makeLeader``: ``lastCaughtUpTimeMs`` = now).
 * A paused broker does nothing: events addressed to it wait until it resumes.
 """
 
@@ -93,6 +97,10 @@ class Engine:
         }
         self._period = check_period_ms(rule)
         self._epoch_start_rule = rule.rule is Rule.KIP16_REFINED and rule.idle_is_caught_up
+        # KRaft before metadata.version 3.6-IV0: every ISR change bumps the leader epoch
+        # (faults.EpochPerIsrChange); such a cluster's metadata gives the epoch (Metadata v7+).
+        self.epoch_per_isr_change = False
+        self.check_phase: dict[int, int] = {}  # each broker's first ISR check, ms after the start
 
     # -- event queue ---------------------------------------------------
 
@@ -119,7 +127,7 @@ class Engine:
         """Start the producer, the ISR check timers and the fetchers."""
         self.schedule(self.start_ms + self.spec.produce_tick_ms, self._produce, self.start_ms)
         for b in self.brokers:
-            phase = self.rng.randrange(self._period)
+            phase = self.check_phase[b] = self.rng.randrange(self._period)
             self.on_broker(self.start_ms + phase, b, self._isr_check, b, self.start_ms + phase)
         self._refresh_fetchers()
 
@@ -135,6 +143,12 @@ class Engine:
     def latency(self) -> int:
         lo, hi = self.spec.latency_ms
         return self.rng.randint(lo, hi)
+
+    def next_check_ms(self, broker: int, rel_ms: int) -> int:
+        """When (ms after the start) ``broker`` runs its first ISR check at or after ``rel_ms``,
+        pauses aside. Known once the engine has started."""
+        phase = self.check_phase[broker]
+        return phase + max(0, -(-(rel_ms - phase) // self._period)) * self._period
 
     def is_paused(self, broker: int) -> bool:
         return broker in self._paused
@@ -282,6 +296,8 @@ class Engine:
         p.isr = isr
         if leader is not None and leader != p.leader:
             self._elect(p, leader)
+        elif self.epoch_per_isr_change and p.leader is not None:
+            self._bump_epoch(p)
         p.update_hw()
         c = TrueChange(
             t_ms=self.now,
@@ -321,6 +337,19 @@ class Engine:
             elif p.leo[r] > start:
                 p.leo[r] = start
         p.followers = {r: FollowerState.new(self.now, leo=p.hw if r in p.isr else 0) for r in p.replicas if r != leader}
+
+    def _bump_epoch(self, p: Partition) -> None:
+        """A new leader epoch under the same leader: ``Partition.makeLeader`` runs again and
+        starts each in-sync follower's clock at now (``Replica.resetReplicaState``)."""
+        assert p.leader is not None
+        p.epoch += 1
+        p.epoch_start = p.leo[p.leader]
+        for r in p.isr:
+            if r != p.leader:
+                f = p.followers[r]
+                p.followers[r] = FollowerState(
+                    max(f.last_caught_up_ms, self.now), f.last_fetch_ms, f.leo, f.prev_fetch_ms, f.prev_leader_leo
+                )
 
     def pause_broker(self, broker: int) -> None:
         if broker in self._paused:

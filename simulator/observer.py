@@ -45,6 +45,7 @@ class PollObserver:
     def observations(self, now: int) -> list[Obs]:
         engine, prev_map = self.engine, self._prev
         min_isr, lag = engine.spec.min_isr, self.lag_time_max_ms
+        epochs = engine.epoch_per_isr_change  # a cluster whose metadata gives the epoch
         out = []
         for p in engine.partitions:
             leader = p.leader
@@ -80,6 +81,8 @@ class PollObserver:
                         "min_isr": min_isr,
                     }
                 )
+                if epochs:
+                    out[-1]["leader_epoch"] = p.epoch
         return out
 
 
@@ -117,6 +120,8 @@ class FetchObserver:
                 "min_isr": self.engine.spec.min_isr,
             }
         )
+        if self.engine.epoch_per_isr_change:
+            self._buffer[-1]["leader_epoch"] = p.epoch
 
     def observations(self, now: int) -> list[Obs]:
         out, self._buffer = self._buffer, []

@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simulator.cluster import ClusterSpec, build_partitions
-from simulator.faults import BrokerPause, Fault, FetcherSlowdown, FetcherStall, FollowerBootstrap
+from simulator.faults import (
+    AtLeaderCheck,
+    BrokerPause,
+    EpochPerIsrChange,
+    Fault,
+    FetcherSlowdown,
+    FetcherStall,
+    FollowerBootstrap,
+)
 from simulator.profiles import BURST, LOW_VOLUME, STEADY, ProduceProfile
 from simulator.settings import SCENARIOS
 
@@ -23,6 +31,15 @@ BOOTSTRAP_BACKLOG = 400_000
 SLOW_FRACTION = 0.6  # the slow fetcher moves 60% of what is produced for it
 FETCHER_LOAD = 0.2  # healthy fetchers use at most this share of their bandwidth
 BURST_ABSORB_MS = 1000  # and copy a burst in about a second
+# leader-epoch-bump, in ms from the leader's check that drops the stopped follower (at or
+# after FAULT_START_MS + EPOCH_STOP_BEFORE_MS): the stopped follower's fetcher stops this long
+# before it and resumes after; the slow one moves EPOCH_SLOW_FRACTION of what is produced
+# for it over (EPOCH_SLOW_FROM_MS, EPOCH_SLOW_UNTIL_MS).
+EPOCH_STOP_BEFORE_MS = 11_000
+EPOCH_STOP_UNTIL_MS = 20_000
+EPOCH_SLOW_FROM_MS = -6_500
+EPOCH_SLOW_UNTIL_MS = 5_000
+EPOCH_SLOW_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,8 @@ def build_scenario(name: str, spec: ClusterSpec, lag_time_max_ms: int = 10_000) 
             steady,
             (FollowerBootstrap(follower, BOOTSTRAP_BACKLOG),),
         )
+    if name == "leader-epoch-bump":
+        return _leader_epoch_bump(spec, steady)
     # broker-pause
     broker = min(PAUSED_BROKER, spec.brokers)
     return Scenario(
@@ -120,4 +139,39 @@ def build_scenario(name: str, spec: ClusterSpec, lag_time_max_ms: int = 10_000) 
         f"{spec.session_timeout_ms // 1000} s session: the controller moves its leaderships",
         steady,
         (BrokerPause(broker, FAULT_START_MS, PAUSE_END_MS),),
+    )
+
+
+def _leader_epoch_bump(spec: ClusterSpec, steady: ProduceProfile) -> Scenario:
+    """A cluster that bumps the leader epoch on every ISR change (KRaft before
+    metadata.version 3.6-IV0). The fault follower stops fetching and its leader drops it at
+    a check; the partitions' other follower, slow since a few seconds before that check, is
+    past half its lag window then, and the bump the drop makes restarts its clock: the
+    broker keeps it, and so must the monitor (it is out of sync without the reset)."""
+    stopped, leader = _fault_pair(spec)
+    first = build_partitions(spec, 0)[0]
+    if spec.replication_factor < 3:
+        raise ValueError("this scenario needs replication_factor >= 3")
+    slow = first.replicas[1]
+    n = sum(1 for p in build_partitions(spec, 0) if p.replicas[0] == leader and slow in p.replicas[1:])
+    bandwidth = EPOCH_SLOW_FRACTION * n * steady.rate_per_s / 1000.0
+    after = FAULT_START_MS + EPOCH_STOP_BEFORE_MS
+    return Scenario(
+        "leader-epoch-bump",
+        f"every ISR change bumps the leader epoch (KRaft before metadata.version 3.6-IV0); broker "
+        f"{stopped}'s fetcher from broker {leader} stops {EPOCH_STOP_BEFORE_MS // 1000} s before the "
+        f"leader's check that drops it (its first at or after {after // 1000} s); broker {slow}, slow "
+        f"from {-EPOCH_SLOW_FROM_MS / 1000:g} s before that check, is kept by the bump it makes",
+        steady,
+        (
+            EpochPerIsrChange(),
+            AtLeaderCheck(
+                leader,
+                after,
+                (
+                    FetcherStall(stopped, leader, -EPOCH_STOP_BEFORE_MS, EPOCH_STOP_UNTIL_MS),
+                    FetcherSlowdown(slow, leader, EPOCH_SLOW_FROM_MS, EPOCH_SLOW_UNTIL_MS, bandwidth),
+                ),
+            ),
+        ),
     )

@@ -17,6 +17,7 @@ SCENARIOS = (
     "slow-follower",
     "bootstrapping-follower",
     "broker-pause",
+    "leader-epoch-bump",
 )
 
 MODES = ("poll", "fetch")

@@ -15,11 +15,13 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from isrwatch.rule import Rule, RuleConfig, removal_window
+from isrwatch.telemetry import decode_record, encode_record
 from replay.main import Setting, replay
 from replay.sources import read_recording
 from replay.stage import frame, stage
@@ -136,3 +138,27 @@ def test_a_recording_staged_in_chunks_reads_back_whole_and_in_order(spark, tmp_p
     rows = spark.read.schema(RAW_SCHEMA).parquet(str(tmp_path / "staged")).orderBy("offset").collect()
     assert [bytes(r.value) for r in rows] == records
     assert [r.offset for r in rows] == list(range(len(records)))
+
+
+def test_a_leader_epoch_bump_drops_the_stopped_follower_alone_and_without_the_epoch_the_slow_one_too(spark) -> None:
+    """``leader-epoch-bump`` replayed: the drops are where the simulated leader dropped broker 3,
+    and broker 2, kept by the bump, is not dropped; the same recording with its leader epochs
+    left out (what a collector that cannot read them writes) drops broker 2 as well."""
+    truth: list[TrueChange] = []
+    records = [r for _, batch in iter_records("leader-epoch-bump", duration_s=68, truth=truth) for r in batch]
+    shrunk = {(c.topic, c.partition, b) for c in truth if c.change == "shrink" for b in c.brokers}
+    assert shrunk and {b for _, _, b in shrunk} == {3}
+
+    def dropped(recording: list[bytes]) -> set[tuple[str, int, int]]:
+        setting = [Setting(Rule.KIP16_REFINED, 10_000, None)]
+        (result,) = replay(spark, frame(spark, recording), setting, FLAP_MS, top=10)["settings"]
+        return {(f["topic"], f["partition"], f["broker_id"]) for f in result["shrink_events"]}
+
+    assert dropped(records) == shrunk
+    unknown = []
+    for data in records:
+        rec = decode_record(data)
+        unknown.append(
+            encode_record(replace(rec, observations=tuple(replace(o, leader_epoch=None) for o in rec.observations)))
+        )
+    assert dropped(unknown) == shrunk | {(t, p, 2) for t, p, _ in shrunk}

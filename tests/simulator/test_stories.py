@@ -7,15 +7,27 @@ from the emitted telemetry.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
 import pytest
 
+from isrwatch.alerts import AlertName, replica_alerts
+from isrwatch.episodes import walk
 from isrwatch.rule import Rule, RuleConfig, check_period_ms, removal_window
+from isrwatch.status import Thresholds
 from simulator import ProduceProfile, Scenario
-from simulator.faults import BrokerPause, FetcherSlowdown, FetcherStall, FollowerBootstrap
+from simulator.faults import (
+    AtLeaderCheck,
+    BrokerPause,
+    EpochPerIsrChange,
+    FetcherSlowdown,
+    FetcherStall,
+    FollowerBootstrap,
+)
 from simulator.profiles import BURST, STEADY
+from simulator.scenarios import EPOCH_STOP_BEFORE_MS, FAULT_START_MS
 from tests.simulator.replay import START_MS, RuleReplay, key, observations, run
 
 LAG = 10_000
@@ -232,3 +244,49 @@ def test_a_benchmark_size_cluster_stays_healthy():
     replay = RuleReplay().feed(observations(records))
     assert len(replay.max_age_ms) == 4 * 30 * 2
     assert max(replay.max_age_ms.values()) / LAG < 0.3
+
+
+def _lag_alerts(obs: list[tuple[str, dict]]) -> set[tuple[str, int]]:
+    """(alert name, broker) of every Imminent and OutOfSync alert the reference raises."""
+    th = Thresholds()
+    wanted = {AlertName.IMMINENT.value, AlertName.OUT_OF_SYNC.value}
+    return {
+        (a.name.value, s.broker_id)
+        for _, s in walk(obs, CFG, th, LAG // 2)
+        for a in replica_alerts(s, th)
+        if a.name.value in wanted
+    }
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_leader_epoch_bump_keeps_the_slow_follower_and_so_does_the_rule_only_with_the_epoch(seed):
+    """KRaft before metadata.version 3.6-IV0: broker 3 stops fetching and its leader drops
+    it; that ISR change bumps the epoch, which restarts slow broker 2's clock, so the broker
+    keeps broker 2. The reference, given the epoch, alerts for broker 3 alone; with the epoch
+    left out of the telemetry (as from a collector that cannot read it) broker 2 gets a
+    false Imminent and OutOfSync."""
+    sim, records = run("leader-epoch-bump", 68, seed=seed)
+    stall = next(f for f in sim.scenario.faults if isinstance(f, AtLeaderCheck)).faults[0]
+    assert isinstance(stall, FetcherStall) and (stall.follower, stall.leader) == (3, 1)
+    victims = fault_partitions(sim, 3, 1)
+    shrinks = [c for c in sim.truth if c.change == "shrink"]
+    assert {(c.topic, c.partition, b) for c in shrinks for b in c.brokers} == victims
+    assert all(c.cause == "leader-check" and c.leader_before == c.leader_after == 1 for c in shrinks)
+    # at the leader's check the scenario aims at: its first at or after 21 s, 11 s after the stall
+    aimed = sim.engine.next_check_ms(1, FAULT_START_MS + EPOCH_STOP_BEFORE_MS)
+    assert {c.t_ms - START_MS for c in shrinks} == {aimed}
+    assert (aimed - sim.engine.check_phase[1]) % check_period_ms(CFG) == 0
+
+    obs = [("sim", dataclasses.asdict(o)) for o in observations(records)]
+    epochs = {(o["topic"], o["partition"]): set() for _, o in obs}
+    for _, o in obs:
+        epochs[(o["topic"], o["partition"])].add(o["leader_epoch"])
+    # each of broker 1's partitions: epoch 0, bumped by the shrink and by the expand after
+    assert all(epochs[(t, p)] == {0, 1, 2} for t, p, _ in victims)
+    assert _lag_alerts(obs) == {("KafkaReplicaIsrShrinkImminent", 3), ("KafkaReplicaOutOfSync", 3)}
+    without = [(c, {**o, "leader_epoch": None}) for c, o in obs]
+    assert {b for _, b in _lag_alerts(without)} == {2, 3}
+    # and it is the bump that keeps broker 2: the same faults on a cluster that does not bump
+    plain = [f for f in sim.scenario.faults if not isinstance(f, EpochPerIsrChange)]
+    unbumped, _ = run(dataclasses.replace(sim.scenario, faults=tuple(plain)), 68, seed=seed)
+    assert {b for c in unbumped.truth if c.change == "shrink" for b in c.brokers} == {2, 3}
