@@ -24,7 +24,8 @@ Under the KIP-16 variants a follower is out of sync when
 long interval between two observations is a gap in the evidence, not time out
 of sync (docs/rule.md, "Gaps in telemetry"), and ``leader_change_caught_up_time``
 adds what a new leader's election, or a new leader epoch under the same leader
-(``new_leadership``), proves (docs/rule.md, "Leader changes").
+(``new_leadership``), proves (docs/rule.md, "The previous observation, when the
+collector has none, and leader changes").
 """
 
 from __future__ import annotations
