@@ -38,7 +38,7 @@ from tests.streaming.feed import MultiFeed, RunningJob
 
 pytestmark = pytest.mark.spark
 
-SCENARIOS = ("stuck-follower", "steady", "burst", "low-volume", "broker-pause")
+SCENARIOS = ("stuck-follower", "steady", "burst", "low-volume", "broker-pause", "leader-epoch-bump")
 SIM_SECONDS = 68
 LAG_MS = 10_000
 REPLICA_ALERTS = {n.value for n in (AlertName.NEARING, AlertName.IMMINENT, AlertName.OUT_OF_SYNC, AlertName.STALLED)}
