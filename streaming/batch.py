@@ -87,20 +87,9 @@ class BatchOutput:
 
 
 def _held(records: DataFrame) -> DataFrame:
-    """The parsed records without the raw bytes and text of the good ones (only
-    a dead letter's payload needs them), held for the batch's two uses."""
-    bad = F.col("reason").isNotNull()
-    return records.select(
-        "source_topic",
-        "source_partition",
-        "source_offset",
-        F.when(bad, F.col("raw")).alias("raw"),
-        "value_bytes",
-        F.when(bad, F.col("value")).alias("value"),
-        "rec",
-        "reason",
-        "detail",
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    """The parsed records as the batch's two uses need them (``parse.bad_records_kept``: the
+    raw bytes and text of bad records only, big ones cut), held."""
+    return parse.bad_records_kept(records).persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def evaluate_records(

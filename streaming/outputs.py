@@ -78,6 +78,9 @@ def encode_deadletter(d: DeadLetter, max_bytes: int | None = None, sort_keys: bo
     (the whole size) and ``payload_sha256`` (of the whole); ValueError when
     even that does not fit."""
     body: dict[str, object] = dict(d)
+    whole_bytes, whole_sha256 = body.pop("payload_bytes", None), body.pop("payload_sha256", None)
+    if whole_sha256 is not None:  # the job kept only the first bytes (parse.PAYLOAD_KEPT_BYTES)
+        body.update(payload_truncated=True, payload_bytes=whole_bytes, payload_sha256=whole_sha256)
     out = json.dumps(body, default=str, sort_keys=sort_keys).encode("ascii")
     if max_bytes is None or len(out) <= max_bytes:
         return out
@@ -86,8 +89,8 @@ def encode_deadletter(d: DeadLetter, max_bytes: int | None = None, sort_keys: bo
         payload="",
         payload_encoding=BASE64,
         payload_truncated=True,
-        payload_bytes=len(raw),
-        payload_sha256=hashlib.sha256(raw).hexdigest(),
+        payload_bytes=whole_bytes if whole_sha256 is not None else len(raw),
+        payload_sha256=whole_sha256 if whole_sha256 is not None else hashlib.sha256(raw).hexdigest(),
     )
     room = max_bytes - len(json.dumps(body, default=str, sort_keys=sort_keys))
     if room < 0:
@@ -97,7 +100,8 @@ def encode_deadletter(d: DeadLetter, max_bytes: int | None = None, sort_keys: bo
 
 
 class DeadLetterFile:
-    """Appends each dead letter as one JSON object per line (whole payloads)."""
+    """Appends each dead letter as one JSON object per line (payloads as the job kept them:
+    whole up to ``parse.PAYLOAD_KEPT_BYTES``)."""
 
     def __init__(self, path: str) -> None:
         self.path = path

@@ -52,6 +52,8 @@ __all__ = [
     "observations",
     "good_observations",
     "side_items",
+    "bad_records_kept",
+    "PAYLOAD_KEPT_BYTES",
 ]
 
 # reason code -> what it means (docs/streaming.md lists the same).
@@ -116,9 +118,18 @@ class DeadLetter(TypedDict):
     source_offset: int | None
     payload: str | None  # the rejected bytes, as payload_encoding says
     payload_encoding: str | None  # UTF8 or BASE64 (None without a payload)
+    # Set when ``payload`` holds only the first PAYLOAD_KEPT_BYTES of a bigger record: its whole
+    # size and the SHA-256 of the whole (hex); None otherwise.
+    payload_bytes: int | None
+    payload_sha256: str | None
 
 
 DEADLETTER_COLUMNS = list(DeadLetter.__annotations__)
+
+# A rejected record's bytes kept for its dead letter: the first 64 KiB. A batch of big bad records
+# (up to --max-records-per-trigger of ~1 MB each) would otherwise be held in Spark's memory and
+# carried to the driver whole, and run it out of memory on every restart (docs/streaming.md).
+PAYLOAD_KEPT_BYTES = 65_536
 
 # payload_encoding values: the payload is the text itself, or the base64 of the bytes.
 UTF8, BASE64 = "utf8", "base64"
@@ -262,14 +273,37 @@ def _column_observation(r: Column, i: Column, p: Column | None = None) -> Column
     return F.struct(*[fields[f].alias(f) for f in _OBSERVATION_FIELDS])
 
 
-def _record_payload() -> tuple[Column, Column]:
-    """(payload, payload_encoding) of a whole record of ``parse_records``: the
-    text when it is UTF-8, else the base64 of its bytes; both null without a value."""
+def _record_payload() -> tuple[Column, Column, Column, Column]:
+    """(payload, payload_encoding, payload_bytes, payload_sha256) of a whole record of
+    ``bad_records_kept``: the text when it is UTF-8 and whole, else the base64 of its
+    (first PAYLOAD_KEPT_BYTES) bytes; null without a value. The last two only for a record
+    cut short: its whole size and hash."""
     text = F.col("value").isNotNull()
     # One line of standard base64 whatever spark.sql.chunkBase64String.enabled says (MIME lines by default).
     payload = F.when(text, F.col("value")).otherwise(F.translate(F.base64(F.col("raw")), "\r\n", ""))
     encoding = F.when(text, F.lit(UTF8)).when(F.col("raw").isNotNull(), F.lit(BASE64))
-    return payload, encoding
+    cut = F.col("raw_sha256").isNotNull()
+    return payload, encoding, F.when(cut, F.col("value_bytes")), F.col("raw_sha256")
+
+
+def bad_records_kept(records: DataFrame) -> DataFrame:
+    """``parse_records``' rows as a batch holds them for its two uses: the raw bytes and text
+    only for a bad record (only its dead letter needs them), and of a record over
+    PAYLOAD_KEPT_BYTES only the first bytes, with the SHA-256 of the whole (``raw_sha256``)."""
+    bad = F.col("reason").isNotNull()
+    cut = bad & (F.col("value_bytes") > PAYLOAD_KEPT_BYTES)
+    return records.select(
+        "source_topic",
+        "source_partition",
+        "source_offset",
+        F.when(cut, F.substring(F.col("raw"), 1, PAYLOAD_KEPT_BYTES)).when(bad, F.col("raw")).alias("raw"),
+        "value_bytes",
+        F.when(bad & ~cut, F.col("value")).alias("value"),
+        F.when(cut, F.sha2(F.col("raw"), 256)).alias("raw_sha256"),
+        "rec",
+        "reason",
+        "detail",
+    )
 
 
 def _observation_reason(o: Column, now_ms: Column, future_tolerance_ms: int | None) -> Column:
@@ -419,6 +453,7 @@ def _item(
     change: Column | None = None,
     counters: Column | None = None,
     gone: Column | None = None,
+    whole: tuple[Column, Column] | None = None,
 ) -> Column:
     def null(t: str) -> Column:
         return F.lit(None).cast(t)
@@ -429,6 +464,8 @@ def _item(
         (detail if detail is not None else null("string")).alias("detail"),
         payload.alias("payload"),
         (encoding if encoding is not None else F.when(payload.isNotNull(), F.lit(UTF8))).alias("payload_encoding"),
+        (whole[0] if whole is not None else null("bigint")).alias("payload_bytes"),
+        (whole[1] if whole is not None else null("string")).alias("payload_sha256"),
         (topic if topic is not None else null("string")).alias("topic"),
         (partition if partition is not None else null("int")).alias("partition"),
         (shrink if shrink is not None else null("int")).alias("shrink"),
@@ -532,11 +569,13 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
         F.to_json(F.struct(r["cluster_id"].alias("cluster_id"), r["endpoints"].alias("endpoints"))),
     )
     identity = F.slice(F.array(identity_item), 1, F.when(stated, 1).otherwise(0))  # (empty unless stated)
-    payload, encoding = _record_payload()
-    items = F.when(
-        F.col("reason").isNotNull(),
-        F.array(_item("deadletter", F.col("reason"), payload, encoding, detail=F.col("detail"))),
-    ).otherwise(F.concat(obs_items, change_items, counter_items, gone_items, identity))
+    payload, encoding, whole_bytes, whole_sha256 = _record_payload()
+    letter = _item(
+        "deadletter", F.col("reason"), payload, encoding, detail=F.col("detail"), whole=(whole_bytes, whole_sha256)
+    )
+    items = F.when(F.col("reason").isNotNull(), F.array(letter)).otherwise(
+        F.concat(obs_items, change_items, counter_items, gone_items, identity)
+    )
     # (a cluster name past the bound is not repeated into the dead letter's own field; the payload has it)
     no_cluster = F.col("reason").isin("not_json", "not_object", "name_too_long")
     cluster = F.when(no_cluster, F.lit(None).cast("string")).otherwise(r["cluster"])
@@ -553,6 +592,8 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
             "source_offset",
             "i.payload",
             "i.payload_encoding",
+            "i.payload_bytes",
+            "i.payload_sha256",
             "i.topic",
             "i.partition",
             "i.shrink",

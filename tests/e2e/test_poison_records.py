@@ -35,7 +35,7 @@ from confluent_kafka import Producer
 
 from streaming.origin import QUERY_DIR
 from streaming.outputs import payload_bytes
-from streaming.parse import REASONS, RECORD_REASONS
+from streaming.parse import PAYLOAD_KEPT_BYTES, REASONS, RECORD_REASONS
 from tests.e2e.kafka_io import read_topic
 from tests.e2e.pipeline import TOPIC_PARTITIONS, Pipeline, until
 
@@ -108,7 +108,7 @@ def check_letter(d: dict, value: bytes | None) -> None:
     assert d["reason"] in REASONS and d["reason"] in RECORD_REASONS, d
     kept = payload_bytes(d)
     if d.get("payload_truncated"):
-        assert value is not None and kept is not None and value.startswith(kept) and len(kept) > 500_000
+        assert value is not None and kept is not None and value.startswith(kept) and len(kept) == PAYLOAD_KEPT_BYTES
         assert d["payload_bytes"] == len(value)
         assert d["payload_sha256"] == hashlib.sha256(value).hexdigest()
     else:

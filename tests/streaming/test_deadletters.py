@@ -120,3 +120,57 @@ def test_the_reasons_in_the_docs_are_the_reasons_in_the_code() -> None:
     )
     assert len(documented) == len(set(documented)), "a reason is listed twice in docs/streaming.md"
     assert set(RECORD_REASONS) <= set(REASONS), "streaming/parse.py: RECORD_REASONS not in REASONS"
+
+
+def test_a_batch_of_big_bad_records_keeps_their_first_bytes_and_the_job_its_memory(spark) -> None:
+    """400 records of 900,001 bytes, none of them UTF-8, in one batch (360 MB: the source's
+    100,000 records a batch allow far more). The batch held them whole and carried their base64
+    to the driver, and its 1 GiB JVM ran out of memory (found 2026-12-04 with 300 of them),
+    on every restart again. Now each dead letter keeps the first ``PAYLOAD_KEPT_BYTES``, the
+    whole size and its SHA-256, and the batch completes. The records are made inside Spark
+    (this test process never holds them)."""
+    import pyspark.sql.functions as F
+
+    from streaming.parse import PAYLOAD_KEPT_BYTES
+    from tests.streaming.rare import rare_rows
+
+    n, unit = 400, 150_000  # each value: 0xff, then its six-digit number repeated
+    batch = spark.range(n, numPartitions=4).select(
+        F.lit(None).cast("binary").alias("key"),
+        F.concat(F.unhex(F.lit("FF")), F.repeat(F.lpad(F.col("id").cast("string"), 6, "0"), unit).cast("binary")).alias(
+            "value"
+        ),
+        F.lit("isr.telemetry").alias("topic"),
+        F.lit(0).alias("partition"),
+        F.col("id").alias("offset"),
+        F.current_timestamp().alias("timestamp"),
+    )
+    letters = rare_rows(batch, None)["deadletters"]
+    assert len(letters) == n
+    for d in letters:
+        whole = b"\xff" + f"{d['source_offset']:06d}".encode() * unit
+        back = json.loads(encode_deadletter(d, 900_000))
+        assert back["reason"] == "not_utf8" and back["payload_truncated"] is True
+        assert payload_bytes(back) == whole[:PAYLOAD_KEPT_BYTES]
+        assert back["payload_bytes"] == len(whole) and back["payload_sha256"] == hashlib.sha256(whole).hexdigest()
+
+
+def test_a_bad_record_within_the_kept_bytes_keeps_them_all(spark) -> None:
+    """At ``PAYLOAD_KEPT_BYTES`` exactly, the dead letter is the record, as text when it is UTF-8."""
+    import pyspark.sql.functions as F
+
+    from streaming.parse import PAYLOAD_KEPT_BYTES
+    from tests.streaming.rare import rare_rows
+
+    batch = spark.range(1).select(
+        F.lit(None).cast("binary").alias("key"),
+        F.repeat(F.lit("x"), PAYLOAD_KEPT_BYTES).cast("binary").alias("value"),
+        F.lit("isr.telemetry").alias("topic"),
+        F.lit(0).alias("partition"),
+        F.col("id").alias("offset"),
+        F.current_timestamp().alias("timestamp"),
+    )
+    (d,) = rare_rows(batch, None)["deadletters"]
+    back = json.loads(encode_deadletter(d, 900_000))
+    assert back["payload"] == "x" * PAYLOAD_KEPT_BYTES and back["payload_encoding"] == "utf8"
+    assert "payload_truncated" not in back and "payload_sha256" not in back

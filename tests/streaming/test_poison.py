@@ -9,6 +9,7 @@ tests/e2e/test_poison_records.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -102,14 +103,23 @@ def test_each_kind_of_poison_is_one_dead_letter_that_keeps_its_bytes(spark, tmp_
     assert got == want
     for i, (value, _) in enumerate(FIXED):
         for d in by.get(i, []):
+            if (
+                value is not None and len(value) > parse.PAYLOAD_KEPT_BYTES
+            ):  # its first bytes, the whole's size and hash
+                assert payload_bytes(d) == value[: parse.PAYLOAD_KEPT_BYTES], f"record {i}: the dead letter lost bytes"
+                assert d["payload_bytes"] == len(value) and d["payload_sha256"] == hashlib.sha256(value).hexdigest()
+                assert d["payload_encoding"] == "base64"
+                continue
             assert payload_bytes(d) == value, f"record {i}: the dead letter lost bytes"
+            assert d["payload_bytes"] is None and d["payload_sha256"] is None
             assert d["payload_encoding"] == (None if value is None else "utf8" if _is_utf8(value) else "base64")
             assert d["source_partition"] == i % 4 and d["source_topic"] == "telemetry"
     # The good records (and the good 1 MB one) still aggregate, one replica each.
     replicas = {(a["cluster"], a["topic"], a["partition"], a["broker_id"]): a["observations"] for a in aggs}
     assert replicas == {("poison", "orders", p, 2): 1 for p in range(0, 5)}
 
-    # Through the job's dead-letter file: one JSON line each, the bytes back whole.
+    # Through the job's dead-letter file: one JSON line each, the bytes back (the first
+    # PAYLOAD_KEPT_BYTES of a bigger record, with the whole's size and hash).
     sink = DeadLetterFile(str(tmp_path / "deadletter.jsonl"))
     assert sink.write(out["deadletters"]) == len(want)
     sink.close()
@@ -118,7 +128,10 @@ def test_each_kind_of_poison_is_one_dead_letter_that_keeps_its_bytes(spark, tmp_
     assert len(lines) == len(want)
     for line in lines:
         d = json.loads(line)
-        assert payload_bytes(d) == FIXED[d["source_offset"]][0]
+        value = FIXED[d["source_offset"]][0]
+        assert payload_bytes(d) == (value[: parse.PAYLOAD_KEPT_BYTES] if value is not None else None)
+        if d.get("payload_truncated"):
+            assert value is not None and d["payload_sha256"] == hashlib.sha256(value).hexdigest()
 
 
 def _is_utf8(b: bytes) -> bool:
