@@ -199,3 +199,29 @@ def test_poison_records_are_dead_lettered_and_never_stop_the_job(kafka_cluster, 
                 check_letter(d, value)
         assert f"deadletters batch_id={crashed} " in pipe.job.log(), "the killed batch was run again"
         assert "UnicodeDecodeError" not in pipe.job_log()
+
+
+def test_a_flood_of_big_poison_records_is_dead_lettered_without_stopping_the_job(kafka_cluster, unique_name, tmp_path):
+    """400 records of 900,000 random bytes at once (360 MB; the 0.9 broker takes up to ~1 MB a
+    record): before dead letters kept only a record's first 64 KiB, a batch holding them ran
+    the job's JVM out of memory, and the restarted job again on the same batch. Each gets its
+    dead letter (first bytes, whole size and hash) and the job goes on evaluating."""
+    cluster = kafka_cluster
+    cluster.create_topic(unique_name("flood-watched"), partitions=2, replication_factor=3)
+    rng = random.Random(SEED + 1)
+    with Pipeline(cluster, tmp_path) as pipe:
+        pipe.wait_watching(4)
+        flood = produce(cluster, pipe.telemetry_topic, [(None, rng.randbytes(900_000)) for _ in range(400)])
+
+        def letters() -> dict[tuple[int, int], dict]:
+            return {(d["source_partition"], d["source_offset"]): d for d in dead_letters(cluster, pipe)}
+
+        until("a dead letter for every record of the flood", every(5, lambda: set(letters()) >= set(flood)), 300, pipe)
+        seen = len(pipe.batches())
+        until("the job to go on evaluating", lambda: len(pipe.batches()) > seen + 2, 120, pipe)
+        got = letters()
+        for pos, value in flood.items():
+            check_letter(got[pos], value)
+            assert got[pos]["payload_truncated"] is True
+        assert "OutOfMemoryError" not in pipe.job_log()
+        assert pipe.batches()[-1][1] > 0, "the collector's telemetry is still read"
