@@ -11,8 +11,10 @@ import importlib
 from typing import Any
 
 __all__ = [
+    "ClusterConfigs",
     "ClusterProbe",
     "Collector",
+    "PartitionSettings",
     "PartitionState",
     "ReplicaTracker",
     "RoundResult",
@@ -26,6 +28,8 @@ _WHERE = {
     "PartitionState": "collector.probe",
     "Snapshot": "collector.probe",
     "Collector": "collector.main",
+    "ClusterConfigs": "collector.main",
+    "PartitionSettings": "collector.tracker",
     "ReplicaTracker": "collector.tracker",
     "RoundResult": "collector.tracker",
     "TelemetryPublisher": "collector.publisher",

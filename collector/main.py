@@ -1,24 +1,37 @@
-"""``isrwatch collect``: poll a real cluster every interval and publish telemetry."""
+"""``isrwatch collect``: poll a real cluster every interval and publish telemetry.
+
+The cluster's own settings the telemetry carries, each broker's ``replica.lag.time.max.ms`` and
+each topic's ``min.insync.replicas``, are read by DescribeConfigs (Kafka 0.11 on) at start-up and
+every ``CONFIG_REFRESH_S`` (:class:`ClusterConfigs`). A flag the user gave (``--lag-time-max-ms``,
+``--min-insync-replicas``) wins: with both given nothing is asked. A value once read is kept
+through a later read that cannot get it. What was never read falls back to the flag, else to
+nothing in the telemetry (the job's own setting, else its default), and one line says which value
+is used and why, logged again only when that changes (Kafka 0.9 has no DescribeConfigs: one line
+at start-up).
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from collector.jmx import JmxConnection
 from collector.jmxprobe import JmxProbe
 from collector.probe import ClusterProbe, Snapshot
 from collector.publisher import TelemetryPublisher, batch_records
 from collector.settings import CollectSettings
-from collector.tracker import ReplicaTracker
+from collector.tracker import PartitionSettings, ReplicaTracker
 from isrwatch.clientconfig import kafka_python_config, librdkafka_config
 from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
 from isrwatch.signals import StopSignals
 
-__all__ = ["main", "Collector"]
+__all__ = ["main", "Collector", "ClusterConfigs", "CONFIG_REFRESH_S"]
 
 log = logging.getLogger(__name__)
+
+CONFIG_REFRESH_S = 300.0  # seconds between two reads of the cluster's settings
 
 
 class Collector:
@@ -39,7 +52,10 @@ class Collector:
                 settings.jmx_truststore,
                 settings.jmx_truststore_password,
             )
-        self.tracker = ReplicaTracker(settings.lag_time_max_ms, settings.min_insync_replicas)
+        self.cluster_probe = metadata  # its DescribeConfigs reads the cluster's settings (collector/configs.py)
+        self.round_timeout = round_timeout
+        self.configs = ClusterConfigs(PartitionSettings(settings.lag_time_max_ms, settings.min_insync_replicas))
+        self.tracker = ReplicaTracker(settings=self.configs.settings)
         separate = bool(settings.telemetry_bootstrap_servers)
         telemetry_props = {**props, **kafka_config_pairs(settings.telemetry_kafka_config)} if separate else props
         self.publisher = TelemetryPublisher(
@@ -53,6 +69,7 @@ class Collector:
 
     def start(self) -> Snapshot:
         snap = self.probe.connect(self.settings.startup_timeout)
+        self.configs.refresh(self.cluster_probe, self.round_timeout)
         self.publisher.refresh_partitions(timeout_s=5.0, force=True)
         count = len(self.publisher.chooser.partitions)
         if count == 1:
@@ -92,6 +109,7 @@ class Collector:
     def run_round(self, snap: Snapshot | None = None) -> int:
         """Poll (unless given a snapshot), publish; returns the number of observations."""
         snap = snap or self.probe.snapshot()
+        self.configs.refresh(self.cluster_probe, self.round_timeout)  # when due (every configs.REFRESH_S)
         result = self.tracker.observe(snap)
         records = batch_records(
             self.settings.cluster,
@@ -146,6 +164,88 @@ class Collector:
         if left:
             log.warning(kv(event="telemetry_undelivered_at_exit", records=left))
         self.probe.close()
+
+
+class ClusterConfigs:
+    """Reads the cluster's settings into ``settings`` (what the tracker writes into each
+    partition's observations) when due: at the first :meth:`refresh`, then every ``refresh_s``."""
+
+    def __init__(
+        self,
+        settings: PartitionSettings,
+        refresh_s: float = CONFIG_REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.refresh_s = refresh_s
+        self._clock = clock
+        self.reads = 0
+        self._read_at: float | None = None
+        self._logged: tuple[object, ...] | None = None
+
+    def due(self) -> bool:
+        if self.settings.flags_given:
+            return False  # both given: the flags win, nothing to read
+        return self._read_at is None or self._clock() - self._read_at >= self.refresh_s
+
+    def refresh(self, probe: ClusterProbe, timeout_s: float) -> None:
+        """One read when due (bounded by ``timeout_s``); never raises for the cluster's answers."""
+        if not self.due():
+            return
+        self._read_at = self._clock()
+        s = self.settings
+        answers = probe.describe_configs(timeout_s)
+        self.reads += 1
+        s.lag_time_max_ms.update(answers.lag_time_max_ms)
+        s.min_isr.update(answers.min_isr)
+        unread = {
+            what: why
+            for what, why in answers.unread.items()
+            if (
+                what.startswith("broker ") and s.flag_lag_time_max_ms is None and int(what[7:]) not in s.lag_time_max_ms
+            )
+            or (what.startswith("topic ") and s.flag_min_isr is None and what[6:] not in s.min_isr)
+        }
+        self._log(unread)
+
+    def _log(self, unread: dict[str, str]) -> None:
+        s = self.settings
+        lag = sorted(s.lag_time_max_ms.items())
+        state = (tuple(lag), tuple(sorted(s.min_isr.items())), tuple(sorted(unread.items())))
+        if state == self._logged:
+            return
+        self._logged = state
+        if lag or s.min_isr:
+            log.info(
+                kv(
+                    event="cluster_settings_read",
+                    lag_time_max_ms=",".join(f"{b}:{ms}" for b, ms in lag) or "-",
+                    min_isr_topics=len(s.min_isr),
+                    min_isr=",".join(sorted({str(v) for v in s.min_isr.values()})) or "-",
+                )
+            )
+        if not unread:
+            return
+        lag_used = (
+            f"{s.flag_lag_time_max_ms} (--lag-time-max-ms)"
+            if s.flag_lag_time_max_ms is not None
+            else "none in the telemetry (the job's --lag-time-max-ms, else 30000)"
+        )
+        min_isr_used = (
+            f"{s.flag_min_isr} (--min-insync-replicas)"
+            if s.flag_min_isr is not None
+            else "none in the telemetry (the job's --min-insync-replicas, else 1)"
+        )
+        reasons = sorted(set(unread.values()))
+        log.warning(
+            kv(
+                event="cluster_settings_unread",
+                unread=",".join(sorted(unread)[:20]) + (",..." if len(unread) > 20 else ""),
+                reason="; ".join(reasons[:3]),
+                lag_time_max_ms=lag_used if any(w.startswith("broker ") for w in unread) else "as read",
+                min_isr=min_isr_used if any(w.startswith("topic ") for w in unread) else "as read",
+            )
+        )
 
 
 def jmx_connections(settings: CollectSettings) -> list[JmxConnection]:

@@ -27,15 +27,21 @@ from typing import Any
 
 from kafka import errors as kerrors
 from kafka.client_async import KafkaClient
+from kafka.protocol.admin import DescribeConfigsRequest
 from kafka.protocol.list_offsets import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from isrwatch.exceptions import UnreachableError, UnsupportedBrokerError
 from isrwatch.kafkawire import (
+    BROKER_RESOURCE,
+    DESCRIBE_CONFIGS_MAX_VERSION,
     LATEST,
     LIST_OFFSETS_MAX_VERSION,
     METADATA_MAX_VERSION,
+    TOPIC_RESOURCE,
     broker_versions,
+    describe_configs_answers,
+    describe_configs_request,
     fallback_check,
     kept_replicas,
     list_offsets_answers,
@@ -48,12 +54,23 @@ from isrwatch.kafkawire import (
 from isrwatch.logs import kv
 from isrwatch.telemetry import BrokerCounters
 
-__all__ = ["ClusterProbe", "PartitionState", "Snapshot", "DEBUG_REPLICA_ID", "CLIENT_REPLICA_ID"]
+__all__ = [
+    "ClusterProbe",
+    "ConfigAnswers",
+    "PartitionState",
+    "Snapshot",
+    "DEBUG_REPLICA_ID",
+    "CLIENT_REPLICA_ID",
+    "LAG_TIME_MAX_MS",
+    "MIN_INSYNC_REPLICAS",
+]
 
 log = logging.getLogger(__name__)
 
 DEBUG_REPLICA_ID = -2  # answered by followers too, with the log end offset
 CLIENT_REPLICA_ID = -1  # an ordinary consumer: the leader answers with the high watermark
+LAG_TIME_MAX_MS = "replica.lag.time.max.ms"  # a broker's setting
+MIN_INSYNC_REPLICAS = "min.insync.replicas"  # a topic's (its own, else the broker's default)
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,17 @@ class Snapshot:
     round_s: float = 0.0
     # what each broker that answered said of its own replication (JMX: IsrShrinksPerSec, IsrExpandsPerSec)
     counters: list[BrokerCounters] = field(default_factory=list)
+
+
+@dataclass
+class ConfigAnswers:
+    """What one DescribeConfigs pass read: each broker's ``replica.lag.time.max.ms``, each
+    topic's ``min.insync.replicas`` (the value in effect), and why the others were not read
+    (``"broker 2"`` or ``"topic orders"`` -> the reason)."""
+
+    lag_time_max_ms: dict[int, int] = field(default_factory=dict)
+    min_isr: dict[str, int] = field(default_factory=dict)
+    unread: dict[str, str] = field(default_factory=dict)
 
 
 class ClusterProbe:
@@ -254,6 +282,62 @@ class ClusterProbe:
             kept = sum(b in unlisted for ps in errored for b in ps.replicas)
             log.info(kv(event="unregistered_brokers", brokers=",".join(map(str, unlisted)) or "-", replicas_kept=kept))
             self._unlisted = unlisted
+
+    def describe_configs(self, timeout_s: float) -> ConfigAnswers:
+        """Each broker's ``replica.lag.time.max.ms`` (asked of that broker: Kafka answers a broker
+        resource only for itself) and every topic's ``min.insync.replicas`` (asked of the first
+        broker that can answer), by DescribeConfigs, which Kafka has from 0.11 (a broker whose
+        ApiVersions answer, or the 0.9 settings' table, does not list it is not asked). Answers
+        wait until ``timeout_s`` at most; a broker silent by then, refusing or failing is
+        ``unread`` with the reason, the others are read."""
+        assert self.client is not None
+        deadline = time.monotonic() + timeout_s
+        out = ConfigAnswers()
+        ready = self._ready(sorted(self._brokers), deadline)
+        speaking: dict[int, int] = {}
+        for b in sorted(self._brokers):
+            versions = broker_versions(self.client._conns.get(b), self._fallback) if b in ready else {}
+            if b not in ready:
+                out.unread[f"broker {b}"] = f"no connection within {timeout_s:g} s"
+            elif DescribeConfigsRequest[0].API_KEY not in versions:
+                out.unread[f"broker {b}"] = "the broker has no DescribeConfigs (Kafka before 0.11)"
+            else:
+                try:
+                    speaking[b] = self._version(b, DescribeConfigsRequest, DESCRIBE_CONFIGS_MAX_VERSION)
+                except UnsupportedBrokerError as e:
+                    out.unread[f"broker {b}"] = str(e)
+        topics = sorted({ps.topic for ps in self._partitions})
+        asker = min(speaking, default=None)
+        sent = []
+        for b, version in sorted(speaking.items()):
+            resources = [(BROKER_RESOURCE, str(b), [LAG_TIME_MAX_MS])]
+            if b == asker:
+                resources += [(TOPIC_RESOURCE, t, [MIN_INSYNC_REPLICAS]) for t in topics]
+            sent.append((b, self.client.send(b, describe_configs_request(version, resources))))
+        self._wait([f for _, f in sent], deadline)
+        for b, f in sent:
+            if not f.is_done or f.failed():
+                why = f"no answer within {timeout_s:g} s" if not f.is_done else f"{type(f.exception).__name__}"
+                out.unread[f"broker {b}"] = f"DescribeConfigs: {why}"
+                continue
+            for kind, name, error, values in describe_configs_answers(f.value):
+                key = LAG_TIME_MAX_MS if kind == BROKER_RESOURCE else MIN_INSYNC_REPLICAS
+                what = f"broker {name}" if kind == BROKER_RESOURCE else f"topic {name}"
+                value = values.get(key)
+                if error or value is None or not value.isdigit():
+                    out.unread[what] = f"DescribeConfigs: error code {error}" if error else f"{key}={value!r}"
+                elif kind == BROKER_RESOURCE:
+                    out.lag_time_max_ms[int(name)] = int(value)
+                else:
+                    out.min_isr[name] = int(value)
+        for t in topics:
+            if t not in out.min_isr and f"topic {t}" not in out.unread:
+                out.unread[f"topic {t}"] = (
+                    "no broker can answer DescribeConfigs"
+                    if asker is None
+                    else out.unread.get(f"broker {asker}", "not in the answer")
+                )
+        return out
 
     def answer_times(self, timeout_s: float) -> dict[int, float]:
         """The brokers (of the newest metadata) that answered a metadata request within

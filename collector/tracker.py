@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from collector.probe import Snapshot
 from isrwatch.telemetry import GoneReplica, IsrChange, Observation
 
-__all__ = ["ReplicaTracker", "RoundResult", "GONE_AFTER_ROUNDS", "GONE_AFTER_MS"]
+__all__ = ["ReplicaTracker", "RoundResult", "PartitionSettings", "GONE_AFTER_ROUNDS", "GONE_AFTER_MS"]
 
 # How long a replica must be missing from fresh metadata before it is said gone: a
 # metadata answer that leaves it out once (a broker whose cache is being updated) is
@@ -54,10 +54,40 @@ class RoundResult:
     gone: list[GoneReplica]
 
 
-class ReplicaTracker:
+class PartitionSettings:
+    """The ``lag_time_max_ms`` and ``min_isr`` each partition's observations carry: a flag the
+    user gave wins; else what the cluster said (``collector.main.ClusterConfigs`` reads it by
+    DescribeConfigs): the partition's leader's ``replica.lag.time.max.ms`` (the leader decides
+    the ISR) and its topic's ``min.insync.replicas``; else nothing (the job's setting applies)."""
+
     def __init__(self, lag_time_max_ms: int | None = None, min_isr: int | None = None) -> None:
-        self.lag_time_max_ms = lag_time_max_ms
-        self.min_isr = min_isr
+        self.flag_lag_time_max_ms = lag_time_max_ms
+        self.flag_min_isr = min_isr
+        self.lag_time_max_ms: dict[int, int] = {}  # broker -> as the cluster said
+        self.min_isr: dict[str, int] = {}  # topic -> as the cluster said
+
+    @property
+    def flags_given(self) -> bool:
+        """Both flags given: nothing the cluster says is used."""
+        return self.flag_lag_time_max_ms is not None and self.flag_min_isr is not None
+
+    def lag_for(self, leader: int) -> int | None:
+        if self.flag_lag_time_max_ms is not None:
+            return self.flag_lag_time_max_ms
+        return self.lag_time_max_ms.get(leader)
+
+    def min_isr_for(self, topic: str) -> int | None:
+        return self.flag_min_isr if self.flag_min_isr is not None else self.min_isr.get(topic)
+
+
+class ReplicaTracker:
+    def __init__(
+        self,
+        lag_time_max_ms: int | None = None,
+        min_isr: int | None = None,
+        settings: PartitionSettings | None = None,
+    ) -> None:
+        self.settings = settings or PartitionSettings(lag_time_max_ms, min_isr)
         # (topic, partition, follower) -> (t_ms, leo, leader_leo) of the newest observation whose leader answered
         self._prev: dict[tuple[str, int, int], tuple[int, int | None, int]] = {}
         # (topic, partition, follower) -> t_ms of its newest observation
@@ -116,8 +146,8 @@ class ReplicaTracker:
                         prev_leader_leo=prev[2] if prev else None,
                         isr=ps.isr,
                         replicas=ps.replicas,
-                        lag_time_max_ms=self.lag_time_max_ms,
-                        min_isr=self.min_isr,
+                        lag_time_max_ms=self.settings.lag_for(ps.leader),
+                        min_isr=self.settings.min_isr_for(ps.topic),
                         leader_epoch=ps.leader_epoch if ps.leader_epoch >= 0 else None,
                     )
                 )

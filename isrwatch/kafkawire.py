@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kafka.protocol.admin import DescribeConfigsRequest
 from kafka.protocol.broker_api_versions import BROKER_API_VERSIONS
 from kafka.protocol.list_offsets import ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
@@ -38,12 +39,21 @@ __all__ = [
     "metadata_partitions",
     "list_offsets_request",
     "list_offsets_answers",
+    "DESCRIBE_CONFIGS_MAX_VERSION",
+    "BROKER_RESOURCE",
+    "TOPIC_RESOURCE",
+    "describe_configs_request",
+    "describe_configs_answers",
 ]
 
 LATEST = -1  # ListOffsets timestamp: the end of the log (a leader asked by a client: the high watermark)
 EARLIEST = -2  # ListOffsets timestamp: the log's start
 METADATA_MAX_VERSION = 7  # v7 carries each partition's leader epoch
 LIST_OFFSETS_MAX_VERSION = 5  # v6 on is a flexible version (tagged fields)
+
+DESCRIBE_CONFIGS_MAX_VERSION = 2  # v3 adds the documentation; v4 on is flexible (kafka-python: up to 2)
+TOPIC_RESOURCE = 2  # DescribeConfigs resource types (Kafka's ConfigResource.Type)
+BROKER_RESOURCE = 4
 
 Versions = dict[int, tuple[int, int]]  # a broker's ApiVersions answer: API key -> (min, max)
 
@@ -224,3 +234,21 @@ def list_offsets_answers(response: Any) -> list[tuple[str, int, int, int | None]
             else:
                 out.append((topic, p, 0, int(pd[3])))
     return out
+
+
+def describe_configs_request(version: int, resources: Iterable[tuple[int, str, Sequence[str]]]) -> Any:
+    """A DescribeConfigs request of ``version`` (0 to 2) for ``resources``: (resource type,
+    ``BROKER_RESOURCE`` or ``TOPIC_RESOURCE``; its name, a broker id or a topic; the config
+    names wanted). No synonyms asked: each answer gives the value in effect."""
+    wanted = [(kind, name, list(keys)) for kind, name, keys in resources]
+    cls = DescribeConfigsRequest[version]
+    return cls(resources=wanted) if version == 0 else cls(resources=wanted, include_synonyms=False)
+
+
+def describe_configs_answers(response: Any) -> list[tuple[int, str, int, dict[str, str | None]]]:
+    """(resource type, resource name, error code, config name -> value in effect) of every
+    resource of a DescribeConfigs answer (versions 0 to 2 read alike)."""
+    return [
+        (kind, name, error, {entry[0]: entry[1] for entry in entries})
+        for error, _message, kind, name, entries in response.resources
+    ]

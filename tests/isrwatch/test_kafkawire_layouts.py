@@ -8,15 +8,21 @@ A unit test: nothing runs."""
 from __future__ import annotations
 
 import pytest
+from kafka.protocol.admin import DescribeConfigsResponse
 from kafka.protocol.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.list_offsets import ListOffsetsResponse
 from kafka.protocol.metadata import MetadataResponse
 
 from isrwatch.kafkawire import (
+    BROKER_RESOURCE,
+    DESCRIBE_CONFIGS_MAX_VERSION,
     EARLIEST,
     LATEST,
     LIST_OFFSETS_MAX_VERSION,
     METADATA_MAX_VERSION,
+    TOPIC_RESOURCE,
+    describe_configs_answers,
+    describe_configs_request,
     fallback_check,
     list_offsets_answers,
     list_offsets_request,
@@ -26,6 +32,7 @@ from isrwatch.kafkawire import (
 )
 from tests.support.fakebroker_layouts import (
     API_VERSIONS,
+    DESCRIBE_CONFIGS,
     LIST_OFFSETS,
     METADATA,
     Field,
@@ -42,6 +49,7 @@ LIST_OFFSETS_VERSIONS = range(LIST_OFFSETS_MAX_VERSION + 1)
 def test_isrwatch_sends_no_flexible_version_the_layouts_would_not_cover() -> None:
     assert METADATA.flexible_from > METADATA_MAX_VERSION
     assert LIST_OFFSETS.flexible_from > LIST_OFFSETS_MAX_VERSION
+    assert DESCRIBE_CONFIGS.flexible_from > DESCRIBE_CONFIGS_MAX_VERSION
 
 
 # -- requests: kafka-python's bytes against the specification's layout -------------------------
@@ -205,3 +213,44 @@ def test_the_layouts_write_what_they_read_and_refuse_bytes_left_over() -> None:
     )
     # compact: string length + 1 and array count + 1 as unsigned varints, and a tagged-field count per struct
     assert encode(fields, 1, {"a": 1, "s": "k", "xs": []}, flexible=True) == b"\0\x01" + b"\x02k" + b"\x01" + b"\0"
+
+
+DESCRIBE_CONFIGS_VERSIONS = range(DESCRIBE_CONFIGS_MAX_VERSION + 1)
+
+
+@pytest.mark.parametrize("version", DESCRIBE_CONFIGS_VERSIONS)
+def test_a_describe_configs_request_is_laid_out_as_the_specification_says(version) -> None:
+    wanted = [(BROKER_RESOURCE, "2", ["replica.lag.time.max.ms"]), (TOPIC_RESOURCE, "orders", ["min.insync.replicas"])]
+    request = describe_configs_request(version, wanted)
+    values = {
+        "resources": [{"resource_type": t, "resource_name": n, "configuration_keys": k} for t, n, k in wanted],
+        "include_synonyms": False,
+        "include_documentation": False,
+    }
+    assert request.encode() == encode(DESCRIBE_CONFIGS.request, version, values, flexible=False)
+
+
+@pytest.mark.parametrize("version", DESCRIBE_CONFIGS_VERSIONS)
+def test_a_describe_configs_answer_laid_out_as_the_specification_says_reads_as_the_values(version) -> None:
+    def entry(name: str, value: str | None) -> dict:
+        return {"name": name, "value": value, "read_only": False, "is_default": False, "config_source": 5,
+                "is_sensitive": False, "synonyms": [{"name": name, "value": value, "source": 5}]}  # fmt: skip
+
+    def result(kind: int, name: str, error: int, entries: list[dict]) -> dict:
+        return {"error_code": error, "error_message": None, "resource_type": kind, "resource_name": name,
+                "configs": entries}  # fmt: skip
+
+    values = {
+        "throttle_time_ms": 0,
+        "results": [
+            result(BROKER_RESOURCE, "2", 0, [entry("replica.lag.time.max.ms", "10000")]),
+            result(TOPIC_RESOURCE, "orders", 0, [entry("min.insync.replicas", "3")]),
+            result(TOPIC_RESOURCE, "gone", 3, []),
+        ],
+    }
+    data = encode(DESCRIBE_CONFIGS.response, version, values, flexible=False)
+    assert describe_configs_answers(DescribeConfigsResponse[version].decode(data)) == [
+        (BROKER_RESOURCE, "2", 0, {"replica.lag.time.max.ms": "10000"}),
+        (TOPIC_RESOURCE, "orders", 0, {"min.insync.replicas": "3"}),
+        (TOPIC_RESOURCE, "gone", 3, {}),
+    ]

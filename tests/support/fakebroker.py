@@ -14,6 +14,11 @@ shows how a real broker behaves. What it is told follows Apache Kafka's source, 
   level, so the log end offset; answered by followers too) gives the broker's own log end
   offset of every replica it hosts; replica id -1 (a client) gives the leader's high
   watermark (latest) or log start (earliest), and NOT_LEADER_OR_FOLLOWER from another broker;
+* DescribeConfigs: a broker resource for the broker asked gives its ``replica.lag.time.max.ms``
+  (``lag_time_max_ms``; another broker's id: INVALID_REQUEST, as Kafka's ``ConfigHelper``
+  answers), a topic resource the topic's ``min.insync.replicas`` (``min_isr``, else
+  ``default_min_isr``: the value in effect); ``describe_configs_refused`` brokers close the
+  connection on it;
 * Metadata: every broker but the fenced ones (``fenced``: KRaft leaves a fenced broker out of the
   broker list, its replicas still in the partitions'), and each partition's leader, leader
   epoch (v7 on), replicas and ISR.
@@ -37,6 +42,7 @@ from kafka.protocol.broker_api_versions import BROKER_API_VERSIONS
 from tests.support.fakebroker_layouts import (
     API_VERSIONS,
     BY_KEY,
+    DESCRIBE_CONFIGS,
     LIST_OFFSETS,
     METADATA,
     MODELLED,
@@ -51,6 +57,8 @@ __all__ = ["FakeKafka", "FakePartition", "KAFKA_4_0"]
 KAFKA_4_0 = dict(BROKER_API_VERSIONS[(4, 0)])  # API key -> (min, max), as kafka-python records 4.0
 UNSUPPORTED_VERSION = 35
 UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_REQUEST = 42
+BROKER_RESOURCE, TOPIC_RESOURCE = 4, 2
 NOT_LEADER_OR_FOLLOWER = 6
 DEBUG_REPLICA = -2
 LATEST, EARLIEST = -1, -2
@@ -78,6 +86,10 @@ class FakeKafka:
     fenced: set[int] = field(default_factory=set)  # left out of Metadata's broker list; still serving
     hung: set[int] = field(default_factory=set)  # accept connections and read requests, answer none (SIGSTOP)
     versions: dict[int, tuple[int, int]] = field(default_factory=lambda: dict(KAFKA_4_0))
+    lag_time_max_ms: dict[int, int] = field(default_factory=dict)  # broker -> replica.lag.time.max.ms
+    min_isr: dict[str, int] = field(default_factory=dict)  # topic -> its own min.insync.replicas
+    default_min_isr: int = 1  # the brokers' min.insync.replicas
+    describe_configs_refused: set[int] = field(default_factory=set)  # close the connection on DescribeConfigs
     asked: list[tuple[int, str, int]] = field(default_factory=list)  # (broker, request, version)
     refused: list[tuple[int, str, int]] = field(default_factory=list)
     unmodelled: list[tuple[int, str, int]] = field(default_factory=list)
@@ -173,7 +185,7 @@ class FakeKafka:
             # ApiVersions in a version the broker does not speak: error 35 and the ranges, in v0
             self.refused.append((broker, name, version))
             return response_header(api_key, 0, correlation_id) + self._api_versions(0, UNSUPPORTED_VERSION)
-        if not low <= version <= high:
+        if not low <= version <= high or (message is DESCRIBE_CONFIGS and broker in self.describe_configs_refused):
             self.refused.append((broker, name, version))
             return None
         if message is None or version not in MODELLED[api_key]:
@@ -184,6 +196,9 @@ class FakeKafka:
         request = decode(message.request, version, body, flexible)
         if message is API_VERSIONS:
             payload = self._api_versions(version, 0)
+        elif message is DESCRIBE_CONFIGS:
+            values = self._describe_configs(broker, version, request)
+            payload = encode(DESCRIBE_CONFIGS.response, version, values, flexible)
         elif message is METADATA:
             payload = encode(METADATA.response, version, self._metadata(version, request["topics"]), flexible)
         else:
@@ -235,6 +250,44 @@ class FakeKafka:
             "topics": topics,
             "cluster_authorized_operations": -(2**31),
         }
+
+    def _describe_configs(self, broker: int, version: int, request: dict[str, Any]) -> dict[str, Any]:
+        results = []
+        for r in request["resources"]:
+            kind, name, error = r["resource_type"], r["resource_name"], 0
+            configs: dict[str, str] = {}
+            if kind == BROKER_RESOURCE and name == str(broker):
+                configs["replica.lag.time.max.ms"] = str(self.lag_time_max_ms.get(broker, 30_000))
+            elif kind == TOPIC_RESOURCE and name in self.topics:
+                configs["min.insync.replicas"] = str(self.min_isr.get(name, self.default_min_isr))
+            else:
+                error = INVALID_REQUEST if kind == BROKER_RESOURCE else UNKNOWN_TOPIC_OR_PARTITION
+            wanted = r["configuration_keys"]
+            entries = [
+                {
+                    "name": key,
+                    "value": value,
+                    "read_only": kind == BROKER_RESOURCE,
+                    "is_default": False,
+                    "config_source": 5 if kind == BROKER_RESOURCE else 1,  # STATIC_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG
+                    "is_sensitive": False,
+                    "synonyms": [],
+                    "config_type": 5,
+                    "documentation": None,
+                }
+                for key, value in configs.items()
+                if wanted is None or key in wanted
+            ]
+            results.append(
+                {
+                    "error_code": error,
+                    "error_message": None,
+                    "resource_type": kind,
+                    "resource_name": name,
+                    "configs": entries,
+                }
+            )
+        return {"throttle_time_ms": 0, "results": results}
 
     def _list_offsets(self, broker: int, version: int, request: dict[str, Any]) -> dict[str, Any]:
         debug = request["replica_id"] == DEBUG_REPLICA

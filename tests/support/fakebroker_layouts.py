@@ -8,8 +8,8 @@ requests, and isrwatch's reading of answers, against these layouts; the protocol
 (tests/support/fakebroker.py) reads requests and writes answers with them, so a test against it
 never checks kafka-python against kafka-python.
 
-Only what isrwatch uses is written down: the request header, ApiVersions, Metadata and
-ListOffsets, in the versions listed in ``MODELLED``. Tagged fields are skipped on reading and
+Only what isrwatch uses is written down: the request header, ApiVersions, Metadata,
+ListOffsets and DescribeConfigs, in the versions listed in ``MODELLED``. Tagged fields are skipped on reading and
 none is written.
 """
 
@@ -25,6 +25,7 @@ __all__ = [
     "API_VERSIONS",
     "METADATA",
     "LIST_OFFSETS",
+    "DESCRIBE_CONFIGS",
     "MODELLED",
     "encode",
     "decode",
@@ -172,10 +173,70 @@ LIST_OFFSETS = Message(
     ),
 )
 
+# DescribeConfigsRequest.json / DescribeConfigsResponse.json (api key 32; flexible from version 4;
+# Kafka 4.0 accepts 1 to 4)
+DESCRIBE_CONFIGS = Message(
+    "DescribeConfigs",
+    32,
+    4,
+    request=(
+        Field(
+            "resources",
+            (
+                Field("resource_type", "int8"),
+                Field("resource_name", "string"),
+                Field("configuration_keys", "[]string", nullable_from=0),  # null: every config
+            ),
+        ),
+        Field("include_synonyms", "bool", 1),
+        Field("include_documentation", "bool", 3),
+    ),
+    response=(
+        Field("throttle_time_ms", "int32"),
+        Field(
+            "results",
+            (
+                Field("error_code", "int16"),
+                Field("error_message", "string", nullable_from=0),
+                Field("resource_type", "int8"),
+                Field("resource_name", "string"),
+                Field(
+                    "configs",
+                    (
+                        Field("name", "string"),
+                        Field("value", "string", nullable_from=0),
+                        Field("read_only", "bool"),
+                        Field("is_default", "bool", 0, 0),
+                        Field("config_source", "int8", 1),
+                        Field("is_sensitive", "bool"),
+                        Field(
+                            "synonyms",
+                            (
+                                Field("name", "string"),
+                                Field("value", "string", nullable_from=0),
+                                Field("source", "int8"),
+                            ),
+                            1,
+                        ),
+                        Field("config_type", "int8", 3),
+                        Field("documentation", "string", 3, nullable_from=3),
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+
 # The versions written down above, per message: what isrwatch and kafka-python send (ApiVersions
-# 0 to 4, Metadata 0 to 8, ListOffsets 0 to 5). Later versions add fields not listed here.
-MODELLED = {API_VERSIONS.api_key: range(0, 5), METADATA.api_key: range(0, 9), LIST_OFFSETS.api_key: range(0, 6)}
-BY_KEY = {m.api_key: m for m in (API_VERSIONS, METADATA, LIST_OFFSETS)}
+# 0 to 4, Metadata 0 to 8, ListOffsets 0 to 5, DescribeConfigs 0 to 2). Later versions add fields
+# not listed here.
+MODELLED = {
+    API_VERSIONS.api_key: range(0, 5),
+    METADATA.api_key: range(0, 9),
+    LIST_OFFSETS.api_key: range(0, 6),
+    DESCRIBE_CONFIGS.api_key: range(0, 3),
+}
+BY_KEY = {m.api_key: m for m in (API_VERSIONS, METADATA, LIST_OFFSETS, DESCRIBE_CONFIGS)}
 
 _SCALARS = {"int8": ">b", "int16": ">h", "int32": ">i", "int64": ">q", "bool": ">?"}
 
