@@ -37,12 +37,17 @@ class CollectSettings:
     duration: float | None = option(None, "stop after this many seconds", check=positive, metavar="SECONDS")
     lag_time_max_ms: int | None = option(
         None,
-        "the cluster's replica.lag.time.max.ms, written into the telemetry (brokers before 0.11 cannot tell it)",
+        "replica.lag.time.max.ms written into the telemetry, over what the brokers say (default: each partition's "
+        "leader's, read by DescribeConfigs from Kafka 0.11; else none, the job's own applies)",
         check=positive,
         metavar="MS",
     )
     min_insync_replicas: int | None = option(
-        None, "the cluster's min.insync.replicas, written into the telemetry", check=positive, metavar="N"
+        None,
+        "min.insync.replicas written into the telemetry, over what the cluster says (default: each topic's, read by "
+        "DescribeConfigs from Kafka 0.11; else none, the job's own applies)",
+        check=positive,
+        metavar="N",
     )
     round_timeout: float | None = option(
         None,
