@@ -55,3 +55,31 @@ def test_collect_watching_the_4_0_protocol_fake_publishes_each_followers_offsets
             fp.leo[fp.leader],
             fp.high_watermark,
         )
+
+
+@pytest.mark.parametrize(
+    ("flags", "min_isr"), [([], 3), (["--min-insync-replicas", "2"], 2)], ids=["cluster-settings", "flag-wins"]
+)
+def test_collect_writes_the_settings_the_4_0_protocol_fake_describes(
+    kafka_cluster, unique_name, flags, min_isr
+) -> None:
+    """DescribeConfigs answered with a 10 s lag on every broker and min.insync.replicas 3 for the
+    topic: the telemetry carries them with no flag; a flag given wins."""
+    telemetry = unique_name("telemetry")
+    kafka_cluster.create_topic(telemetry, 1, 1)
+    topics = sample_topics(("orders",))
+    with FakeKafka(topics, lag_time_max_ms={1: 10_000, 2: 10_000, 3: 10_000}, min_isr={"orders": 3}) as fake:
+        done = subprocess.run(
+            [sys.executable, "-m", "isrwatch", "collect", "--bootstrap-servers", fake.bootstrap,
+             "--telemetry-bootstrap-servers", kafka_cluster.bootstrap_servers, "--telemetry-topic", telemetry,
+             "--cluster", "fake40", "--interval", "0.3", "--duration", "1.5", *flags,
+             *[a for k, v in COMPAT_CONFIG.items() for a in ("--telemetry-kafka-config", f"{k}={v}")]],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        asked = {(n, v) for _, n, v in fake.asked}
+    assert done.returncode == 0, done.stderr
+    assert ("DescribeConfigs", 2) in asked and "cluster_settings_unread" not in done.stderr
+    seen = set()
+    for _, value in read_topic(kafka_cluster, telemetry):
+        seen |= {(o.lag_time_max_ms, o.min_isr) for o in decode_record(value).observations}
+    assert seen == {(10_000, min_isr)}
