@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from collector.probe import ClusterProbe, Snapshot
+from collector.probe import ClusterProbe, ConfigAnswers, Snapshot
 from isrwatch import jsontext
 from isrwatch.clientconfig import kafka_python_config, librdkafka_config
 from isrwatch.exceptions import IsrwatchError
@@ -73,7 +73,11 @@ def run_checks(settings: Any) -> list[Row]:
             rows += _topics(tel.snap, job, on_watched=len(clusters) == 1)
             newest, telemetry_row = _newest_telemetry(tel.snap, job, props, timeout)
             rows.append(telemetry_row)
-            rows.append(_lag_setting(job, newest))
+            watched_probe = clusters[-1].probe
+            answers = watched_probe.describe_configs(timeout) if watched_probe is not None else ConfigAnswers()
+            rows.append(_lag_setting(job, newest, answers))
+            if answers.min_isr:
+                rows.append(_min_isr_setting(answers))
         rows.append(_checkpoint(job, tel))
     finally:
         for c in clusters:
@@ -273,15 +277,19 @@ def _newest_telemetry(
     return newest, Row(check, WARN if silent else OK, found, "a leader of the telemetry topic hangs" if silent else "")
 
 
-def _lag_setting(settings: Any, newest: dict[str, Any] | None) -> Row:
-    """The ``replica.lag.time.max.ms`` the collector reports against the job's setting.
-    Kafka before 0.11 has no DescribeConfigs: the brokers' own value is not readable."""
+def _lag_setting(settings: Any, newest: dict[str, Any] | None, answers: ConfigAnswers) -> Row:
+    """The brokers' ``replica.lag.time.max.ms`` where they say it (DescribeConfigs, Kafka 0.11 on:
+    the collector writes each partition's leader's into the telemetry), else the one the
+    collector reports, against the job's setting."""
     check = "replica.lag.time.max.ms"
     reported = None
     if newest is not None:
         values = {o.lag_time_max_ms for o in newest["record"].observations if o.lag_time_max_ms}
         reported = max(values) if values else None
     job = settings.lag_time_max_ms
+    read = answers.lag_time_max_ms
+    if read:
+        return _lag_read(check, read, answers, reported, job)
     if reported is None:
         return Row(
             check,
@@ -297,6 +305,56 @@ def _lag_setting(settings: Any, newest: dict[str, Any] | None) -> Row:
             "set both to the brokers' replica.lag.time.max.ms",
         )
     return Row(check, OK, f"{reported} ms (from the collector; the brokers' own is not readable before Kafka 0.11)")
+
+
+def _lag_read(check: str, read: dict[int, int], answers: ConfigAnswers, reported: int | None, job: int | None) -> Row:
+    """The lag row when some brokers said theirs: where each value came from, and what differs."""
+    values = sorted(set(read.values()))
+    each = ", ".join(f"broker {b}: {ms}" for b, ms in sorted(read.items()))
+    unread = sorted(w for w in answers.unread if w.startswith("broker "))
+    found = (
+        f"{values[0]} ms on every broker that answered (DescribeConfigs)" if len(values) == 1 else f"{each} ms"
+    ) + (f"; not read: {', '.join(unread)} ({answers.unread[unread[0]]})" if unread else "")
+    if len(values) > 1:
+        return Row(
+            check,
+            WARN,
+            f"the brokers differ: {found}",
+            "give every broker the same replica.lag.time.max.ms (the collector writes each partition's "
+            "leader's value, so a partition's rule changes with its leader)",
+        )
+    if reported is not None and reported != values[0]:
+        return Row(
+            check,
+            WARN,
+            f"{found}; the collector reports {reported} ms (its --lag-time-max-ms wins over the brokers')",
+            "drop isrwatch collect's --lag-time-max-ms, or set it to the brokers' value",
+        )
+    if reported is None and job and job != values[0]:
+        return Row(
+            check,
+            WARN,
+            f"{found}; the job's --lag-time-max-ms is {job} ms and the telemetry does not say (yet)",
+            "drop the job's --lag-time-max-ms, or set it to the brokers' value",
+        )
+    return Row(check, WARN if unread else OK, found + ("" if reported is None else "; the collector reports the same"))
+
+
+def _min_isr_setting(answers: ConfigAnswers) -> Row:
+    """Each topic's ``min.insync.replicas`` as the brokers say it (the value in effect)."""
+    by_value: dict[int, list[str]] = {}
+    for topic, n in sorted(answers.min_isr.items()):
+        by_value.setdefault(n, []).append(topic)
+    found = "; ".join(
+        f"{n} for {len(ts)} topic{'s' if len(ts) > 1 else ''} ({', '.join(ts[:3])}{', ...' if len(ts) > 3 else ''})"
+        for n, ts in sorted(by_value.items())
+    )
+    unread = sorted(w for w in answers.unread if w.startswith("topic "))
+    if unread:
+        return Row(
+            "min.insync.replicas", WARN, f"{found}; not read: {len(unread)} topics ({answers.unread[unread[0]]})"
+        )
+    return Row("min.insync.replicas", OK, f"{found} (DescribeConfigs; the collector writes each topic's)")
 
 
 # -- the checkpoint --------------------------------------------------------------------
