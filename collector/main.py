@@ -52,7 +52,7 @@ class Collector:
                 settings.jmx_truststore,
                 settings.jmx_truststore_password,
             )
-        self.cluster_probe = metadata  # its DescribeConfigs reads the cluster's settings (collector/configs.py)
+        self.cluster_probe = metadata  # its DescribeConfigs reads the cluster's settings (ClusterConfigs, below)
         self.round_timeout = round_timeout
         self.configs = ClusterConfigs(PartitionSettings(settings.lag_time_max_ms, settings.min_insync_replicas))
         self.tracker = ReplicaTracker(settings=self.configs.settings)
@@ -109,7 +109,7 @@ class Collector:
     def run_round(self, snap: Snapshot | None = None) -> int:
         """Poll (unless given a snapshot), publish; returns the number of observations."""
         snap = snap or self.probe.snapshot()
-        self.configs.refresh(self.cluster_probe, self.round_timeout)  # when due (every configs.REFRESH_S)
+        self.configs.refresh(self.cluster_probe, self.round_timeout)  # when due (every CONFIG_REFRESH_S)
         result = self.tracker.observe(snap)
         records = batch_records(
             self.settings.cluster,

@@ -37,7 +37,9 @@ SECRET = f"jmx-pw-{uuid.uuid4().hex[:10]}"
 
 @pytest.fixture(scope="module")
 def topic(kafka_cluster: Any) -> str:
-    """A watched topic on which each broker leads one partition and follows the two others."""
+    """A watched topic on which each broker leads one partition and follows the two others
+    (pinned: the tests read every broker's JMX as leader and as follower; no isrwatch topic is
+    created here, the probes are read directly)."""
     name = f"jmx-watched-{uuid.uuid4().hex[:8]}"
     kafka_cluster.create_topic(name, assignment=[[1, 2, 3], [2, 3, 1], [3, 1, 2]])
     return name

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -22,30 +23,9 @@ ZERO_NINE = ["--kafka-config", "api.version.request=false", "--kafka-config", "b
 def test_the_doctor_reads_the_4_0_protocol_fake(tmp_path, flags) -> None:
     topics = {**sample_topics(TOPICS, replication=1), **sample_topics(("orders",))}
     with FakeKafka(topics) as fake:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "isrwatch",
-                "doctor",
-                "--bootstrap-servers",
-                fake.bootstrap,
-                "--checkpoint-dir",
-                str(tmp_path / "checkpoint"),
-                "--format",
-                "json",
-                "--timeout-seconds",
-                "10",
-                *flags,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        rows, done = _doctor(fake, tmp_path, *flags)
         asked = {(n, v) for _, n, v in fake.asked}
         refused, unmodelled = list(fake.refused), list(fake.unmodelled)
-    assert "Traceback" not in done.stderr, done.stderr
-    rows = {r["check"]: r for r in json.loads(done.stdout)["checks"]}
     assert rows["telemetry cluster"]["status"] == "ok", rows["telemetry cluster"]
     assert rows["telemetry cluster"]["found"].startswith("3 brokers, 5 topics")
     for b in fake.broker_ids:
@@ -70,14 +50,15 @@ def test_the_doctor_reads_the_4_0_protocol_fake(tmp_path, flags) -> None:
     assert ("Metadata", 7) in asked
 
 
-def _doctor(fake: FakeKafka, tmp_path, *flags: str) -> dict[str, dict[str, str]]:
+def _doctor(fake: FakeKafka, tmp_path, *flags: str) -> tuple[dict[str, dict[str, str]], Any]:
+    """``isrwatch doctor`` run as a user runs it against ``fake``: its rows by check, and the process."""
     done = subprocess.run(
         [sys.executable, "-m", "isrwatch", "doctor", "--bootstrap-servers", fake.bootstrap, "--checkpoint-dir",
          str(tmp_path / "checkpoint"), "--format", "json", "--timeout-seconds", "10", *flags],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert "Traceback" not in done.stderr, done.stderr
-    return {r["check"]: r for r in json.loads(done.stdout)["checks"]}
+    return {r["check"]: r for r in json.loads(done.stdout)["checks"]}, done
 
 
 def test_the_doctor_shows_the_brokers_settings_and_where_they_differ(tmp_path) -> None:
@@ -85,14 +66,14 @@ def test_the_doctor_shows_the_brokers_settings_and_where_they_differ(tmp_path) -
     brokers of one cluster with different lags are a warning; a broker that refuses is named."""
     topics = {**sample_topics(TOPICS, replication=1), **sample_topics(("orders", "payments"))}
     with FakeKafka(topics, lag_time_max_ms={1: 10_000, 2: 10_000, 3: 30_000}, min_isr={"orders": 2}) as fake:
-        rows = _doctor(fake, tmp_path)
+        rows, _ = _doctor(fake, tmp_path)
     lag = rows["replica.lag.time.max.ms"]
     assert lag["status"] == "warn" and "broker 1: 10000, broker 2: 10000, broker 3: 30000" in lag["found"], lag
     min_isr = rows["min.insync.replicas"]
     assert min_isr["found"].startswith("1 for 5 topics") and "2 for 1 topic (orders)" in min_isr["found"], min_isr
 
     with FakeKafka(topics, lag_time_max_ms={1: 10_000, 2: 10_000}, describe_configs_refused={3}) as fake:
-        rows = _doctor(fake, tmp_path, "--lag-time-max-ms", "10000")
+        rows, _ = _doctor(fake, tmp_path, "--lag-time-max-ms", "10000")
     lag = rows["replica.lag.time.max.ms"]
     assert lag["status"] == "warn" and lag["found"].startswith("10000 ms on every broker that answered"), lag
     assert "not read: broker 3" in lag["found"], lag
