@@ -103,6 +103,10 @@ class JmxProbe:
     def cluster_id(self) -> str | None:
         return self.metadata.cluster_id
 
+    @property
+    def kafka_version(self) -> str | None:
+        return self.metadata.kafka_version
+
     def connect(self, timeout_s: float = 15.0) -> Snapshot:
         """Metadata, the JVM, a first round; UnreachableError with one clear line when no JMX endpoint answers."""
         self.metadata.open(timeout_s)

@@ -66,6 +66,7 @@ class Collector:
         )
         self.rounds = 0
         self._unreachable: set[int] = set()
+        self._version_logged: tuple[str | None] | None = None
 
     def start(self) -> Snapshot:
         snap = self.probe.connect(self.settings.startup_timeout)
@@ -106,6 +107,24 @@ class Collector:
         )
         return snap
 
+    def _kafka_version(self) -> str | None:
+        """The cluster's Kafka version for this round's records (the probe's), logged when it
+        changes: the job picks the rule's variant of the cluster from it (docs/rule.md)."""
+        version = self.probe.kafka_version
+        if self._version_logged != (version,):
+            self._version_logged = (version,)
+            log.info(
+                kv(
+                    event="kafka_version",
+                    cluster=self.settings.cluster,
+                    version=version or "unknown",
+                    reason="the oldest broker's ApiVersions answer"
+                    if version
+                    else "no broker answered ApiVersions (Kafka 0.9, or none connected): not written",
+                )
+            )
+        return version
+
     def run_round(self, snap: Snapshot | None = None) -> int:
         """Poll (unless given a snapshot), publish; returns the number of observations."""
         snap = snap or self.probe.snapshot()
@@ -122,6 +141,7 @@ class Collector:
             version=self.settings.telemetry_version,
             cluster_id=self.probe.cluster_id,
             endpoints=snap.brokers,
+            kafka_version=self._kafka_version(),
         )
         self.publisher.unreachable = set(snap.unreachable)
         self.publisher.publish(records)

@@ -40,6 +40,7 @@ from isrwatch.kafkawire import (
     METADATA_MAX_VERSION,
     TOPIC_RESOURCE,
     broker_versions,
+    cluster_kafka_version,
     describe_configs_answers,
     describe_configs_request,
     fallback_check,
@@ -200,6 +201,23 @@ class ClusterProbe:
         if self.client is None:
             return None
         return getattr(self.client.cluster, "cluster_id", None)
+
+    @property
+    def kafka_version(self) -> str | None:
+        """The cluster's Kafka version from the ApiVersions answers of the brokers connected now
+        (``isrwatch.kafkawire.cluster_kafka_version``: the oldest's; None when none is connected,
+        or one is connected with the 0.9 settings, which cannot answer ApiVersions)."""
+        if self.client is None:
+            return None
+        answers = []
+        for b in sorted(self._brokers):
+            conn = self.client._conns.get(b)
+            if conn is None or not conn.connected():
+                continue
+            pinned = getattr(conn, "_api_version", None)  # what kafka-python learnt, or was told, of the broker
+            answered = pinned is not None and tuple(pinned) >= (0, 10)
+            answers.append(getattr(conn, "_api_versions", None) if answered else None)
+        return cluster_kafka_version(answers)
 
     def close(self) -> None:
         if self.client is not None:

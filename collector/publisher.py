@@ -66,12 +66,15 @@ def batch_records(
     gone: Sequence[GoneReplica] = (),
     cluster_id: str | None = None,
     endpoints: Mapping[int, str] | None = None,
+    kafka_version: str | None = None,
 ) -> list[TelemetryRecord]:
     """The round as few records as fit: ``max_observations`` per record, ISR changes, the
     brokers' own counts, the replicas gone and what the collector knows of the cluster
     (``cluster_id``, ``endpoints``: broker id -> ``host:port``) in the first (``version`` 1
     has no place for the counts, versions before 4 none for the gone nor the cluster's
-    identity). ``source``: how the collector read the offsets (``fetch`` or ``jmx``)."""
+    identity). ``kafka_version``: the cluster's, in every record (version 4; the job reads it
+    with each record's observations). ``source``: how the collector read the offsets (``fetch``
+    or ``jmx``)."""
     sent = int(time.time() * 1000) if sent_ms is None else sent_ms
     chunks = [observations[i : i + max_observations] for i in range(0, len(observations), max_observations)]
     if not chunks and (isr_changes or brokers or (gone and version >= GONE_FROM)):
@@ -88,6 +91,7 @@ def batch_records(
             version=version,
             cluster_id=(cluster_id or None) if i == 0 else None,
             endpoints=broker_endpoints(endpoints or {}) if i == 0 else (),
+            kafka_version=kafka_version if version >= GONE_FROM else None,
         )
         for i, chunk in enumerate(chunks)
     ]

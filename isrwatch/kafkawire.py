@@ -31,6 +31,8 @@ __all__ = [
     "Versions",
     "kept_replicas",
     "broker_versions",
+    "kafka_version",
+    "cluster_kafka_version",
     "fallback_check",
     "broker_connection",
     "request_version",
@@ -110,6 +112,33 @@ def broker_versions(conn: Any, fallback: tuple[int, ...] | None = None) -> Versi
         return dict(conn.get_api_versions() or {})
     table = fallback if fallback in BROKER_API_VERSIONS else found
     return dict(BROKER_API_VERSIONS.get(table, {})) if table is not None else {}
+
+
+def kafka_version(versions: Mapping[int, tuple[int, int]]) -> tuple[int, ...] | None:
+    """The Kafka version a broker's ApiVersions answer (``versions``, API key -> (min, max))
+    shows: the newest in kafka-python's ``BROKER_API_VERSIONS`` (the answers of real brokers
+    it records, 0.9 to 4.0) every one of whose requests the broker speaks, up to that
+    version's highest; (0, 10, 0) for an answer none fits (ApiVersions itself came with
+    0.10, kafka-python's own fallback); None for no answer (Kafka 0.9 cannot give one). A
+    broker newer than the table reads as its newest entry."""
+    if not versions:
+        return None
+    for known in sorted(BROKER_API_VERSIONS, reverse=True):
+        table = BROKER_API_VERSIONS[known]
+        if known >= (0, 10) and all(k in versions and versions[k][1] >= high for k, (_, high) in table.items()):
+            return known
+    return (0, 10, 0)
+
+
+def cluster_kafka_version(answers: Iterable[Mapping[int, tuple[int, int]] | None]) -> str | None:
+    """A cluster's Kafka version from its connected brokers' ApiVersions answers (one per
+    broker; None or empty for a broker that gave none: Kafka 0.9): the oldest broker's, as
+    text (``"0.10.2"``, ``"2.1"``); None when no broker answered, or one could not (a 0.9
+    broker runs 0.9's rule whatever its neighbours)."""
+    found = [kafka_version(a or {}) for a in answers]
+    if not found or any(v is None for v in found):
+        return None
+    return ".".join(str(n) for n in min(v for v in found if v is not None))
 
 
 def fallback_check() -> Any:

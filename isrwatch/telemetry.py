@@ -146,6 +146,11 @@ class TelemetryRecord:
     # brokers give one (Kafka 0.10.1 and later), and its brokers' addresses.
     cluster_id: str | None = None
     endpoints: tuple[BrokerEndpoint, ...] = field(default=())
+    # The cluster's Kafka version as the collector infers it from its brokers' ApiVersions answers
+    # (version 4, optional: ``"0.10.2"``, ``"2.1"``, ``"4.0"``; the oldest broker's), by which the job
+    # picks the rule's variant (``isrwatch.rule.chosen_rule``). None: not known (Kafka 0.9, whose
+    # brokers cannot answer ApiVersions, the simulator).
+    kafka_version: str | None = None
 
 
 def _obs_dict(o: Observation) -> dict[str, Any]:
@@ -239,6 +244,8 @@ def encode_record(record: TelemetryRecord) -> bytes:
             body["cluster_id"] = record.cluster_id
         if record.endpoints:
             body["endpoints"] = [asdict(e) for e in record.endpoints]
+        if record.kafka_version is not None:
+            body["kafka_version"] = record.kafka_version
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -286,6 +293,7 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
             version=version,
             cluster_id=body.get("cluster_id"),
             endpoints=endpoints,
+            kafka_version=body.get("kafka_version"),
         )
     except (KeyError, TypeError) as e:
         raise ValueError(f"missing or unexpected field: {e}") from None
@@ -351,7 +359,7 @@ SPARK_SCHEMA_DDL = (
     "isr_before: ARRAY<INT>, isr_after: ARRAY<INT>, leader_id: INT>>, "
     "brokers ARRAY<STRUCT<broker_id: INT, t_ms: BIGINT, isr_shrinks_total: BIGINT, isr_expands_total: BIGINT>>, "
     "gone ARRAY<STRUCT<t_ms: BIGINT, topic: STRING, partition: INT, broker_id: INT>>, "
-    "cluster_id STRING, endpoints ARRAY<STRUCT<broker_id: INT, host: STRING, port: INT>>, "
+    "cluster_id STRING, endpoints ARRAY<STRUCT<broker_id: INT, host: STRING, port: INT>>, kafka_version STRING, "
     "topics ARRAY<STRING>, "
     "partitions STRUCT<topic: ARRAY<INT>, partition: ARRAY<INT>, leader_id: ARRAY<INT>, hw: ARRAY<BIGINT>, "
     "isr: ARRAY<ARRAY<INT>>, replicas: ARRAY<ARRAY<INT>>, lag_time_max_ms: ARRAY<BIGINT>, min_isr: ARRAY<INT>, "

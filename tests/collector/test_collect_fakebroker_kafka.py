@@ -42,6 +42,7 @@ def test_collect_watching_the_4_0_protocol_fake_publishes_each_followers_offsets
     for _, value in read_topic(kafka_cluster, telemetry):
         record = decode_record(value)
         assert record.cluster == "fake40" and json.loads(value)["source"] == "fetch"
+        assert record.kafka_version == "4.0"  # every record: the job picks the cluster's rule variant by it
         for o in map(asdict, record.observations):
             latest[(o["partition"], o["broker_id"])] = o
     parts = fake.topics["orders"]

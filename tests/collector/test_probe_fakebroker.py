@@ -42,6 +42,8 @@ def test_a_round_against_the_4_0_protocol_fake_reads_every_replicas_log_end_offs
         snap = probe.connect(10.0)
         second = probe.snapshot()
         assert probe.cluster_id == "fake-kafka-4.0"  # Metadata v2 on
+        # every broker's ApiVersions answer is 4.0's ranges (with the 0.9 settings too, once refused)
+        assert probe.kafka_version == "4.0"
     finally:
         probe.close()
     for s in (snap, second):

@@ -139,3 +139,17 @@ def test_the_first_record_of_a_round_says_which_cluster_the_collector_polls():
     # Kafka 0.9: no cluster id; version 3 has no place for either
     (old,) = batch_records("c", obs[:1], [], 3, endpoints=brokers, version=3)
     assert "endpoints" not in json.loads(encode_record(old)) and "cluster_id" not in json.loads(encode_record(old))
+
+
+def test_every_record_of_a_round_states_the_clusters_kafka_version_where_known():
+    """Issue 55: the job picks each record's rule variant from it, so every record carries it;
+    unknown (Kafka 0.9) or version 3: the records are as before."""
+    obs = [Observation("t", p, 2, 1, 1_000, 5, 5) for p in range(5)]
+    records = batch_records("c", obs, [], 3, kafka_version="2.1")
+    assert [json.loads(encode_record(r))["kafka_version"] for r in records] == ["2.1", "2.1"]
+    for kwargs in ({}, {"kafka_version": "2.1", "version": 3}):
+        unknown = batch_records("c", obs, [], 3, **kwargs)  # type: ignore[arg-type]
+        assert all("kafka_version" not in json.loads(encode_record(r)) for r in unknown)
+    assert encode_record(batch_records("c", obs, [], 9)[0]) == encode_record(
+        batch_records("c", obs, [], 9, kafka_version=None)[0]
+    )

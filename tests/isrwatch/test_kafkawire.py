@@ -17,6 +17,8 @@ from isrwatch.kafkawire import (
     LIST_OFFSETS_MAX_VERSION,
     METADATA_MAX_VERSION,
     broker_versions,
+    cluster_kafka_version,
+    kafka_version,
     kept_replicas,
     list_offsets_answers,
     list_offsets_request,
@@ -160,3 +162,19 @@ def test_a_broker_that_cannot_answer_api_versions_gets_the_fallbacks_ranges() ->
     assert request_version(broker_versions(kafka_09, (0, 9)), MetadataRequest, METADATA_MAX_VERSION) == 0
     # a fallback of an older broker is taken over the probe's finding
     assert broker_versions(kafka_09, (0, 8, 2)) == BROKER_API_VERSIONS[(0, 8, 2)]
+
+
+@pytest.mark.parametrize("broker", [v for v in BROKER_API_VERSIONS if v >= (0, 10)], ids=str)
+def test_each_versions_api_versions_answer_reads_as_that_version(broker) -> None:
+    assert kafka_version(BROKER_API_VERSIONS[broker]) == broker
+
+
+def test_a_cluster_reads_as_its_oldest_broker_and_as_unknown_when_one_cannot_answer() -> None:
+    newest = dict(BROKER_API_VERSIONS[(4, 0)])
+    assert kafka_version(newest | {999: (0, 1)}) == (4, 0)  # an API the table does not know: newer than it
+    assert kafka_version({18: (0, 0)}) == (0, 10, 0)  # ApiVersions alone: 0.10, kafka-python's fallback
+    assert kafka_version({}) is None
+    assert cluster_kafka_version([newest, BROKER_API_VERSIONS[(0, 10, 2)], newest]) == "0.10.2"
+    assert cluster_kafka_version([BROKER_API_VERSIONS[(2, 1)]]) == "2.1"
+    assert cluster_kafka_version([newest, None]) is None  # a 0.9 broker among them
+    assert cluster_kafka_version([]) is None

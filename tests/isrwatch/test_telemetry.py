@@ -90,9 +90,10 @@ records = st.builds(
         st.builds(BrokerEndpoint, broker_id=ids, host=st.text(min_size=1, max_size=12), port=st.integers(0, 65535)),
         max_size=3,
     ).map(tuple),
+    kafka_version=st.one_of(st.none(), st.sampled_from(["0.10.2", "2.1", "4.0"])),
 )
 # what versions before 4 have no place for
-NOT_BEFORE_4 = {"gone": (), "cluster_id": None, "endpoints": ()}
+NOT_BEFORE_4 = {"gone": (), "cluster_id": None, "endpoints": (), "kafka_version": None}
 
 
 def _older(record: TelemetryRecord, version: int) -> TelemetryRecord:
@@ -145,6 +146,7 @@ def test_version_4_is_version_3_with_the_replicas_gone(record: TelemetryRecord) 
     assert body.pop("gone", []) == [dataclasses.asdict(g) for g in record.gone]
     assert body.pop("cluster_id", None) == record.cluster_id
     assert body.pop("endpoints", []) == [dataclasses.asdict(e) for e in record.endpoints]
+    assert body.pop("kafka_version", None) == record.kafka_version
     assert body == v3
 
 
