@@ -42,7 +42,7 @@ run: install ## run the streaming job on the embedded simulator (SCENARIO=stuck-
 	$(ISRWATCH) run --simulate $(SCENARIO) $(if $(DURATION),--duration $(DURATION))
 
 test: install lint ## ruff and mypy first, then every test (unit, property, Spark, real Kafka/Prometheus/Alertmanager) but the long campaigns
-	$(PY) -m pytest tests -m "not campaign" --durations=15; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+	$(PY) -m pytest tests -m "not campaign" --durations=15 --junitxml=.cache/make-test.xml; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 campaign: install ## the long runs left out of make test: the job down through a pause, the collector paused 40 s then 3 min, the separate-telemetry broker pauses (JMX), poison records, fuzz, outages, kill -9 x20 on real Kafka, collector clock ±30 s, the lag set wrong (~100 min)
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m "campaign and not soak"; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
@@ -87,8 +87,8 @@ bench-quick: install ## reduced throughput comparison (< 5 min)
 bench-bound: install ## the in-memory ceiling against the job's own Kafka read and parse, side by side (~3 min)
 	$(PY) -m bench.read_bound
 
-bench-fleet: install ## the job on 1M replicas observed every 5 s: batch parts and driver memory (~5 min)
-	$(PY) -m bench.scale
+bench-fleet: install ## the job against a live feed of 100k and 1M replicas observed every 20 s: driver seconds, memory, kept up (~25 min)
+	$(PY) -m bench.fleet
 
 bench-scaling: install ## the job on local[2] and on a standalone cluster of 1 and 2 workers (docs/scaling.md)
 	$(PY) -m bench.scaling
