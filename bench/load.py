@@ -87,8 +87,11 @@ class Fleet:
             return self._base[i] + r * self.leo_step
         return self._base[i] + (since - 1) * self.leo_step + (r - since + 1) * (self.leo_step // 2)
 
-    def round(self, r: int, t_ms: int, slow: Mapping[int, int] | None = None) -> list[bytes]:
-        """Round ``r`` (0, 1, ...) observed at ``t_ms``: every replica once.
+    def round(
+        self, r: int, t_ms: int, slow: Mapping[int, int] | None = None, lo: int = 0, hi: int | None = None
+    ) -> list[bytes]:
+        """Round ``r`` (0, 1, ...) observed at ``t_ms``: every replica once, or the replicas
+        ``lo`` to ``hi`` (a slice of a round, for a feed spread over the round).
         ``slow``: replica index -> the round from which it falls behind."""
         slow = slow or {}
         step = self.leo_step
@@ -96,7 +99,8 @@ class Fleet:
         prev_t = "null" if r == 0 else str(t_ms - self.interval_ms)
         obs: list[str] = []
         append = obs.append
-        for i, prefix in enumerate(self._prefix):
+        for i in range(lo, self.replicas if hi is None else min(hi, self.replicas)):
+            prefix = self._prefix[i]
             if i in slow:
                 leo, lleo, pl, pll = self.values(i, r, slow)
                 fields = (t_ms, leo, lleo, lleo, prev_t, _js(pl), _js(pll))
