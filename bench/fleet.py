@@ -16,9 +16,11 @@ from then on; the first batches are the JVM's warm-up):
 * ``driver_s``: the driver's own seconds per batch (median): a batch's wall time less its
   Spark part, its state-topic write and its state-table write (the job's ``batch`` line:
   ``batch_ms - spark_ms - state_topic_ms - state_ms``), i.e. the driver's Python;
-* ``kept_up``: whether the job kept pace with the feed: its telemetry lag (``telemetry_lag_s``,
-  wall clock less the newest telemetry it had evaluated) did not grow over the window by more
-  than ``KEPT_UP_SLACK_S``; printed beside the sum of batch times over the telemetry they covered;
+* ``kept_up``: whether the job kept pace with the feed: at least two batches ended after the
+  first round, no batch failed (``query_restarting``), and its telemetry lag (``telemetry_lag_s``,
+  wall clock less the newest telemetry it had evaluated) did not grow from the first of them to
+  the last by more than ``KEPT_UP_SLACK_S``; printed beside the sum of batch times over the
+  telemetry they covered. After the feed's end the job has ``DRAIN_S`` to reach its last slice;
 * ``driver_growth_mb``: the driver's resident memory at the end less before the feed.
 
 One fleet size per process (a process's peak memory is its whole life's). The last line::
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing as mp
 import os
 import shutil
@@ -58,6 +61,7 @@ SLICE_S = 1.0  # the feed sends a slice of the round every second
 ROUNDS = 4  # the first: the state fills and the JVM warms; the other three are measured
 NOT_OK_EVERY = 1000  # 0.1 % of the replicas fall behind
 KEPT_UP_SLACK_S = 5.0
+DRAIN_S = 120.0  # after the feed's end, how long the job may take to evaluate its last slice
 SIZES = (100_000, 1_000_000)
 LAG_TIME_MAX_MS = 10_000
 
@@ -111,6 +115,24 @@ def _feed(bootstrap: str, topic: str, replicas: int, version: int, conn: Any) ->
     conn.send({"late_s": round(late, 2), "unsent": left, "slices": total})
 
 
+def _reached(log: BatchLog, t: float, wall0: float) -> bool:
+    """Whether a batch of the job has evaluated telemetry of time ``t`` (its newest: the batch
+    line's wall clock less its ``telemetry_lag_s``)."""
+    return any(wall0 + at - float(f.get("telemetry_lag_s", 0.0)) >= t - 0.5 for at, f in log.batches[-3:])
+
+
+class _Restarts(logging.Handler):
+    """Counts the job's ``query_restarting`` lines: a batch that failed (``streaming.job``)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("query_restarting"):
+            self.count += 1
+
+
 def run_size(replicas: int, version: int = VERSION) -> dict[str, Any]:
     """One fleet size: the job against the live feed; its batches and the figures above."""
     from streaming import job
@@ -121,6 +143,8 @@ def run_size(replicas: int, version: int = VERSION) -> dict[str, Any]:
     kafka = bkafka.start_cluster()
     checkpoint = tempfile.mkdtemp(prefix="bench-fleet-")
     log = BatchLog().__enter__()
+    restarts = _Restarts()
+    logging.getLogger("streaming.job").addHandler(restarts)
     stop = threading.Event()
     errors: list[BaseException] = []
     feeder = th = None
@@ -155,7 +179,7 @@ def run_size(replicas: int, version: int = VERSION) -> dict[str, Any]:
         before = rss_mb()
         wall0 = time.time() - time.perf_counter()  # perf_counter -> wall clock
         end = t0 + ROUNDS * ROUND_S
-        while time.time() < end + 2 and not errors:
+        while time.time() < end + DRAIN_S and not errors and not _reached(log, end - SLICE_S, wall0):
             time.sleep(0.5)
         after, peak = rss_mb(), rss_mb(field="VmHWM")
         if errors:
@@ -170,6 +194,7 @@ def run_size(replicas: int, version: int = VERSION) -> dict[str, Any]:
             if feeder.is_alive():
                 feeder.kill()
         log.__exit__()
+        logging.getLogger("streaming.job").removeHandler(restarts)
         kafka.close()
         spark.stop()
         shutil.rmtree(checkpoint, ignore_errors=True)
@@ -185,7 +210,7 @@ def run_size(replicas: int, version: int = VERSION) -> dict[str, Any]:
                 "changes": int(f.get("changes", 0)),
             }
         )
-    return summarize(replicas, batches, t0, before, after, peak, done)
+    return summarize(replicas, batches, t0, before, after, peak, done, restarts.count)
 
 
 def summarize(
@@ -196,26 +221,32 @@ def summarize(
     after: float,
     peak: float,
     feed: dict[str, Any],
+    restarts: int = 0,
 ) -> dict[str, Any]:
-    """The figures of one size from its batches (those that started after the first round)."""
-    steady = [b for b in batches if b["wall"] - b["batch_ms"] / 1000 >= t0 + ROUND_S]
-    if len(steady) < 3:
-        raise RuntimeError(f"only {len(steady)} batches after the first round: nothing steady to measure")
+    """The figures of one size from its batches (those that ended after the first round),
+    ``restarts``: the job's query restarts (a failed batch)."""
+    steady = [b for b in batches if b["wall"] >= t0 + ROUND_S + SLICE_S]
+
+    def median(key: str, scale: float = 1.0) -> float | None:
+        return statistics.median(b[key] for b in steady) / scale if steady else None
+
     newest = [b["wall"] - b["lag_s"] for b in steady]
-    covered = newest[-1] - newest[0]
+    covered = newest[-1] - newest[0] if steady else 0.0
     busy = sum(b["batch_ms"] for b in steady[1:]) / 1000
-    growth = steady[-1]["lag_s"] - steady[0]["lag_s"]
+    growth = steady[-1]["lag_s"] - steady[0]["lag_s"] if steady else None
     return {
         "replicas": replicas,
         "steady_batches": len(steady),
-        "driver_s": statistics.median(b["driver_ms"] for b in steady) / 1000,
-        "batch_s": statistics.median(b["batch_ms"] for b in steady) / 1000,
-        "spark_s": statistics.median(b["spark_ms"] for b in steady) / 1000,
-        "observations": statistics.median(b["observations"] for b in steady),
-        "lag_start_s": steady[0]["lag_s"],
-        "lag_end_s": steady[-1]["lag_s"],
+        "driver_s": median("driver_ms", 1000),
+        "batch_s": median("batch_ms", 1000),
+        "spark_s": median("spark_ms", 1000),
+        "observations": median("observations"),
+        "lag_start_s": steady[0]["lag_s"] if steady else None,
+        "lag_end_s": steady[-1]["lag_s"] if steady else None,
         "busy_over_covered": round(busy / covered, 2) if covered > 0 else None,
-        "kept_up": growth <= KEPT_UP_SLACK_S,
+        "query_restarts": restarts,
+        # two steady batches at least, no restart, the telemetry lag flat
+        "kept_up": len(steady) >= 2 and not restarts and growth is not None and growth <= KEPT_UP_SLACK_S,
         "driver_rss_before_mb": before,
         "driver_growth_mb": round(after - before, 1),
         "driver_peak_growth_mb": round(peak - before, 1),
@@ -251,13 +282,25 @@ def _one(replicas: int, version: int, logs: Path) -> dict[str, Any]:
         os.unlink(out)
 
 
+def _fmt(v: float | None, digits: int) -> str:
+    return "none" if v is None else f"{v:.{digits}f}"
+
+
 def _line(r: dict[str, Any]) -> str:
     return (
-        f"  replicas={r['replicas']} driver_s={r['driver_s']:.3f} batch_s={r['batch_s']:.2f} spark_s={r['spark_s']:.2f} "
-        f"obs_per_batch={r['observations']:.0f} telemetry_lag_s={r['lag_start_s']:.1f}->{r['lag_end_s']:.1f} "
-        f"busy_over_covered={r['busy_over_covered']} kept_up={'yes' if r['kept_up'] else 'no'} "
-        f"driver_growth_mb={r['driver_growth_mb']} (peak {r['driver_peak_growth_mb']}) feed={r['feed']}"
+        f"  replicas={r['replicas']} steady_batches={r['steady_batches']} driver_s={_fmt(r['driver_s'], 3)} "
+        f"batch_s={_fmt(r['batch_s'], 2)} spark_s={_fmt(r['spark_s'], 2)} obs_per_batch={_fmt(r['observations'], 0)} "
+        f"telemetry_lag_s={_fmt(r['lag_start_s'], 1)}->{_fmt(r['lag_end_s'], 1)} "
+        f"busy_over_covered={r['busy_over_covered']} query_restarts={r['query_restarts']} "
+        f"kept_up={'yes' if r['kept_up'] else 'no'} driver_growth_mb={r['driver_growth_mb']} "
+        f"(peak {r['driver_peak_growth_mb']}) feed={r['feed']}"
     )
+
+
+def _median(values: list[float | None]) -> float | None:
+    """The median of the runs that measured it (none: no run had a steady batch)."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,14 +328,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {run + 1}/{args.runs}: {_label(n)} replicas", flush=True)
             results[n].append(_one(n, args.telemetry_version, Path(args.logs)))
     small, large = results[SIZES[0]], results[SIZES[1]]
-    a = statistics.median(r["driver_s"] for r in small)
-    b = statistics.median(r["driver_s"] for r in large)
-    c = statistics.median(r["driver_growth_mb"] for r in large)
+    a = _median([r["driver_s"] for r in small])
+    b = _median([r["driver_s"] for r in large])
+    c = _median([r["driver_growth_mb"] for r in large])
     kept = sum(r["kept_up"] for r in large) * 2 > len(large)
     if args.json:
         Path(args.json).write_text(json.dumps({"header": header, "runs": results}, indent=1))
     print(
-        f"driver_s_100k={a:.3f} driver_s_1m={b:.3f} driver_growth_mb_1m={c:.0f} "
+        f"driver_s_100k={_fmt(a, 3)} driver_s_1m={_fmt(b, 3)} driver_growth_mb_1m={_fmt(c, 0)} "
         f"kept_up_1m_every_20s={'yes' if kept else 'no'}"
     )
     return 0
