@@ -10,7 +10,7 @@ collector's telemetry version) by a separate process, which then only sends each
 slice at its second, so the feed's own CPU is not the job's; the job (``streaming.job.run``,
 its defaults: 1 s trigger) runs in this process, which is its driver.
 
-Per fleet size, from the batches after the first round (the state holds the whole fleet
+Per fleet size, from the batches that end after the first round (the state holds the whole fleet
 from then on; the first batches are the JVM's warm-up):
 
 * ``driver_s``: the driver's own seconds per batch (median): a batch's wall time less its
