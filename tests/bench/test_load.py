@@ -63,3 +63,16 @@ def test_encoded_values_match_values() -> None:
             prev_lleo,
             3000,
         )
+
+
+def test_slices_of_a_round_are_the_round():
+    fleet = Fleet(1003, per_record=100, interval_ms=20_000)
+    slow = {5: 1, 700: 2}
+
+    def observations(records):
+        return [o for x in records for o in json.loads(x)["observations"]]
+
+    whole = observations(fleet.round(2, 1_000_000, slow))
+    parts = [observations(fleet.round(2, 1_000_000, slow, lo=lo, hi=lo + 250)) for lo in range(0, 1003, 250)]
+    assert [o for part in parts for o in part] == whole and len(whole) == 1003
+    assert whole[5]["leo"] < whole[5]["leader_leo"] and whole[4]["leo"] == whole[4]["leader_leo"]

@@ -1,0 +1,52 @@
+"""bench.fleet's verdict from a run's batches (the run itself is ``make bench-fleet``)."""
+
+from __future__ import annotations
+
+from bench.fleet import ROUND_S, summarize
+
+T0 = 1_000_000.0
+
+
+def batch(end: float, lag_s: float, batch_ms: int = 900, driver_ms: int = 100) -> dict[str, float]:
+    return {
+        "wall": T0 + end,
+        "batch_ms": batch_ms,
+        "spark_ms": batch_ms - driver_ms,
+        "state_topic_ms": 0,
+        "state_ms": 0,
+        "driver_ms": driver_ms,
+        "observations": 5000,
+        "lag_s": lag_s,
+        "changes": 0,
+    }
+
+
+def run(batches, restarts=0):
+    return summarize(100_000, batches, T0, 500.0, 560.0, 580.0, {"late_s": 0.1}, restarts)
+
+
+def test_a_flat_lag_after_the_first_round_is_kept_up_and_warm_up_batches_do_not_count():
+    warm = [batch(5, 4.0, batch_ms=9000, driver_ms=3000), batch(12, 7.0, batch_ms=7000, driver_ms=2000)]
+    steady = [batch(ROUND_S + 2 + i, 1.5 + 0.1 * (i % 2), driver_ms=100 + i) for i in range(10)]
+    r = run(warm + steady)
+    assert r["kept_up"] and r["steady_batches"] == 10
+    assert r["driver_s"] == 0.1045  # the median of the steady batches only
+    assert r["driver_growth_mb"] == 60.0 and r["driver_peak_growth_mb"] == 80.0
+
+
+def test_a_growing_lag_is_not_kept_up():
+    steady = [batch(ROUND_S + 2 + 3 * i, 2.0 + 2.0 * i, batch_ms=3000) for i in range(6)]
+    r = run(steady)
+    assert not r["kept_up"] and r["lag_end_s"] - r["lag_start_s"] == 10.0
+
+
+def test_a_failed_batch_or_too_few_batches_is_not_kept_up():
+    steady = [batch(ROUND_S + 2 + i, 1.5) for i in range(5)]
+    assert not run(steady, restarts=1)["kept_up"]
+    one = run([batch(ROUND_S + 30, 50.0, batch_ms=55_000, driver_ms=16_000)])
+    assert not one["kept_up"] and one["driver_s"] == 16.0
+
+
+def test_nothing_after_the_first_round_measures_nothing():
+    r = run([batch(5, 4.0)])
+    assert r["steady_batches"] == 0 and r["driver_s"] is None and not r["kept_up"]
