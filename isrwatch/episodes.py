@@ -17,6 +17,7 @@ from typing import Any
 from isrwatch.rule import (
     Rule,
     RuleConfig,
+    for_version,
     leader_change_caught_up_time,
     new_leadership,
     observed_caught_up_time,
@@ -71,6 +72,7 @@ def fold(
             "lag_time_max_ms": o.get("lag_time_max_ms"),
             "min_isr": o.get("min_isr"),
             "leader_epoch": o.get("leader_epoch"),
+            "kafka_version": o.get("kafka_version"),
         }
         if newest
         else {}
@@ -138,7 +140,8 @@ def walk(
         agg: ReplicaAggregate | None = None
         lag_before, episodes = State.OK, 0
         for o in obs:
-            agg = fold(agg, key[0], o, cfg.rule, max_gap_ms)
+            # --rule auto: the variant of the Kafka version the observation's record states
+            agg = fold(agg, key[0], o, for_version(cfg, o.get("kafka_version")).rule, max_gap_ms)
             s = evaluate(agg, agg.last_t_ms, cfg, th)
             if s.lag_state is State.OUT_OF_SYNC and lag_before is not State.OUT_OF_SYNC:
                 episodes += 1

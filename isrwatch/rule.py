@@ -31,6 +31,7 @@ collector has none, and leader changes").
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 __all__ = [
@@ -46,7 +47,16 @@ __all__ = [
     "on_fetch",
     "is_out_of_sync",
     "can_rejoin",
+    "AUTO",
+    "parse_kafka_version",
+    "chosen_rule",
+    "for_version",
+    "BY_VERSION",
+    "KAFKA_VERSION_PATTERN",
 ]
+
+# ``--rule auto`` (the job's default): each cluster's variant from its Kafka version (``chosen_rule``).
+AUTO = "auto"
 
 
 class Rule(str, enum.Enum):  # noqa: UP042 (not StrEnum: str() and format() of a member stay as they are)
@@ -72,12 +82,65 @@ class RuleConfig:
     lag_max_messages: int = 4000
     # 2.1+: a follower at the leader LEO is caught up whatever its lcu.
     idle_is_caught_up: bool = True
+    # ``--rule auto``: each cluster's variant from its Kafka version as its telemetry states it
+    # (``for_version``); ``rule`` and ``idle_is_caught_up`` are then the variant of a cluster whose
+    # version is not stated or not known.
+    by_version: bool = False
 
     def __post_init__(self) -> None:
+        if self.by_version and self.rule is Rule.LEGACY_MESSAGES:
+            raise ValueError("rule=legacy-messages is never chosen by a cluster's version: give it with --rule")
         if self.lag_time_max_ms <= 0:
             raise ValueError(f"lag_time_max_ms={self.lag_time_max_ms} must be > 0")
         if self.lag_max_messages <= 0:
             raise ValueError(f"lag_max_messages={self.lag_max_messages} must be > 0")
+
+
+# What reads as a version (the job's Spark form reads the same: ``streaming.state.variant_exprs``).
+KAFKA_VERSION_PATTERN = r"[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?"
+
+
+def parse_kafka_version(version: str | None) -> tuple[int, int, int] | None:
+    """A Kafka version as the telemetry states it (``"0.10.2"``, ``"2.1"``, ``"4.0"``) as
+    (major, minor, patch); None when there is none or it does not read as one."""
+    if version is None or not re.fullmatch(KAFKA_VERSION_PATTERN, version):
+        return None
+    major, minor, patch = (int(p) for p in (*version.split("."), "0")[:3])
+    return major, minor, patch
+
+
+# The variants by Kafka version, newest first: (first version, rule, idle_is_caught_up). Before
+# 0.9 is not known (0.8 had no KIP-16; a cluster that old gets the default, as an unknown one).
+BY_VERSION = (
+    ((2, 1, 0), Rule.KIP16_REFINED, True),  # a follower at the leader LEO is never out of sync
+    ((0, 10, 2), Rule.KIP16_REFINED, False),  # KAFKA-4485: the previous fetch's leader LEO counts
+    ((0, 9, 0), Rule.KIP16, False),  # KIP-16
+)
+
+
+def chosen_rule(cfg: RuleConfig, kafka_version: str | None) -> tuple[Rule, bool, str]:
+    """(rule, idle_is_caught_up, why) for a cluster whose telemetry states ``kafka_version``
+    (None: states none) under ``cfg``: ``cfg``'s own variant when it was given
+    (``by_version`` false), else the variant of that version (docs/rule.md, "Which variant a
+    cluster gets"), else ``cfg``'s. ``why``: a short reason, for logs and ``isrwatch doctor``."""
+    if not cfg.by_version:
+        return cfg.rule, cfg.idle_is_caught_up, "given by --rule"
+    if kafka_version is None:
+        return cfg.rule, cfg.idle_is_caught_up, "no Kafka version in the telemetry: the default"
+    parsed = parse_kafka_version(kafka_version)
+    for first, rule, idle in BY_VERSION:
+        if parsed is not None and parsed >= first:
+            return rule, idle, f"Kafka {kafka_version}"
+    return cfg.rule, cfg.idle_is_caught_up, f"Kafka version {kafka_version!r} not known: the default"
+
+
+def for_version(cfg: RuleConfig, kafka_version: str | None) -> RuleConfig:
+    """``cfg`` with the variant ``chosen_rule`` gives a cluster at ``kafka_version``
+    (``cfg`` itself when the variant was given)."""
+    if not cfg.by_version:
+        return cfg
+    rule, idle, _ = chosen_rule(cfg, kafka_version)
+    return RuleConfig(rule, cfg.lag_time_max_ms, cfg.lag_max_messages, idle)
 
 
 def check_period_ms(cfg: RuleConfig) -> int:

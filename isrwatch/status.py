@@ -19,7 +19,7 @@ from importlib import resources
 from typing import Any
 
 from isrwatch import jsontext
-from isrwatch.rule import Rule, RuleConfig, check_period_ms
+from isrwatch.rule import Rule, RuleConfig, check_period_ms, for_version
 
 __all__ = [
     "ReplicaKey",
@@ -105,6 +105,8 @@ class ReplicaAggregate:
     known_leader_leo: int | None = None
     # From the newest observation too: the partition's leader epoch (None: not known)
     leader_epoch: int | None = None
+    # and its cluster's Kafka version as the telemetry stated it (None: not stated)
+    kafka_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,7 @@ def evaluate(agg: ReplicaAggregate, cluster_now_ms: int, cfg: RuleConfig, th: Th
     its leader answered, so a gap (collector down, leader unreachable) never
     ages replicas into false alerts.
     """
+    cfg = for_version(cfg, agg.kafka_version)  # --rule auto: the variant of the cluster's version
     max_lag = agg.lag_time_max_ms or cfg.lag_time_max_ms
     if max_lag != cfg.lag_time_max_ms:
         cfg = RuleConfig(cfg.rule, max_lag, cfg.lag_max_messages, cfg.idle_is_caught_up)

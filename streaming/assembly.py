@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVarTuple
 
 from isrwatch.exceptions import ConfigError
 from isrwatch.logs import kv
-from isrwatch.rule import Rule, RuleConfig
+from isrwatch.rule import AUTO, Rule, RuleConfig
 from isrwatch.settings import kafka_config_pairs
 from isrwatch.status import Thresholds
 from streaming.brokerwatch import BrokerWatch
@@ -75,7 +75,10 @@ def rule_config(settings: JobSettings) -> tuple[RuleConfig, Thresholds]:
     embedded = not settings.bootstrap_servers
     lag = settings.lag_time_max_ms or (10_000 if embedded else 30_000)
     try:
-        cfg = RuleConfig(Rule.parse(settings.rule), lag, settings.lag_max_messages)
+        if settings.rule == AUTO:  # each cluster's variant from its Kafka version; the default where none
+            cfg = RuleConfig(Rule.KIP16_REFINED, lag, settings.lag_max_messages, by_version=True)
+        else:
+            cfg = RuleConfig(Rule.parse(settings.rule), lag, settings.lag_max_messages)
         th = Thresholds(settings.nearing_ratio, settings.critical_ratio, settings.stall_after_ms)
     except ValueError as e:
         raise ConfigError(str(e)) from None

@@ -27,6 +27,7 @@ from pyspark.sql import Column, Window
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import STATUS_FIELDS, ReplicaStatus, State, Thresholds, status_from_values
 from streaming.lookahead import HORIZON_SHARE
+from streaming.state import variant_exprs
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -109,15 +110,22 @@ def _status_exprs(
         ratio = F.greatest(age / max_lag, offset_lag / F.lit(cfg.lag_max_messages))
         lcu = now - (ratio * max_lag).cast("long")
     else:
-        if cfg.rule is Rule.KIP16_REFINED and cfg.idle_is_caught_up:
+        if cfg.by_version:  # --rule auto: the variant of the Kafka version the replica's telemetry states
+            refined, idle_caught_up = variant_exprs(cfg, latest["kafka_version"])
+            idle = refined & idle_caught_up & leo.isNotNull() & leader_leo.isNotNull() & (leo >= leader_leo)
+            lcu = F.when(idle, F.greatest(lcu, now)).otherwise(lcu)
+        elif cfg.rule is Rule.KIP16_REFINED and cfg.idle_is_caught_up:
             idle = leo.isNotNull() & leader_leo.isNotNull() & (leo >= leader_leo)
             lcu = F.when(idle, F.greatest(lcu, now)).otherwise(lcu)
         ratio = F.greatest(F.lit(0), now - lcu) / max_lag
     second_parts = [offset_lag.alias("_offset_lag"), lcu.alias("_lcu"), ratio.alias("_ratio")]
     offset_lag, lcu, ratio = F.col("_offset_lag"), F.col("_lcu"), F.col("_ratio")
-    # isrwatch.rule.check_period_ms: half of maxLag under the refined rule.
-    refined = cfg.rule is Rule.KIP16_REFINED
-    period = F.greatest(F.lit(1), F.floor(max_lag / 2).cast("long")) if refined else max_lag
+    # isrwatch.rule.check_period_ms: half of maxLag under the refined rule (per row under --rule auto).
+    half = F.greatest(F.lit(1), F.floor(max_lag / 2).cast("long"))
+    if cfg.by_version:
+        period = F.when(variant_exprs(cfg, latest["kafka_version"])[0], half).otherwise(max_lag)
+    else:
+        period = half if cfg.rule is Rule.KIP16_REFINED else max_lag
 
     isr = F.col("_isr")
     in_isr = F.array_contains(isr, F.col("broker_id"))

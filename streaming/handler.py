@@ -21,6 +21,7 @@ from isrwatch.outcomes import LagEvidence
 from isrwatch.rule import RuleConfig
 from isrwatch.status import Thresholds
 from streaming.batch import BatchOutput, evaluate_records, split_driver_rows
+from streaming.variants import RuleVariants
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -69,9 +70,11 @@ class BatchHandler:
     # refresh period) and held: whether this batch evaluates its observed replicas only.
     _observed_before: int = field(init=False, default=0)
     _held_before: int = field(init=False, default=0)
+    variants: RuleVariants = field(init=False)  # which rule variant each cluster gets, logged
 
     def __post_init__(self) -> None:
         self.side_done = self.checkpoint.load_side()
+        self.variants = RuleVariants(self.cfg)
 
     def __call__(self, raw_batch: DataFrame, batch_id: int) -> None:
         t0 = time.monotonic()
@@ -97,7 +100,9 @@ class BatchHandler:
             changes, finals = split_driver_rows(out.table)
             if out.identities:
                 self.monitor.identify(out.identities)
+                self.variants.stated(out.identities)
             report = self.monitor.apply_statuses(batch_id, finals, changes, out.gone)
+            self.variants.seen(report.clusters)
             # the state's next version leaves them out too
             out.gone.extend(report.leading)
             out.gone.extend(report.late)

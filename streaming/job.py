@@ -27,6 +27,7 @@ from typing import IO, TYPE_CHECKING, TypedDict, TypeVarTuple, Unpack
 
 from isrwatch.exceptions import ConfigError, IsrwatchError
 from isrwatch.logs import kv
+from isrwatch.rule import AUTO
 from streaming.assembly import make_monitor, make_outputs, rule_config
 from streaming.feeder import DEFAULT_SCENARIO, Feeder, embedded_simulator
 from streaming.origin import check_checkpoint, default_checkpoint_dir
@@ -232,7 +233,7 @@ class Job:
                 trigger_s=settings.trigger_seconds,
                 metrics_port=self.handles.metrics_port,
                 lag_time_max_ms=self.cfg.lag_time_max_ms,
-                rule=self.cfg.rule.value,
+                rule=AUTO if self.cfg.by_version else self.cfg.rule.value,
             ),
         )
         if self.embedded:

@@ -354,7 +354,7 @@ def observations(
     versions: Collection[int] = SUPPORTED_VERSIONS,
 ) -> DataFrame:
     """One row per observation of the good records: source position, cluster,
-    the observation struct ``o`` and reason (null when good). The job's clock
+    the record's ``kafka_version``, the observation struct ``o`` and reason (null when good). The job's clock
     is Spark's batch time (``current_timestamp``); ``future_tolerance_ms``
     None turns the future check off (a simulator running faster than real
     time has its own clock). ``now_ms``: the job's clock fixed by the caller
@@ -368,7 +368,13 @@ def observations(
     # projection holding from_json and copy the parse into it (11 parses per
     # record in the plan; bench.stages). Exploding nothing for a bad record
     # keeps one from_json.
-    head: list[Column | str] = ["source_topic", "source_offset", F.col("rec.cluster").alias("cluster")]
+    # The record's cluster and its Kafka version (version 4, optional: the rule variant's, per row).
+    head: list[Column | str] = [
+        "source_topic",
+        "source_offset",
+        F.col("rec.cluster").alias("cluster"),
+        F.col("rec.kafka_version").alias("kafka_version"),
+    ]
     # One branch per layout, each exploding only its own records. (One explode for both, with
     # each field chosen by version, let the optimizer copy every field's choice into each
     # check that reads it: three times slower, and past what Java compiles in one method.)
@@ -377,9 +383,11 @@ def observations(
     if any(v < COLUMNS_FROM for v in versions):
         branches.append(records.select(*head, listed))
     if any(v >= COLUMNS_FROM for v in versions):
-        branches.append(records.select(*head, "rec", columnar).select("source_topic", "source_offset", "cluster", o))
+        branches.append(
+            records.select(*head, "rec", columnar).select("source_topic", "source_offset", "cluster", "kafka_version", o)
+        )
     rows = functools.reduce(DataFrame.unionByName, branches)
-    return rows.select("source_topic", "source_offset", "cluster", "o", reason)
+    return rows.select("source_topic", "source_offset", "cluster", "kafka_version", "o", reason)
 
 
 @functools.lru_cache(maxsize=8)
@@ -399,8 +407,9 @@ def _observation_columns(future_tolerance_ms: int | None, now_ms: int | None) ->
 
 
 def good_observations(obs: DataFrame) -> DataFrame:
-    """The valid observations, flattened: cluster plus every observation field."""
-    return obs.where(F.col("reason").isNull()).select("cluster", "o.*")
+    """The valid observations, flattened: cluster, every observation field, and the record's
+    Kafka version (null where it states none)."""
+    return obs.where(F.col("reason").isNull()).select("cluster", "o.*", "kafka_version")
 
 
 def _isr_change_bad(c: Column) -> Column:
@@ -561,12 +570,19 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
             )
         ),
     )
-    # what the collector says of the cluster it polls, when it says it (streaming.identity)
+    # what the collector says of the cluster it polls, when it says it (streaming.identity), with
+    # its Kafka version (streaming.variants: the rule variant the cluster gets, logged)
     stated = r["cluster_id"].isNotNull() | r["endpoints"].isNotNull()
     identity_item = _item(
         "identity",
         F.lit(None).cast("string"),
-        F.to_json(F.struct(r["cluster_id"].alias("cluster_id"), r["endpoints"].alias("endpoints"))),
+        F.to_json(
+            F.struct(
+                r["cluster_id"].alias("cluster_id"),
+                r["endpoints"].alias("endpoints"),
+                r["kafka_version"].alias("kafka_version"),
+            )
+        ),
     )
     identity = F.slice(F.array(identity_item), 1, F.when(stated, 1).otherwise(0))  # (empty unless stated)
     payload, encoding, whole_bytes, whole_sha256 = _record_payload()

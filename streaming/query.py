@@ -145,8 +145,11 @@ def _restored(spark: SparkSession, checkpoint_dir: str) -> DataFrame | None:
         value["last_answer_ms"].alias("last_answer_ms"),
         value["last_leader_answer_ms"].alias("last_leader_answer_ms"),
         value["last_progress_ms"].alias("last_progress_ms"),
-        # (the leader epoch came later: not known)
-        value["latest"].withField("leader_epoch", F.lit(None).cast("int")).alias("latest"),
+        # (the leader epoch and the Kafka version came later: not known)
+        value["latest"]
+        .withField("leader_epoch", F.lit(None).cast("int"))
+        .withField("kafka_version", F.lit(None).cast("string"))
+        .alias("latest"),
         value["latest_t"].alias("latest_t"),
         value["known_leo"].alias("known_leo"),
         value["known_leo_t"].alias("known_leo_t"),

@@ -36,7 +36,7 @@ from pyspark.sql import Column, Window
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import GoneKey, State, Thresholds
 from streaming import evaluate
-from streaming.state import KEY_COLUMNS, LATEST_COLUMNS, caught_up_time_expr
+from streaming.state import KEY_COLUMNS, LATEST_COLUMNS, caught_up_time_expr, variant_exprs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession, WindowSpec
@@ -108,7 +108,7 @@ NO_PREV = "_no_prev"
 def observation_rows(obs: DataFrame, cfg: RuleConfig, max_gap_ms: int | None) -> DataFrame:
     """``parse.good_observations`` -> one state-shaped row per observation (what
     the observation alone says), ``_seed`` 0, and ``_no_prev``."""
-    return obs.select(*_observation_exprs(cfg.rule, max_gap_ms))
+    return obs.select(*_observation_exprs(cfg, max_gap_ms))
 
 
 # The expressions below are built once (functools caches): each Column costs calls
@@ -116,7 +116,9 @@ def observation_rows(obs: DataFrame, cfg: RuleConfig, max_gap_ms: int | None) ->
 
 
 @functools.lru_cache(maxsize=8)
-def _observation_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
+def _observation_exprs(cfg: RuleConfig, max_gap_ms: int | None) -> list[Column]:
+    # --rule auto: the refined branch per row, by the Kafka version its record states
+    refined = variant_exprs(cfg, F.col("kafka_version"))[0] if cfg.by_version else None
     t = F.col("t_ms")
     leo, leader_leo = F.col("leo"), F.col("leader_leo")
     progressed = (leo > F.col("prev_leo")) | (leo >= leader_leo)
@@ -124,7 +126,7 @@ def _observation_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
         *[F.col(c) for c in KEY_COLUMNS],
         t.alias("first_t_ms"),
         t.alias("last_t_ms"),
-        caught_up_time_expr(rule, max_gap_ms).alias("last_caught_up_ms"),
+        caught_up_time_expr(cfg.rule, max_gap_ms, refined=refined).alias("last_caught_up_ms"),
         F.when(leo.isNotNull(), t).alias("last_answer_ms"),
         F.when(leader_leo.isNotNull(), t).alias("last_leader_answer_ms"),
         F.when(progressed, t).alias("last_progress_ms"),
@@ -165,7 +167,7 @@ _PER_ROW = ("state", "lag_state", "lag_ratio")
 
 
 @functools.lru_cache(maxsize=8)
-def _history_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
+def _history_exprs(cfg: RuleConfig, max_gap_ms: int | None) -> list[Column]:
     """evaluate_batch's rows with ``last_caught_up_ms`` raised by what an
     observation shows against the replica's previous one in the job's state (the
     newest row before it: the seed's ``latest`` or an earlier observation), which
@@ -184,15 +186,19 @@ def _history_exprs(rule: Rule, max_gap_ms: int | None) -> list[Column]:
 
     Both only for an observation newer than the previous one.
     """
+    rule = cfg.rule
     before = _ordered().rowsBetween(Window.unboundedPreceding, -1)
     latest = F.col("latest")
+    refined = variant_exprs(cfg, latest["kafka_version"])[0] if cfg.by_version else None
     t, leader = F.col("latest_t"), latest["leader_id"]
     prev_t = F.max(t).over(before)
     prev_leader = F.max_by(leader, t).over(before)
     epoch, prev_epoch = latest["leader_epoch"], F.max_by(latest["leader_epoch"], t).over(before)
     prev_leader_leo = F.max_by(F.col("known_leader_leo"), F.col("known_leader_leo_t")).over(before)
     newer = (F.col(SEED) == 0) & (prev_t < t)
-    filled = caught_up_time_expr(rule, max_gap_ms, t, latest["leo"], latest["leader_leo"], prev_t, prev_leader_leo)
+    filled = caught_up_time_expr(
+        rule, max_gap_ms, t, latest["leo"], latest["leader_leo"], prev_t, prev_leader_leo, refined
+    )
     # An ISR not reported (null or empty, as the evaluation reads it) does not rule the follower out.
     isr = F.coalesce(latest["isr"], F.array().cast("array<int>"))
     in_isr = (F.size(isr) == 0) | F.array_contains(isr, F.col("broker_id"))
@@ -333,7 +339,7 @@ def evaluate_batch(
     seeds, running, flags, episodes = _batch_exprs()
     both = carried.select(*seeds).unionByName(rows.select(*STATE_COLUMNS, SEED, NO_PREV))
     both = both.select("*", *[F.col(v).alias(k) for k, v in _ORDER_BY.items()])
-    both = both.select(*_history_exprs(cfg.rule, max_gap_ms))
+    both = both.select(*_history_exprs(cfg, max_gap_ms))
     values = [*KEY_COLUMNS, *_STATE_VALUES, SEED, *_ORDER]
     judged = evaluate.status_columns(both.select(*running), cfg, th, keep=[*values, *_HELPERS], only=_PER_ROW)
     flagged = judged.select(*values, "lag_ratio", *flags)
@@ -465,6 +471,7 @@ class StateTable:
         state = self.spark.read.parquet(self.path(done[-1]))
         if "out_of_sync_episodes" not in state.columns:  # a version written before the count existed
             state = state.withColumn("out_of_sync_episodes", F.lit(0).cast("long"))
-        if "leader_epoch" not in state.select("latest.*").columns:  # a version written before the epoch
-            state = state.withColumn("latest", F.col("latest").withField("leader_epoch", F.lit(None).cast("int")))
+        for name, kind in (("leader_epoch", "int"), ("kafka_version", "string")):  # a version written before them
+            if name not in state.select("latest.*").columns:
+                state = state.withColumn("latest", F.col("latest").withField(name, F.lit(None).cast(kind)))
         return state.select(*STATE_COLUMNS)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from exporter.webconfig import web_config_problem
 from isrwatch.clientconfig import kafka_config_problem
-from isrwatch.rule import Rule
+from isrwatch.rule import AUTO, Rule
 from isrwatch.settings import Secret, not_negative, option, positive, topic_name
 
 __all__ = ["JobSettings", "AlertingSettings"]
@@ -76,7 +76,11 @@ class JobSettings:
     )
 
     rule: str = option(
-        Rule.KIP16_REFINED.value, "ISR rule of the cluster's Kafka version", choices=tuple(r.value for r in Rule)
+        AUTO,
+        "ISR rule variant: auto picks each cluster's from the Kafka version its telemetry states (kip16 for "
+        "0.9-0.10.1, kip16-refined from 0.10.2, a follower at the leader's end never out of sync from 2.1; "
+        "kip16-refined where none is stated); a variant given applies to every cluster",
+        choices=(AUTO, *(r.value for r in Rule)),
     )
     lag_time_max_ms: int | None = option(
         None,

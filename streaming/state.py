@@ -23,13 +23,20 @@ from typing import TYPE_CHECKING, Any, SupportsInt  # Any: a state row (row_to_a
 import pyspark.sql.functions as F
 from pyspark.sql import Column
 
-from isrwatch.rule import Rule
+from isrwatch.rule import BY_VERSION, KAFKA_VERSION_PATTERN, Rule, RuleConfig
 from isrwatch.status import ReplicaAggregate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["KEY_COLUMNS", "LATEST_COLUMNS", "caught_up_time_expr", "replica_aggregates", "row_to_aggregate"]
+__all__ = [
+    "KEY_COLUMNS",
+    "LATEST_COLUMNS",
+    "caught_up_time_expr",
+    "variant_exprs",
+    "replica_aggregates",
+    "row_to_aggregate",
+]
 
 KEY_COLUMNS = ["cluster", "topic", "partition", "broker_id"]
 
@@ -44,6 +51,7 @@ LATEST_COLUMNS = (
     "lag_time_max_ms",
     "min_isr",
     "leader_epoch",
+    "kafka_version",
 )
 
 
@@ -55,11 +63,13 @@ def caught_up_time_expr(
     leader_leo: Column | None = None,
     prev_t: Column | None = None,
     prev_leader_leo: Column | None = None,
+    refined: Column | None = None,
 ) -> Column:
     """``isrwatch.rule.observed_caught_up_time`` as a Spark expression over the
     observation columns (null where the observation proves nothing), or over the
     columns given. ``max_gap_ms`` None: ``isrwatch.rule.caught_up_time``, the
-    broker's rule."""
+    broker's rule. ``refined``: per row, whether the rule is ``kip16-refined``
+    (``variant_exprs``, ``--rule auto``), for a ``rule`` of either KIP-16 variant."""
     t = F.col("t_ms") if t is None else t
     leo = F.col("leo") if leo is None else leo
     leader_leo = F.col("leader_leo") if leader_leo is None else leader_leo
@@ -67,15 +77,38 @@ def caught_up_time_expr(
     prev_leader_leo = F.col("prev_leader_leo") if prev_leader_leo is None else prev_leader_leo
     at_leader = F.when(leo >= leader_leo, t)
     branches = [at_leader]
-    if rule is Rule.KIP16_REFINED:
+    if rule is Rule.KIP16_REFINED or (refined is not None and rule is not Rule.LEGACY_MESSAGES):
         # caught_up_time proves nothing without the leader's answer (leader_leo null).
-        branches.append(F.when(leader_leo.isNotNull() & prev_t.isNotNull() & (leo >= prev_leader_leo), prev_t))
+        previous = leader_leo.isNotNull() & prev_t.isNotNull() & (leo >= prev_leader_leo)
+        branches.append(F.when(previous if refined is None else previous & refined, prev_t))
     if max_gap_ms is not None and rule is not Rule.LEGACY_MESSAGES:
         # After a gap, a follower past the pre-gap leader LEO is caught up at t.
         branches.append(F.when(prev_t.isNotNull() & (t - prev_t > max_gap_ms) & (leo >= prev_leader_leo), t))
     # greatest() skips nulls; every branch is <= t_ms (prev_t_ms <= t_ms for valid rows),
     # so the gap branch, where it holds, wins as observed_caught_up_time's early return does.
     return branches[0] if len(branches) == 1 else F.greatest(*branches)
+
+
+def variant_exprs(cfg: RuleConfig, version: Column) -> tuple[Column, Column]:
+    """(refined, idle_is_caught_up) of the rule variant ``isrwatch.rule.chosen_rule`` gives a
+    row whose cluster states Kafka ``version`` (a string column, null: not stated), as boolean
+    Spark expressions; literals when ``cfg``'s variant was given (``by_version`` false)."""
+    refined_default, idle_default = cfg.rule is Rule.KIP16_REFINED, cfg.idle_is_caught_up
+    if not cfg.by_version:
+        return F.lit(refined_default), F.lit(idle_default)
+    known = F.coalesce(version.rlike(f"^{KAFKA_VERSION_PATTERN}\\z"), F.lit(False))
+    parts = F.split(version, "\\.")
+    ordinal = (  # (major, minor, patch) as one number: each part has at most 4 digits
+        F.try_element_at(parts, F.lit(1)).cast("long") * 100_000_000
+        + F.try_element_at(parts, F.lit(2)).cast("long") * 10_000
+        + F.coalesce(F.try_element_at(parts, F.lit(3)).cast("long"), F.lit(0))
+    )
+    refined, idle = F.lit(refined_default), F.lit(idle_default)
+    for (major, minor, patch), rule, idle_caught_up in reversed(BY_VERSION):  # the newest tested first: outermost
+        at_least = known & (ordinal >= major * 100_000_000 + minor * 10_000 + patch)
+        refined = F.when(at_least, F.lit(rule is Rule.KIP16_REFINED)).otherwise(refined)
+        idle = F.when(at_least, F.lit(idle_caught_up)).otherwise(idle)
+    return refined, idle
 
 
 def replica_aggregates(obs: DataFrame, rule: Rule, max_gap_ms: int | None = None) -> DataFrame:
@@ -131,6 +164,7 @@ def row_to_aggregate(row: Mapping[str, Any]) -> ReplicaAggregate:  # Any: a row'
         known_leo=_int(row["known_leo"]),
         known_leader_leo=_int(row["known_leader_leo"]),
         leader_epoch=_int(latest.get("leader_epoch")),
+        kafka_version=latest.get("kafka_version"),
     )
 
 

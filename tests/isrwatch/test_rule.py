@@ -13,6 +13,8 @@ from isrwatch.rule import (
     can_rejoin,
     caught_up_time,
     check_period_ms,
+    chosen_rule,
+    for_version,
     is_out_of_sync,
     leader_change_caught_up_time,
     new_leadership,
@@ -369,3 +371,33 @@ def test_a_new_leadership_is_another_leader_or_a_newer_epoch_of_the_same_one_bot
     for unknown in ((5, None), (None, 4), (5, -1), (-1, 4), (None, None)):
         assert not new_leadership(1, 1, *unknown)  # an unknown epoch: the leader id alone decides
     assert not new_leadership(-1, 1, 5, 4) and not new_leadership(1, -1, 5, 4)  # no leader
+
+
+@pytest.mark.parametrize(
+    ("version", "rule", "idle", "why"),
+    [
+        ("0.10.0", Rule.KIP16, False, "Kafka 0.10.0"),
+        ("0.10.1", Rule.KIP16, False, "Kafka 0.10.1"),
+        ("0.9", Rule.KIP16, False, "Kafka 0.9"),
+        ("0.10.2", Rule.KIP16_REFINED, False, "Kafka 0.10.2"),
+        ("2.0", Rule.KIP16_REFINED, False, "Kafka 2.0"),
+        ("2.1", Rule.KIP16_REFINED, True, "Kafka 2.1"),
+        ("4.0", Rule.KIP16_REFINED, True, "Kafka 4.0"),
+        (None, Rule.KIP16_REFINED, True, "no Kafka version in the telemetry: the default"),
+        ("0.8.2", Rule.KIP16_REFINED, True, "Kafka version '0.8.2' not known: the default"),
+        ("2.1.0\n", Rule.KIP16_REFINED, True, "Kafka version '2.1.0\\n' not known: the default"),
+        ("\u00b2.1", Rule.KIP16_REFINED, True, "Kafka version '\u00b2.1' not known: the default"),
+    ],
+)
+def test_rule_auto_picks_the_variant_of_the_clusters_kafka_version(version, rule, idle, why) -> None:
+    auto = RuleConfig(Rule.KIP16_REFINED, 10_000, by_version=True)
+    assert chosen_rule(auto, version) == (rule, idle, why)
+    assert for_version(auto, version) == RuleConfig(rule, 10_000, idle_is_caught_up=idle)
+    assert check_period_ms(for_version(auto, version)) == (5_000 if rule is Rule.KIP16_REFINED else 10_000)
+    given = RuleConfig(Rule.KIP16, 10_000)  # --rule given: every cluster, whatever its version
+    assert chosen_rule(given, version) == (Rule.KIP16, True, "given by --rule") and for_version(given, version) is given
+
+
+def test_legacy_messages_is_never_chosen_by_version() -> None:
+    with pytest.raises(ValueError, match="never chosen by a cluster's version"):
+        RuleConfig(Rule.LEGACY_MESSAGES, by_version=True)

@@ -161,3 +161,19 @@ class _Both:
 def test_a_name_in_two_groups_is_refused() -> None:
     with pytest.raises(TypeError, match="'port' is declared by two of its groups"):
         build(_Both)
+
+
+def test_the_rule_is_chosen_per_cluster_unless_given() -> None:
+    """Issue 55: the default, auto, picks each cluster's variant from its Kafka version; a
+    variant given by flag, environment or file applies to every cluster."""
+    from isrwatch.rule import Rule
+    from streaming.assembly import rule_config
+
+    auto, _ = rule_config(load(RunSettings, parse(), {}).job)
+    assert (auto.rule, auto.idle_is_caught_up, auto.by_version) == (Rule.KIP16_REFINED, True, True)
+    for given in (
+        load(RunSettings, parse("--rule", "kip16-refined"), {}),
+        load(RunSettings, parse(), {"ISRWATCH_RULE": "kip16-refined"}),
+    ):
+        cfg, _ = rule_config(given.job)
+        assert (cfg.rule, cfg.by_version) == (Rule.KIP16_REFINED, False)

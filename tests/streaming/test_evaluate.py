@@ -18,7 +18,7 @@ AGG_SCHEMA = (
     "cluster string, topic string, partition int, broker_id int, first_t_ms bigint, last_t_ms bigint, "
     "last_caught_up_ms bigint, last_answer_ms bigint, last_leader_answer_ms bigint, last_progress_ms bigint, "
     "latest struct<leader_id:int, leo:bigint, leader_leo:bigint, hw:bigint, isr:array<int>, "
-    "replicas:array<int>, lag_time_max_ms:bigint, min_isr:int, leader_epoch:int>, "
+    "replicas:array<int>, lag_time_max_ms:bigint, min_isr:int, leader_epoch:int, kafka_version:string>, "
     "known_leo bigint, known_leader_leo bigint, observations bigint"
 )
 
@@ -27,7 +27,12 @@ CONFIGS = [
     RuleConfig(Rule.KIP16_REFINED, 7_001, idle_is_caught_up=False),
     RuleConfig(Rule.KIP16, 10_000),
     RuleConfig(Rule.LEGACY_MESSAGES, 10_000, lag_max_messages=40),
+    # --rule auto: each replica's variant from the Kafka version of its row (the default where unknown)
+    RuleConfig(Rule.KIP16_REFINED, 10_000, by_version=True),
+    RuleConfig(Rule.KIP16, 7_001, idle_is_caught_up=False, by_version=True),
 ]
+# Versions of every variant, unknown ones and text that is no version (as a record may state it).
+KAFKA_VERSIONS = [None, "0.9", "0.10.1", "0.10.2", "1.1", "2.0.1", "2.1", "4.0", "0.8.2", "10.0", "x", "2.1.0\n", ""]
 THRESHOLDS = Thresholds(nearing_ratio=0.5, critical_ratio=0.8, stall_after_ms=3000)
 
 
@@ -69,6 +74,7 @@ def random_aggregate(rng: random.Random, i: int) -> ReplicaAggregate:
         known_leo=rng.choice([None, leo, rng.randint(0, 600)]),
         known_leader_leo=rng.choice([None, leader_leo, rng.randint(0, 600)]),
         leader_epoch=rng.choice([None, 0, 7]),
+        kafka_version=rng.choice(KAFKA_VERSIONS),
     )
 
 
@@ -92,7 +98,9 @@ def _check(spark, aggs: list[ReplicaAggregate], cfg: RuleConfig) -> None:
         assert (last_t, n) == (a.last_t_ms, 7)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.rule.value}-{c.lag_time_max_ms}-{c.idle_is_caught_up}")
+@pytest.mark.parametrize(
+    "cfg", CONFIGS, ids=lambda c: f"{c.rule.value}-{c.lag_time_max_ms}-{c.idle_is_caught_up}-{c.by_version}"
+)
 def test_spark_status_equals_python_evaluate_on_random_aggregates(spark, cfg) -> None:
     rng = random.Random(hash(cfg) & 0xFFFF)
     aggs = [random_aggregate(rng, i) for i in range(3000)]

@@ -84,7 +84,7 @@ def test_reasons(spark) -> None:
     good = encode_record(
         TelemetryRecord(
             "c", "test", now, (Observation("t", 1, 2, 1, now, 5, 5),), (good_change,), counts, gone,
-            cluster_id="K1", endpoints=endpoints,
+            cluster_id="K1", endpoints=endpoints, kafka_version="2.1",
         )
     )  # fmt: skip
     rows = [(None, v, "spool", 0, i, None) for i, (v, _) in enumerate(values)]
@@ -114,11 +114,15 @@ def test_reasons(spark) -> None:
     assert out["counters"] == [{"cluster": "c", "broker_id": 1, "t_ms": now, "shrinks_total": 7}]
     assert out["gone"] == [("c", "deleted", 4, 3, now)]
     # what the collector said of its cluster, from the one record that says it (streaming.identity)
-    assert out["identities"] == [("c", {"cluster_id": "K1", "endpoints": [dataclasses.asdict(e) for e in endpoints]})]
+    # and its Kafka version (streaming.variants says the rule variant the cluster gets)
+    stated = {"cluster_id": "K1", "endpoints": [dataclasses.asdict(e) for e in endpoints], "kafka_version": "2.1"}
+    assert out["identities"] == [("c", stated)]
 
     # The aggregation path sees exactly the good observations.
     obs = parse.good_observations(parse.observations(parse.parse_records(batch), 60_000)).collect()
     assert sorted((o["partition"], o["cluster"]) for o in obs) == [(0, "c"), (1, "c"), (3, "c"), (7, "k" * 255)]
+    # each observation with its record's Kafka version (the rule variant per row, --rule auto)
+    assert sorted((o["partition"], o["kafka_version"]) for o in obs) == [(0, None), (1, "2.1"), (3, None), (7, None)]
 
 
 def test_future_check_off_for_fast_simulators(spark) -> None:

@@ -3,13 +3,15 @@ against the Python reference (isrwatch.episodes.state_changes)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyspark.sql.functions as F
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from isrwatch.episodes import state_changes, walk
-from isrwatch.rule import Rule, RuleConfig
+from isrwatch.rule import Rule, RuleConfig, chosen_rule
 from isrwatch.status import State, Thresholds
 from streaming import evaluate, replicas
 
@@ -76,6 +78,74 @@ def test_changes_at_every_observation_equal_the_reference_however_batched(spark,
     # The newest row of each replica counts every observation of it.
     for broker, fetches in history:
         assert finals[("c", "t", 0, broker)][1] == len(fetches)
+
+
+# Clusters at Kafka versions of every variant, one stating none and one stating what is no version.
+CLUSTER_VERSIONS = {"v0_10_1": "0.10.1", "v1_1": "1.1", "v3_9": "3.9", "none": None, "odd": "x.y"}
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [RuleConfig(Rule.KIP16_REFINED, 10_000, by_version=True), RuleConfig(Rule.KIP16, 10_000)],
+    ids=["auto", "given-kip16"],
+)
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    history=fetch_histories(gaps=True, unanswered=True, leaders=True, epochs=True),
+    cuts=st.lists(st.integers(0, 120), max_size=3),
+)
+def test_each_cluster_gets_its_versions_variant_as_the_reference_does_however_batched(
+    spark, cfg, history, cuts
+) -> None:
+    """Issue 55: under --rule auto the same observations, from clusters at different Kafka
+    versions, are judged per cluster with its version's variant, in Spark as in the reference
+    (the check period in the shrink window too); a --rule given applies to every cluster."""
+    rows = [
+        {**r, "cluster": cluster, "kafka_version": version}
+        for cluster, version in CLUSTER_VERSIONS.items()
+        for r in _rows(history)
+    ]
+    expected = state_changes([(r["cluster"], r) for r in rows], cfg, TH, 5_000)
+    got, finals = _spark_changes(spark, rows, cfg, 5_000, cuts)
+    assert [_sig(s) for s in got] == [_sig(c.status) for c in expected]
+    walked = {}
+    for _, s in walk([(r["cluster"], r) for r in rows], cfg, TH, 5_000):
+        walked[(s.cluster, s.topic, s.partition, s.broker_id)] = s
+    for key, (s, _) in finals.items():
+        # the newest status, the check period's shrink window included (the peak is the batch's)
+        assert dataclasses.replace(s, peak_lag_ratio=0.0) == dataclasses.replace(walked[key], peak_lag_ratio=0.0)
+        # each cluster alone, under the variant its version gives, says the same
+        rule, idle, _ = chosen_rule(cfg, CLUSTER_VERSIONS[key[0]])
+        alone = RuleConfig(rule, 10_000, idle_is_caught_up=idle)
+        mine = [(r["cluster"], {**r, "kafka_version": None}) for r in rows if r["cluster"] == key[0]]
+        assert [_sig(c.status) for c in state_changes(mine, alone, TH, 5_000)] == [
+            _sig(c) for c in got if c.cluster == key[0]
+        ]
+
+
+def test_a_follower_one_fetch_behind_is_dropped_by_0_10_1s_rule_and_kept_from_0_10_2(spark) -> None:
+    """A follower that always reaches the leader LEO of its previous fetch but never the
+    current one: under --rule auto the 0.10.1 cluster pages it (kip16, checked every maxLag),
+    the 0.10.2 and 2.1 clusters do not (kip16-refined, checked every maxLag / 2)."""
+    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000, by_version=True)
+    # a fetch a second, the leader 10 messages ahead, the follower at the leader's previous LEO
+    fetches = [(1_000_000 + i * 1_000, 90 + 10 * i, 100 + 10 * i) for i in range(15)]
+    rows = [
+        {**r, "cluster": cluster, "kafka_version": version}
+        for cluster, version in (("old", "0.10.1"), ("mid", "0.10.2"), ("new", "2.1"))
+        for r in _rows([(2, fetches)])
+    ]
+    got, finals = _spark_changes(spark, rows, cfg, 5_000, [])
+    paged = {s.cluster for s in got if s.lag_state is not State.OK}
+    assert paged == {"old"}
+    final = {key[0]: s for key, (s, _) in finals.items()}
+    assert final["old"].lag_state is State.OUT_OF_SYNC
+    for cluster, period in (("old", 10_000), ("mid", 5_000), ("new", 5_000)):
+        s = final[cluster]
+        assert s.shrink_window_end_ms - s.shrink_window_start_ms == period, cluster
+    assert [_sig(c.status) for c in state_changes([(r["cluster"], r) for r in rows], cfg, TH, 5_000)] == [
+        _sig(s) for s in got
+    ]
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -14,7 +14,8 @@ from streaming import state
 pytestmark = pytest.mark.spark
 
 OBS_DDL = SPARK_SCHEMA_DDL.split("observations ARRAY<STRUCT<", 1)[1].split(">>, isr_changes", 1)[0]
-OBS_SCHEMA = "cluster STRING, " + OBS_DDL.replace(": ", " ")
+# (the rows parse.good_observations gives: cluster, the observation, the record's Kafka version)
+OBS_SCHEMA = "cluster STRING, " + OBS_DDL.replace(": ", " ") + ", kafka_version STRING"
 
 
 @st.composite
