@@ -22,6 +22,7 @@ from collector.probe import ClusterProbe, ConfigAnswers, Snapshot
 from isrwatch import jsontext
 from isrwatch.clientconfig import kafka_python_config, librdkafka_config
 from isrwatch.exceptions import IsrwatchError
+from isrwatch.rule import AUTO, Rule, RuleConfig, chosen_rule
 from isrwatch.settings import kafka_config_pairs
 from streaming import origin as origins
 
@@ -76,6 +77,7 @@ def run_checks(settings: Any) -> list[Row]:
             watched_probe = clusters[-1].probe
             answers = watched_probe.describe_configs(timeout) if watched_probe is not None else ConfigAnswers()
             rows.append(_lag_setting(job, newest, answers))
+            rows.append(_rule_variant(job, watched_probe, newest))
             if answers.min_isr:
                 rows.append(_min_isr_setting(answers))
         rows.append(_checkpoint(job, tel))
@@ -338,6 +340,45 @@ def _lag_read(check: str, read: dict[int, int], answers: ConfigAnswers, reported
             "drop the job's --lag-time-max-ms, or set it to the brokers' value",
         )
     return Row(check, WARN if unread else OK, found + ("" if reported is None else "; the collector reports the same"))
+
+
+def _variant_name(rule: Rule, idle: bool) -> str:
+    if rule is Rule.KIP16_REFINED and idle:
+        return f"{rule.value}, a follower at the leader's log end never out of sync"
+    return rule.value
+
+
+def _rule_variant(settings: Any, probe: ClusterProbe | None, newest: dict[str, Any] | None) -> Row:
+    """The rule variant the job gives the watched cluster and why: ``--rule`` when given, else
+    the variant of the Kafka version its brokers' ApiVersions answers show, which the
+    collector writes into the telemetry (``isrwatch.rule.chosen_rule``; docs/rule.md)."""
+    check = "rule variant"
+    auto = settings.rule == AUTO
+    cfg = RuleConfig(Rule.KIP16_REFINED, by_version=True) if auto else RuleConfig(Rule.parse(settings.rule))
+    version = probe.kafka_version if probe is not None else None
+    where = (
+        f"the brokers answer ApiVersions as Kafka {version}"
+        if version
+        else "no broker answered ApiVersions (Kafka 0.9): the collector writes no version"
+    )
+    stated = ""
+    if newest is not None:
+        said = newest["record"].kafka_version
+        stated = f"; the newest telemetry (cluster {newest['cluster']!r}) states {said or 'no version'}"
+    rule, idle, why = chosen_rule(cfg, version)
+    found = f"{_variant_name(rule, idle)} ({why}); {where}{stated}"
+    if auto:
+        hint = "" if version else "; give --rule kip16 for Kafka 0.9's own rule"
+        return Row(check, OK, found + hint)
+    own_rule, own_idle, _ = chosen_rule(RuleConfig(Rule.KIP16_REFINED, by_version=True), version)
+    if version and _variant_name(own_rule, own_idle) != _variant_name(rule, idle):
+        return Row(
+            check,
+            WARN,
+            f"{found}, whose own variant is {_variant_name(own_rule, own_idle)}",
+            "leave --rule out: the job then picks each cluster's variant from its Kafka version",
+        )
+    return Row(check, OK, found)
 
 
 def _min_isr_setting(answers: ConfigAnswers) -> Row:

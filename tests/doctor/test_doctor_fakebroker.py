@@ -42,6 +42,13 @@ def test_the_doctor_reads_the_4_0_protocol_fake(tmp_path, flags) -> None:
     lag, min_isr = rows["replica.lag.time.max.ms"], rows["min.insync.replicas"]
     assert lag["status"] == "ok" and lag["found"].startswith("30000 ms on every broker"), lag
     assert min_isr["status"] == "ok" and min_isr["found"].startswith("1 for 5 topics"), min_isr
+    # issue 55: the variant the job gives the cluster, from its brokers' ApiVersions answers (4.0's)
+    rule = rows["rule variant"]
+    assert rule["status"] == "ok", rule
+    assert rule["found"].startswith(
+        "kip16-refined, a follower at the leader's log end never out of sync (Kafka 4.0); "
+        "the brokers answer ApiVersions as Kafka 4.0"
+    ), rule
     # with the 0.9 settings, only the start-up check (ListOffsets v0 for no partition) is refused
     assert {(n, v) for _, n, v in refused} == ({("ListOffsets", 0)} if flags else set())
     assert unmodelled == []
@@ -73,7 +80,10 @@ def test_the_doctor_shows_the_brokers_settings_and_where_they_differ(tmp_path) -
     assert min_isr["found"].startswith("1 for 5 topics") and "2 for 1 topic (orders)" in min_isr["found"], min_isr
 
     with FakeKafka(topics, lag_time_max_ms={1: 10_000, 2: 10_000}, describe_configs_refused={3}) as fake:
-        rows, _ = _doctor(fake, tmp_path, "--lag-time-max-ms", "10000")
+        rows, _ = _doctor(fake, tmp_path, "--lag-time-max-ms", "10000", "--rule", "kip16")
+    rule = rows["rule variant"]  # a --rule given wins for every cluster: said, and that it is not the version's
+    assert rule["status"] == "warn" and rule["found"].startswith("kip16 (given by --rule)"), rule
+    assert "whose own variant is kip16-refined" in rule["found"] and "leave --rule out" in rule["fix"], rule
     lag = rows["replica.lag.time.max.ms"]
     assert lag["status"] == "warn" and lag["found"].startswith("10000 ms on every broker that answered"), lag
     assert "not read: broker 3" in lag["found"], lag
