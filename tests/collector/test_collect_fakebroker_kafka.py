@@ -36,6 +36,7 @@ def test_collect_watching_the_4_0_protocol_fake_publishes_each_followers_offsets
         refused, unmodelled = list(fake.refused), list(fake.unmodelled)
     assert done.returncode == 0, done.stderr
     assert "collector_connected" in done.stderr
+    assert done.stderr.count("event=kafka_version cluster=fake40 version=4.0") == 1
     assert refused == [] and unmodelled == []
     assert {v for n, v in asked if n == "ListOffsets"} == {5} and ("Metadata", 7) in asked
     latest = {}
