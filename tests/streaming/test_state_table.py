@@ -145,3 +145,23 @@ def test_a_replica_said_gone_leaves_the_table_unless_observed_after(spark, tmp_p
     gone = [("a", "deleted", 0, 2, t0 + 500), ("a", "deleted", 0, 3, t0 - 1), ("b", "deleted", 0, 2, t0 + 500)]
     table.write(out.where(replicas.LAST), 1, {}, gone)
     assert _replicas(spark, table, 1) == [("a", "deleted", 3), ("a", "kept", 2)]
+
+
+def test_a_version_written_before_the_epoch_and_the_kafka_version_reads_them_as_unknown(spark, tmp_path) -> None:
+    """A job upgraded over an older checkpoint: its state's ``latest`` lacks the leader epoch
+    and the cluster's Kafka version (issue 55); both read as null, and the state goes on."""
+    import pyspark.sql.functions as F
+
+    table = replicas.StateTable(spark, str(tmp_path))
+    t0 = 1_700_000_000_000
+    _batch(spark, table, 0, [_observed("a", "t", 2, t0)], {})
+    old = spark.read.parquet(table.path(0))
+    old = old.withColumn("latest", F.col("latest").dropFields("leader_epoch", "kafka_version"))
+    old.write.mode("overwrite").parquet(str(tmp_path / "older"))
+    spark.read.parquet(str(tmp_path / "older")).write.mode("overwrite").parquet(table.path(0))
+    state = table.committed(0)
+    assert state is not None
+    [row] = state.select("latest.leader_epoch", "latest.kafka_version").collect()
+    assert (row[0], row[1]) == (None, None)
+    _batch(spark, table, 1, [_observed("a", "t", 2, t0 + 1000)], {})  # carried into the next batch
+    assert _replicas(spark, table, 1) == [("a", "t", 2)]
