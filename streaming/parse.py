@@ -384,7 +384,9 @@ def observations(
         branches.append(records.select(*head, listed))
     if any(v >= COLUMNS_FROM for v in versions):
         branches.append(
-            records.select(*head, "rec", columnar).select("source_topic", "source_offset", "cluster", "kafka_version", o)
+            records.select(*head, "rec", columnar).select(
+                "source_topic", "source_offset", "cluster", "kafka_version", o
+            )
         )
     rows = functools.reduce(DataFrame.unionByName, branches)
     return rows.select("source_topic", "source_offset", "cluster", "kafka_version", "o", reason)
