@@ -184,3 +184,32 @@ def test_a_topic_deleted_and_a_partition_reassigned(kafka_cluster, unique_name):
     assert gone not in md.topics
     assert sorted(md.topics[moved].partitions[0].replicas) == [1, 3]
     assert len(_consume_all(kafka_cluster, moved, 1, 50)) == 50
+
+
+def test_a_topic_a_client_keeps_asking_for_is_deleted_and_comes_back(kafka_cluster, unique_name):
+    """Deleting a topic that a running client keeps asking for (as the job's source does for its
+    telemetry topic): Kafka 0.9 creates it again at the client's next metadata request
+    (auto.create.topics.enable), so it may never be seen unlisted. ``delete_topic`` returns once
+    the deletion is done (ZooKeeper no longer marks it), not after its timeout."""
+    import threading
+
+    from confluent_kafka.admin import AdminClient
+
+    topic = unique_name("asked")
+    kafka_cluster.create_topic(topic, partitions=1, replication_factor=1)
+    admin = AdminClient(kafka_cluster.client_config())
+    stop = threading.Event()
+
+    def ask() -> None:
+        while not stop.is_set():
+            admin.list_topics(topic, timeout=5)  # a metadata request naming it: creates it if gone
+            time.sleep(0.05)
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    try:
+        kafka_cluster.delete_topic(topic, timeout_s=45)  # (raises LocalKafkaError at its timeout)
+    finally:
+        stop.set()
+        asker.join(timeout=10)
+    assert topic in admin.list_topics(timeout=10).topics  # created again by the asking client
