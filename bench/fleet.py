@@ -66,12 +66,10 @@ SIZES = (100_000, 1_000_000)
 LAG_TIME_MAX_MS = 10_000
 
 
-def _feed(bootstrap: str, topic: str, replicas: int, version: int, conn: Any) -> None:
-    """The feeder process: builds every slice of every round, says when it wants to start
-    (``t0``), waits for the go, sends each slice at its second; reports how late it ran."""
+def _feed(producer_config: dict[str, Any], topic: str, replicas: int, version: int, conn: Any) -> None:
+    """The feeder process: builds every slice of every round, says when the first is due
+    (``t0``), sends each slice at its second; reports how late it ran."""
     from confluent_kafka import Producer
-
-    from localkafka import COMPAT_CONFIG
 
     fleet = Fleet(replicas, interval_ms=ROUND_S * 1000, lag_time_max_ms=LAG_TIME_MAX_MS)
     slow = {i: 1 for i in range(0, replicas, NOT_OK_EVERY)}
@@ -92,15 +90,7 @@ def _feed(bootstrap: str, topic: str, replicas: int, version: int, conn: Any) ->
     conn.send(
         {"t0": t0, "build_s": round(time.monotonic() - started, 1), "bytes": sum(len(x) for s in feed for x in s)}
     )
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            **COMPAT_CONFIG,
-            "linger.ms": 5,
-            "message.max.bytes": 4_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
-        }
-    )
+    producer = Producer(producer_config)
     late = 0.0
     for k, records in enumerate(feed):
         due = t0 + k * SLICE_S
@@ -161,7 +151,7 @@ def run_size(replicas: int, version: int = VERSION) -> dict[str, Any]:
 
         ctx = mp.get_context("spawn")
         ours, theirs = ctx.Pipe()
-        feeder = ctx.Process(target=_feed, args=(kafka.bootstrap_servers, topic, replicas, version, theirs))
+        feeder = ctx.Process(target=_feed, args=(bkafka.producer_config(kafka), topic, replicas, version, theirs))
         feeder.start()
         th = threading.Thread(target=target, name="bench-fleet-job", daemon=True)
         th.start()

@@ -12,7 +12,7 @@ from typing import Any
 import isrwatch.logs  # noqa: F401  (lets each librdkafka CONFWARN through once: ConfigWarningsOnce)
 from localkafka import COMPAT_CONFIG, LocalKafka
 
-__all__ = ["start_cluster", "new_topic", "produce", "consume_all", "job_source", "BROKER_SETTINGS"]
+__all__ = ["start_cluster", "new_topic", "producer_config", "produce", "consume_all", "job_source", "BROKER_SETTINGS"]
 
 log = logging.getLogger(__name__)
 # the benchmark's own clients log where the job's do, so their CONFWARN lines are printed once
@@ -40,10 +40,9 @@ def new_topic(kafka: LocalKafka, prefix: str, partitions: int = 2) -> str:
     return name
 
 
-def producer(kafka: LocalKafka, **extra: object):  # type: ignore[no-untyped-def]
-    from confluent_kafka import Producer
-
-    cfg = kafka.client_config(
+def producer_config(kafka: LocalKafka, **extra: object) -> dict[str, object]:
+    """The benchmarks' producer settings for ``kafka`` (a plain dict: it can go to another process)."""
+    return kafka.client_config(
         **{
             "linger.ms": 5,
             "message.max.bytes": 4_000_000,
@@ -52,7 +51,12 @@ def producer(kafka: LocalKafka, **extra: object):  # type: ignore[no-untyped-def
             **extra,
         }
     )
-    return Producer(cfg, logger=RDLOG)
+
+
+def producer(kafka: LocalKafka, **extra: object):  # type: ignore[no-untyped-def]
+    from confluent_kafka import Producer
+
+    return Producer(producer_config(kafka, **extra), logger=RDLOG)
 
 
 def produce(kafka: LocalKafka, topic: str, records: Iterable[bytes], key: bytes = b"bench") -> tuple[int, int]:
