@@ -350,7 +350,8 @@ class LocalKafka:
 
     def delete_topic(self, name: str, timeout_s: float = 60.0) -> None:
         """Delete a topic through ZooKeeper (``delete.topic.enable`` is on) and wait until the
-        brokers' metadata no longer lists it."""
+        deletion is done: the brokers' metadata no longer lists it, or lists it again unmarked
+        (created again by a client asking for it), and ZooKeeper no longer marks it."""
         from confluent_kafka.admin import AdminClient
 
         args = ["--zookeeper", self.zookeeper_connect, "--delete", "--topic", name]
@@ -360,13 +361,17 @@ class LocalKafka:
         listing = ["--zookeeper", self.zookeeper_connect, "--list", "--topic", name]
         marked = f"{name} - marked for deletion"
         asked_zookeeper = time.monotonic()
+        unmarked = False  # ZooKeeper said the deletion is done
         while name in admin.list_topics(timeout=10).topics:
             # A client asking for the topic (a running consumer's metadata requests) creates it
             # again as soon as it is gone (auto.create.topics.enable): then it stays listed, and
             # ZooKeeper shows it without the deletion mark. Asked every few seconds (a JVM each).
             if time.monotonic() - asked_zookeeper > 5:
                 asked_zookeeper = time.monotonic()
-                if marked not in self._admin("kafka.admin.TopicCommand", listing, f"listing topic {name}", timeout_s):
+                unmarked = marked not in self._admin(
+                    "kafka.admin.TopicCommand", listing, f"listing topic {name}", timeout_s
+                )
+                if unmarked:
                     break
             if time.monotonic() > deadline:
                 raise LocalKafkaError(f"topic {name} still listed {timeout_s:.0f} s after its deletion")
@@ -374,7 +379,9 @@ class LocalKafka:
         # The controller removes the topic from ZooKeeper after the brokers' metadata drops it:
         # until then creating it again fails ("already exists"). (A client asking for the topic
         # meanwhile creates it again at once, auto.create.topics.enable: listed, not marked.)
-        while marked in self._admin("kafka.admin.TopicCommand", listing, f"listing topic {name}", timeout_s):
+        while not unmarked and marked in self._admin(
+            "kafka.admin.TopicCommand", listing, f"listing topic {name}", timeout_s
+        ):
             if time.monotonic() > deadline:
                 raise LocalKafkaError(f"topic {name} still in ZooKeeper {timeout_s:.0f} s after its deletion")
             time.sleep(0.5)
