@@ -21,11 +21,20 @@ its gauges froze once the metadata left it out, and its Stalled did not always c
   growing after the metadata has left the broker out (not frozen at what it was then).
 
 Started again, it rejoins and every alert of its replicas resolves. No replica alert of the
-run names a broker never killed.
+run names a broker never killed, unless the cluster itself dropped that broker from the
+partition's ISR (seen in the collector's ``isr_change`` lines: on this 2-core machine a
+surviving broker's own 6 s session has expired under the load of the recovery, and its
+replicas really left the ISRs).
+
+An alert's identity carries ``leader_id``: when a partition's leadership moves while the
+victim is down, its alert is resolved under the old leader and fired under the new one. The
+test therefore judges a replica's alert by name and replica: "let go" means no identity of
+that name is firing for it any more.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +45,7 @@ import requests
 from isrwatch.alerts import AlertName
 from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pauses import layout
-from tests.e2e.pipeline import AlertEvent, Pipeline, until
+from tests.e2e.pipeline import Pipeline, until
 from tests.e2e_observability.running_job import parse_metrics
 
 # Kafka 0.9's defaults (zookeeper.session.timeout.ms, replica.lag.time.max.ms)
@@ -71,12 +80,37 @@ def _wait_firing(
     until(f"{what} for {sorted(replicas)}", lambda: all(replicas <= firing(n) for n in names), DOWN_S, pipe)
 
 
-def _not_firing_now(pipe: Pipeline, since: float, broker: int) -> list[AlertEvent]:
-    """The alerts of ``broker``'s replicas that fired since ``since`` and whose newest event is
-    a resolution: let go while the broker is still down. (Judged by the newest event: a
-    Stalled fired and resolved in one batch when the leader missed a round, seen twice here
-    before docs/rule.md's stalled rule stopped it; fired again, it would not fail the test.)"""
-    return [e for e in pipe.newest_alerts(broker=broker, since=since).values() if e.status == "resolved"]
+AlertKey = tuple[str, tuple[str, int, int]]  # alert name, (topic, partition, broker)
+
+
+def _firing_by_replica(pipe: Pipeline, since: float, broker: int) -> dict[AlertKey, bool]:
+    """(name, replica) of each alert of ``broker``'s replicas with an event since ``since`` ->
+    whether any of its identities (one per leader it was fired under) is firing now."""
+    out: dict[AlertKey, bool] = {}
+    for e in pipe.newest_alerts(broker=broker, since=since).values():
+        key = (e.name, e.replica)
+        out[key] = out.get(key, False) or e.status == "firing"
+    return out
+
+
+def _not_firing_now(pipe: Pipeline, since: float, broker: int) -> list[AlertKey]:
+    """The alerts (name, replica) of ``broker``'s replicas that fired since ``since`` and have
+    no identity firing now: let go while the broker is still down. (A Stalled fired and
+    resolved in one batch when the leader missed a round, seen twice here before
+    docs/rule.md's stalled rule stopped it; fired again, it would not fail the test.)"""
+    return sorted(k for k, firing in _firing_by_replica(pipe, since, broker).items() if not firing)
+
+
+_ISR_CHANGE = re.compile(r"event=isr_change topic=(\S+) partition=(\d+) before=\(([\d, ]*)\) after=\(([\d, ]*)\)")
+
+
+def _dropped_by_the_cluster(collector_log: str) -> set[tuple[str, int, int]]:
+    """(topic, partition, broker) of every follower the collector saw leave a partition's ISR."""
+    out = set()
+    for m in _ISR_CHANGE.finditer(collector_log):
+        before, after = ({int(b) for b in g.replace(" ", "").split(",") if b} for g in (m[3], m[4]))
+        out |= {(m[1], int(m[2]), b) for b in before - after}
+    return out
 
 
 @dataclass
@@ -88,7 +122,7 @@ class KillRound:
     led: list[int]
     first: dict[int, dict[str, float]]
     second: dict[int, dict[str, float]]
-    let_go: list[AlertEvent]
+    let_go: list[AlertKey]
 
 
 def _kill_round(cluster: Any, pipe: Pipeline, victim: int) -> KillRound:
@@ -112,14 +146,17 @@ def _kill_round(cluster: Any, pipe: Pipeline, victim: int) -> KillRound:
     time.sleep(max(10.0, killed_at + DOWN_S - time.time()))
     second = _gauges(pipe, victim)
     let_go = _not_firing_now(pipe, killed_at, victim)
+    firing_at_start = {k for k, firing in _firing_by_replica(pipe, killed_at, victim).items() if firing}
     started_at = time.time()
     cluster.start_broker(victim)
 
     def all_resolved() -> bool:
-        # each alert's newest event, resolved since the start: one resolved and fired again
-        # is not resolved
-        newest = [e for e in pipe.newest_alerts().values() if e.replica in mine]
-        return all(e.status == "resolved" and e.arrived >= started_at for e in newest)
+        # nothing of its replicas firing (one resolved and fired again is not resolved), and
+        # each alert that was firing at the start resolved since
+        if any(_firing_by_replica(pipe, killed_at, victim).values()):
+            return False
+        resolved = {(e.name, e.replica) for e in pipe.alerts(status="resolved") if e.arrived >= started_at}
+        return firing_at_start <= resolved
 
     until(f"every alert of broker {victim}'s replicas resolved", all_resolved, 120, pipe)
     return KillRound(victim, led, first, second, let_go)
@@ -138,6 +175,8 @@ def test_a_killed_broker_stays_out_of_sync_until_it_is_back(kafka_cluster_factor
         victims = [next(b for b in cluster.broker_ids if b != controller), controller]
         rounds = [_kill_round(cluster, pipe, victim) for victim in victims]
         events = pipe.alerts()
+        assert pipe.collector is not None
+        dropped = _dropped_by_the_cluster(pipe.collector.log())
 
     for r in rounds:
         assert r.led, f"broker {r.victim} led none of {TOPIC}'s partitions"
@@ -148,8 +187,8 @@ def test_a_killed_broker_stays_out_of_sync_until_it_is_back(kafka_cluster_factor
             # its gauges keep moving: the telemetry still carries it, silent
             t1, t2 = (g[p]["isrwatch_replica_time_since_caught_up_seconds"] for g in (r.first, r.second))
             assert t2 >= t1 + 5, f"broker {r.victim}, partition {p}: time since caught up {t1} then {t2}: frozen"
-    others = [e for e in events if e.replica[2] not in (-1, *victims)]
-    assert not others, f"replica alerts for brokers never killed: {others}"
+    others = [e for e in events if e.replica[2] not in (-1, *victims) and e.replica not in dropped]
+    assert not others, f"replica alerts for brokers never killed nor dropped by the cluster: {others}"
 
 
 @pytest.mark.campaign  # make campaign (~75 s): make test has the watch's keeping by unit test
@@ -179,8 +218,10 @@ def test_the_killed_broker_that_held_all_telemetry_is_still_warned_of(kafka_clus
         let_go = _not_firing_now(pipe, killed_at, holder)
         cluster.start_broker(holder)
         events = pipe.alerts()
+        assert pipe.collector is not None
+        dropped = _dropped_by_the_cluster(pipe.collector.log())
 
     assert len(followed) == PARTITIONS - 1, f"broker {holder} follows {sorted(followed)}"
     assert not let_go, f"alerts resolved while broker {holder} was down: {let_go}"
-    others = [e for e in events if e.replica[2] not in (-1, holder)]
-    assert not others, f"replica alerts for another broker: {others}"
+    others = [e for e in events if e.replica[2] not in (-1, holder) and e.replica not in dropped]
+    assert not others, f"replica alerts for another broker the cluster kept in the ISR: {others}"
