@@ -118,10 +118,9 @@ class Collector:
                     event="kafka_version",
                     cluster=self.settings.cluster,
                     version=version or "unknown",
-                    reason="the oldest broker's: its ApiVersions answer, or 0.9 for one that cannot "
-                    "answer or that the 0.9 settings describe"
+                    reason="the oldest broker's ApiVersions answer"
                     if version
-                    else "no broker connected: not written",
+                    else "no broker answered ApiVersions (Kafka 0.9, or none connected): not written",
                 )
             )
         return version

@@ -39,7 +39,6 @@ from isrwatch.kafkawire import (
     LIST_OFFSETS_MAX_VERSION,
     METADATA_MAX_VERSION,
     TOPIC_RESOURCE,
-    broker_kafka_version,
     broker_versions,
     cluster_kafka_version,
     describe_configs_answers,
@@ -205,22 +204,20 @@ class ClusterProbe:
 
     @property
     def kafka_version(self) -> str | None:
-        """The cluster's Kafka version from the brokers connected now
-        (``isrwatch.kafkawire.cluster_kafka_version``: the oldest's, "0.9" for a broker that
-        cannot answer ApiVersions or that the 0.9 settings describe; None when none is
-        connected)."""
+        """The cluster's Kafka version from the ApiVersions answers of the brokers connected now
+        (``isrwatch.kafkawire.cluster_kafka_version``: the oldest's; None when none is connected,
+        or one is connected with the 0.9 settings, which cannot answer ApiVersions)."""
         if self.client is None:
             return None
-        versions = []
+        answers = []
         for b in sorted(self._brokers):
             conn = self.client._conns.get(b)
             if conn is None or not conn.connected():
                 continue
-            # what kafka-python learnt of the broker, or was told by the settings, and its table
-            versions.append(
-                broker_kafka_version(getattr(conn, "_api_version", None), getattr(conn, "_api_versions", None))
-            )
-        return cluster_kafka_version(versions)
+            pinned = getattr(conn, "_api_version", None)  # what kafka-python learnt, or was told, of the broker
+            answered = pinned is not None and tuple(pinned) >= (0, 10)
+            answers.append(getattr(conn, "_api_versions", None) if answered else None)
+        return cluster_kafka_version(answers)
 
     def close(self) -> None:
         if self.client is not None:

@@ -350,18 +350,17 @@ def _variant_name(rule: Rule, idle: bool) -> str:
 
 def _rule_variant(settings: Any, probe: ClusterProbe | None, newest: dict[str, Any] | None) -> Row:
     """The rule variant the job gives the watched cluster and why: ``--rule`` when given, else
-    the variant of the Kafka version its brokers show (ApiVersions; 0.9 without), which the
+    the variant of the Kafka version its brokers' ApiVersions answers show, which the
     collector writes into the telemetry (``isrwatch.rule.chosen_rule``; docs/rule.md)."""
     check = "rule variant"
     auto = settings.rule == AUTO
     cfg = RuleConfig(Rule.KIP16_REFINED, by_version=True) if auto else RuleConfig(Rule.parse(settings.rule))
     version = probe.kafka_version if probe is not None else None
-    if version is None:
-        where = "no broker connected: the collector writes no version"
-    elif version == "0.9":
-        where = "a broker cannot answer ApiVersions, or the 0.9 settings describe it: Kafka 0.9"
-    else:
-        where = f"the brokers answer ApiVersions as Kafka {version}"
+    where = (
+        f"the brokers answer ApiVersions as Kafka {version}"
+        if version
+        else "no broker answered ApiVersions (Kafka 0.9): the collector writes no version"
+    )
     stated = ""
     if newest is not None:
         said = newest["record"].kafka_version
@@ -369,7 +368,8 @@ def _rule_variant(settings: Any, probe: ClusterProbe | None, newest: dict[str, A
     rule, idle, why = chosen_rule(cfg, version)
     found = f"{_variant_name(rule, idle)} ({why}); {where}{stated}"
     if auto:
-        return Row(check, OK, found)
+        hint = "" if version else "; give --rule kip16 for Kafka 0.9's own rule"
+        return Row(check, OK, found + hint)
     own_rule, own_idle, _ = chosen_rule(RuleConfig(Rule.KIP16_REFINED, by_version=True), version)
     if version and _variant_name(own_rule, own_idle) != _variant_name(rule, idle):
         return Row(

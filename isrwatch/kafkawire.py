@@ -32,7 +32,6 @@ __all__ = [
     "kept_replicas",
     "broker_versions",
     "kafka_version",
-    "broker_kafka_version",
     "cluster_kafka_version",
     "fallback_check",
     "broker_connection",
@@ -131,27 +130,12 @@ def kafka_version(versions: Mapping[int, tuple[int, int]]) -> tuple[int, ...] | 
     return (0, 10, 0)
 
 
-def broker_kafka_version(
-    api_version: tuple[int, ...] | None, answer: Mapping[int, tuple[int, int]] | None
-) -> tuple[int, ...] | None:
-    """One connected broker's Kafka version from what its connection knows: ``api_version``
-    (kafka-python's version of it, learnt or given by the settings) and ``answer`` (its API
-    key -> (min, max) table). From 0.10 the answer is read (:func:`kafka_version`); below 0.10
-    there is no ApiVersions answer to read, so ``api_version`` itself is the version: the
-    broker could not answer (Kafka 0.9), or the 0.9 settings (``broker.version.fallback``)
-    say it is one. None when the connection knows neither."""
-    if api_version is None:
-        return None
-    if tuple(api_version) >= (0, 10):
-        return kafka_version(answer or {})
-    return tuple(api_version)
-
-
-def cluster_kafka_version(versions: Iterable[tuple[int, ...] | None]) -> str | None:
-    """A cluster's Kafka version from its connected brokers' (one per broker,
-    :func:`broker_kafka_version`): the oldest broker's, as text (``"0.9"``, ``"0.10.2"``,
-    ``"2.1"``); None when no broker is connected or one's version is not known."""
-    found = list(versions)
+def cluster_kafka_version(answers: Iterable[Mapping[int, tuple[int, int]] | None]) -> str | None:
+    """A cluster's Kafka version from its connected brokers' ApiVersions answers (one per
+    broker; None or empty for a broker that gave none: Kafka 0.9): the oldest broker's, as
+    text (``"0.10.2"``, ``"2.1"``); None when no broker answered, or one could not (a 0.9
+    broker runs 0.9's rule whatever its neighbours)."""
+    found = [kafka_version(a or {}) for a in answers]
     if not found or any(v is None for v in found):
         return None
     return ".".join(str(n) for n in min(v for v in found if v is not None))

@@ -16,7 +16,6 @@ from isrwatch.kafkawire import (
     LATEST,
     LIST_OFFSETS_MAX_VERSION,
     METADATA_MAX_VERSION,
-    broker_kafka_version,
     broker_versions,
     cluster_kafka_version,
     kafka_version,
@@ -175,17 +174,7 @@ def test_a_cluster_reads_as_its_oldest_broker_and_as_unknown_when_one_cannot_ans
     assert kafka_version(newest | {999: (0, 1)}) == (4, 0)  # an API the table does not know: newer than it
     assert kafka_version({18: (0, 0)}) == (0, 10, 0)  # ApiVersions alone: 0.10, kafka-python's fallback
     assert kafka_version({}) is None
-    assert cluster_kafka_version([(4, 0), (0, 10, 2), (4, 0)]) == "0.10.2"
-    assert cluster_kafka_version([(2, 1)]) == "2.1"
-    assert cluster_kafka_version([(4, 0), (0, 9)]) == "0.9"  # a 0.9 broker among them
-    assert cluster_kafka_version([(4, 0), None]) is None  # one whose version is not known
+    assert cluster_kafka_version([newest, BROKER_API_VERSIONS[(0, 10, 2)], newest]) == "0.10.2"
+    assert cluster_kafka_version([BROKER_API_VERSIONS[(2, 1)]]) == "2.1"
+    assert cluster_kafka_version([newest, None]) is None  # a 0.9 broker among them
     assert cluster_kafka_version([]) is None
-
-
-def test_a_broker_below_0_10_is_the_version_its_connection_holds_and_from_0_10_its_answer() -> None:
-    # kafka-python's probe found 0.9, or the 0.9 settings pinned it: no answer to read
-    assert broker_kafka_version((0, 9), BROKER_API_VERSIONS[(0, 9)]) == (0, 9)
-    # learnt from 0.10 on: the answer decides (kafka-python's own guess is not read)
-    assert broker_kafka_version((0, 10), BROKER_API_VERSIONS[(2, 1)]) == (2, 1)
-    assert broker_kafka_version((0, 10, 2), None) is None  # pinned past 0.10, never answered
-    assert broker_kafka_version(None, BROKER_API_VERSIONS[(4, 0)]) is None
