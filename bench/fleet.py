@@ -23,6 +23,9 @@ from then on; the first batches are the JVM's warm-up):
   telemetry they covered. After the feed's end the job has ``DRAIN_S`` to reach its last slice;
 * ``driver_growth_mb``: the driver's resident memory at the end less before the feed.
 
+A size whose process fails (the job's JVM out of memory, say) measures nothing and counts as
+not kept up; the reason (``failure_reason``) is printed and the other runs go on.
+
 One fleet size per process (a process's peak memory is its whole life's). The last line::
 
     driver_s_100k=A driver_s_1m=B driver_growth_mb_1m=C kept_up_1m_every_20s=yes|no
@@ -54,7 +57,7 @@ from bench.machine import load_average, print_header, rss_mb
 from bench.throughput import BatchLog, job_settings
 from isrwatch.telemetry import SUPPORTED_VERSIONS, VERSION
 
-__all__ = ["run_size", "main"]
+__all__ = ["run_size", "main", "failure_reason", "failed"]
 
 ROUND_S = 20  # each replica observed once per round
 SLICE_S = 1.0  # the feed sends a slice of the round every second
@@ -260,16 +263,52 @@ def _one(replicas: int, version: int, logs: Path) -> dict[str, Any]:
     try:
         cmd = [sys.executable, "-m", "bench.fleet", "--replicas", str(replicas), "--telemetry-version", str(version)]
         with log_file.open("w") as err:
-            run = subprocess.run([*cmd, "--json", out], check=True, stdout=subprocess.PIPE, stderr=err, text=True)
+            run = subprocess.run([*cmd, "--json", out], stdout=subprocess.PIPE, stderr=err, text=True)
         lines = run.stdout.splitlines()
         for line in lines:  # the job's printed alerts (JSON, one a line) are counted, not shown
             if not line.startswith("{"):
                 print(line, flush=True)
+        if run.returncode != 0:  # e.g. the job's JVM out of memory: a size the job did not keep up with
+            reason = failure_reason(log_file.read_text(errors="replace"), run.returncode)
+            print(f"  replicas={replicas} failed: {reason}", flush=True)
+            return failed(replicas, reason)
         result: dict[str, Any] = json.loads(Path(out).read_text())
         result["alerts_printed"] = sum(line.startswith("{") for line in lines)
         return result
     finally:
         os.unlink(out)
+
+
+def failure_reason(log: str, returncode: int) -> str:
+    """One line saying why a size's process ended in failure: the JVM's first
+    ``OutOfMemoryError`` if there is one, else the log's last line, else the exit code."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    oom = next((line for line in lines if "OutOfMemoryError" in line), None)
+    last = oom or (lines[-1] if lines else f"exit code {returncode}")
+    return last[:300]
+
+
+def failed(replicas: int, reason: str) -> dict[str, Any]:
+    """The result of a size whose process failed: nothing measured, not kept up."""
+    return {
+        "replicas": replicas,
+        "steady_batches": 0,
+        "driver_s": None,
+        "batch_s": None,
+        "spark_s": None,
+        "observations": None,
+        "lag_start_s": None,
+        "lag_end_s": None,
+        "busy_over_covered": None,
+        "query_restarts": None,
+        "kept_up": False,
+        "driver_rss_before_mb": None,
+        "driver_growth_mb": None,
+        "driver_peak_growth_mb": None,
+        "feed": None,
+        "batches": [],
+        "failed": reason,
+    }
 
 
 def _fmt(v: float | None, digits: int) -> str:

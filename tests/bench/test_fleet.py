@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench.fleet import ROUND_S, summarize
+from bench.fleet import ROUND_S, _one, failure_reason, summarize
+from isrwatch.telemetry import VERSION
 
 T0 = 1_000_000.0
 
@@ -50,3 +51,19 @@ def test_a_failed_batch_or_too_few_batches_is_not_kept_up():
 def test_nothing_after_the_first_round_measures_nothing():
     r = run([batch(5, 4.0)])
     assert r["steady_batches"] == 0 and r["driver_s"] is None and not r["kept_up"]
+
+
+def test_a_dead_jvm_is_named_by_its_out_of_memory_line():
+    log = "INFO batch 1\njava.lang.OutOfMemoryError: Java heap space\n\tat x\nTraceback ...\nPy4JError: gone\n"
+    assert failure_reason(log, 1) == "java.lang.OutOfMemoryError: Java heap space"
+    assert failure_reason("a\nPy4JError: gone\n\n", 1) == "Py4JError: gone"
+    assert failure_reason("", -9) == "exit code -9"
+
+
+def test_a_size_whose_process_fails_is_reported_not_kept_up_and_the_runs_go_on(tmp_path, capsys):
+    # A real process of bench.fleet that fails (a fleet smaller than a round is refused):
+    # the path a run takes when its JVM dies, without a job to kill.
+    r = _one(ROUND_S - 1, VERSION, tmp_path)
+    assert r["failed"] and "--replicas must be at least" in r["failed"]
+    assert not r["kept_up"] and r["driver_s"] is None and r["steady_batches"] == 0
+    assert "failed:" in capsys.readouterr().out
