@@ -7,7 +7,7 @@ the batch (docs/benchmarks.md, "A small batch's second"). ``timed()`` wraps
 those methods of PySpark's DataFrame for the duration of a ``with`` block and
 adds up each call's time by call site: the file and line in this repository
 that made it (PySpark's own internal calls are counted at the job's line that
-led to them). Each ``toArrow`` is also split by Spark's own planning tracker
+led to them); ``streaming.projection.select`` counts as a ``select``. Each ``toArrow`` is also split by Spark's own planning tracker
 (``QueryExecution.tracker``): its optimisation and physical planning, which belong
 to building the plan, and the rest, its Spark job (``CallTimes.job_ms``).
 
@@ -24,6 +24,8 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
+
+from streaming import projection
 
 __all__ = ["CallTimes", "timed", "METHODS"]
 
@@ -138,8 +140,12 @@ def timed(times: CallTimes | None = None) -> Iterator[CallTimes]:
 
     for name, method in originals.items():
         setattr(DataFrame, name, wrap(name, method))
+    # the job's selects of lists handed to the JVM once (streaming.projection) are selects too
+    projected = projection.select
+    projection.select = wrap("select", projected)
     try:
         yield times
     finally:
         for name, method in originals.items():
             setattr(DataFrame, name, method)
+        projection.select = projected

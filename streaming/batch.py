@@ -13,6 +13,7 @@ run again by Spark, and its alerts are not repeated (``streaming.monitor``).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -22,10 +23,11 @@ from typing import TYPE_CHECKING, TypedDict, cast
 import pyarrow.compute as pc
 import pyspark.sql.functions as F
 from pyspark import StorageLevel
+from pyspark.sql import Column
 
 from isrwatch.rule import RuleConfig
 from isrwatch.status import GoneKey, ReplicaStatus, Thresholds
-from streaming import evaluate, parse, replicas, statewriter
+from streaming import evaluate, parse, projection, replicas, statewriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -86,6 +88,16 @@ class BatchOutput:
     state_records: int = 0
 
 
+@functools.cache
+def _side_column() -> tuple[Column, Column]:
+    """The column of the driver's one Spark job that holds a rare row (``parse.side_items``,
+    as JSON): null on a replica's row, the item's columns on a rare one."""
+    return (
+        F.lit(None).cast("string").alias(SIDE),
+        F.to_json(F.struct(*[F.col(c) for c in parse.SIDE_COLUMNS])).alias(SIDE),
+    )
+
+
 def _held(records: DataFrame) -> DataFrame:
     """The parsed records as the batch's two uses need them (``parse.bad_records_kept``: the
     raw bytes and text of bad records only, big ones cut), held."""
@@ -137,8 +149,9 @@ def evaluate_records(
         # One Spark job for everything the driver reads: the replicas' rows and the rare ones.
         driver = replicas.for_the_driver(evaluated, watched_keys, refresh_batches, lookahead)
         side = parse.side_items(records, future_tolerance_ms, now_ms)
-        both = driver.withColumn(SIDE, F.lit(None).cast("string")).unionByName(
-            side.select(F.to_json(F.struct(*side.columns)).alias(SIDE)), allowMissingColumns=True
+        no_side, side_json = _side_column()
+        both = projection.select(driver, "*", no_side).unionByName(
+            projection.select(side, side_json), allowMissingColumns=True
         )
         rows_ = both.toArrow()
         out.stages["evaluate_s"] = time.monotonic() - t0

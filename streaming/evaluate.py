@@ -26,6 +26,7 @@ from pyspark.sql import Column, Window
 
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import STATUS_FIELDS, ReplicaStatus, State, Thresholds, status_from_values
+from streaming import projection
 from streaming.lookahead import HORIZON_SHARE
 from streaming.state import variant_exprs
 
@@ -69,7 +70,8 @@ def status_columns(
     first_parts, second_parts, final = _status_exprs(
         cfg, th, tuple(keep), EPISODES in aggs.columns, None if only is None else tuple(only)
     )
-    return aggs.select("*", *first_parts).select("*", *second_parts).select(*final)
+    first = projection.select(aggs, "*", *first_parts)
+    return projection.select(projection.select(first, "*", *second_parts), *final)
 
 
 @functools.lru_cache(maxsize=16)

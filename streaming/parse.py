@@ -36,6 +36,7 @@ from isrwatch.telemetry import (
     SUPPORTED_VERSIONS,
     Observation,
 )
+from streaming import projection
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -52,6 +53,7 @@ __all__ = [
     "observations",
     "good_observations",
     "side_items",
+    "SIDE_COLUMNS",
     "bad_records_kept",
     "PAYLOAD_KEPT_BYTES",
 ]
@@ -140,6 +142,31 @@ CHANGE_TYPE = (
 COUNTERS_TYPE = "array<struct<broker_id:int,t_ms:bigint,isr_shrinks_total:bigint,isr_expands_total:bigint>>"
 GONE_TYPE = "array<struct<t_ms:bigint,topic:string,partition:int,broker_id:int>>"
 
+# side_items' columns, in order; the record's own position and cluster, the rest each item's
+SIDE_COLUMNS = (
+    "kind",
+    "reason",
+    "detail",
+    "cluster",
+    "source_topic",
+    "source_partition",
+    "source_offset",
+    "payload",
+    "payload_encoding",
+    "payload_bytes",
+    "payload_sha256",
+    "topic",
+    "partition",
+    "shrink",
+    "expand",
+    "t_ms",
+    "left",
+    "joined",
+    "leader_id",
+    "broker_id",
+    "shrinks_total",
+)
+_RECORD_SIDE_COLUMNS = frozenset({"cluster", "source_topic", "source_partition", "source_offset"})
 _OFFSETS = ("leo", "leader_leo", "hw", "prev_leo", "prev_leader_leo")
 # An observation's fields, in the order of its struct (isrwatch.telemetry.Observation).
 _OBSERVATION_FIELDS = tuple(f.name for f in dataclasses.fields(Observation))
@@ -155,7 +182,7 @@ def parse_records(raw: DataFrame) -> DataFrame:
     # into each of detail's branches (and version 3's column checks into the reason's), the
     # generated method grew past the size the JVM's JIT compiles, and ran interpreted: 0.4 s
     # more per 100,000 observations (docs/benchmarks.md, "Telemetry version 3").
-    parsed = raw.select(*first).withColumn("rec", rec).withColumn(_COLUMNS_BAD, columns_bad)
+    parsed = projection.select(raw, *first).withColumn("rec", rec).withColumn(_COLUMNS_BAD, columns_bad)
     return parsed.withColumn("reason", reason).withColumn("detail", detail).drop(_COLUMNS_BAD)
 
 
@@ -290,9 +317,14 @@ def bad_records_kept(records: DataFrame) -> DataFrame:
     """``parse_records``' rows as a batch holds them for its two uses: the raw bytes and text
     only for a bad record (only its dead letter needs them), and of a record over
     PAYLOAD_KEPT_BYTES only the first bytes, with the SHA-256 of the whole (``raw_sha256``)."""
+    return projection.select(records, *_kept_columns())
+
+
+@functools.cache
+def _kept_columns() -> tuple[Column | str, ...]:
     bad = F.col("reason").isNotNull()
     cut = bad & (F.col("value_bytes") > PAYLOAD_KEPT_BYTES)
-    return records.select(
+    return (
         "source_topic",
         "source_partition",
         "source_offset",
@@ -364,32 +396,35 @@ def observations(
     benchmark's baseline) names the one its records hold, so that only its
     layout's branch reads them (each branch would read the source again)."""
     listed, columnar, o, reason = _observation_columns(future_tolerance_ms, _minute(now_ms))
+    head = _observation_head()
     # No record-level filter before the explodes: Spark would push it below the
     # projection holding from_json and copy the parse into it (11 parses per
     # record in the plan; bench.stages). Exploding nothing for a bad record
     # keeps one from_json.
-    # The record's cluster and its Kafka version (version 4, optional: the rule variant's, per row).
-    head: list[Column | str] = [
-        "source_topic",
-        "source_offset",
-        F.col("rec.cluster").alias("cluster"),
-        F.col("rec.kafka_version").alias("kafka_version"),
-    ]
     # One branch per layout, each exploding only its own records. (One explode for both, with
     # each field chosen by version, let the optimizer copy every field's choice into each
     # check that reads it: three times slower, and past what Java compiles in one method.)
     # The job passes held records (streaming.batch), so each branch reads them, not the JSON.
     branches = []
     if any(v < COLUMNS_FROM for v in versions):
-        branches.append(records.select(*head, listed))
+        branches.append(projection.select(records, *head, listed))
     if any(v >= COLUMNS_FROM for v in versions):
-        branches.append(
-            records.select(*head, "rec", columnar).select(
-                "source_topic", "source_offset", "cluster", "kafka_version", o
-            )
-        )
+        by_position = projection.select(records, *head, "rec", columnar)
+        branches.append(projection.select(by_position, "source_topic", "source_offset", "cluster", "kafka_version", o))
     rows = functools.reduce(DataFrame.unionByName, branches)
-    return rows.select("source_topic", "source_offset", "cluster", "kafka_version", "o", reason)
+    return projection.select(rows, "source_topic", "source_offset", "cluster", "kafka_version", "o", reason)
+
+
+@functools.cache
+def _observation_head() -> tuple[Column | str, ...]:
+    """The record's position, its cluster and its Kafka version (version 4, optional: the rule
+    variant's, per row), before its observations."""
+    return (
+        "source_topic",
+        "source_offset",
+        F.col("rec.cluster").alias("cluster"),
+        F.col("rec.kafka_version").alias("kafka_version"),
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -411,7 +446,12 @@ def _observation_columns(future_tolerance_ms: int | None, now_ms: int | None) ->
 def good_observations(obs: DataFrame) -> DataFrame:
     """The valid observations, flattened: cluster, every observation field, and the record's
     Kafka version (null where it states none)."""
-    return obs.where(F.col("reason").isNull()).select("cluster", "o.*", "kafka_version")
+    return projection.select(obs.where(_good()), "cluster", "o.*", "kafka_version")
+
+
+@functools.cache
+def _good() -> Column:
+    return F.col("reason").isNull()
 
 
 def _isr_change_bad(c: Column) -> Column:
@@ -511,8 +551,8 @@ def side_items(records: DataFrame, future_tolerance_ms: int | None, now_ms: int 
     topic, partition, broker_id and t_ms.
     """
     cluster, items, columns = _side_columns(future_tolerance_ms, _minute(now_ms))
-    exploded = records.select("source_topic", "source_partition", "source_offset", cluster, items)
-    return exploded.select(*columns)
+    exploded = projection.select(records, "source_topic", "source_partition", "source_offset", cluster, items)
+    return projection.select(exploded, *columns)
 
 
 @functools.lru_cache(maxsize=8)
@@ -600,27 +640,5 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
     return (
         cluster.alias("cluster"),
         F.explode(items).alias("i"),
-        [
-            "i.kind",
-            "i.reason",
-            "i.detail",
-            "cluster",
-            "source_topic",
-            "source_partition",
-            "source_offset",
-            "i.payload",
-            "i.payload_encoding",
-            "i.payload_bytes",
-            "i.payload_sha256",
-            "i.topic",
-            "i.partition",
-            "i.shrink",
-            "i.expand",
-            "i.t_ms",
-            "i.left",
-            "i.joined",
-            "i.leader_id",
-            "i.broker_id",
-            "i.shrinks_total",
-        ],
+        [f"i.{c}" if c not in _RECORD_SIDE_COLUMNS else c for c in SIDE_COLUMNS],
     )

@@ -35,7 +35,7 @@ from pyspark.sql import Column, Window
 
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import GoneKey, State, Thresholds
-from streaming import evaluate
+from streaming import evaluate, projection
 from streaming.state import KEY_COLUMNS, LATEST_COLUMNS, caught_up_time_expr, variant_exprs
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ NO_PREV = "_no_prev"
 def observation_rows(obs: DataFrame, cfg: RuleConfig, max_gap_ms: int | None) -> DataFrame:
     """``parse.good_observations`` -> one state-shaped row per observation (what
     the observation alone says), ``_seed`` 0, and ``_no_prev``."""
-    return obs.select(*_observation_exprs(cfg, max_gap_ms))
+    return projection.select(obs, *_observation_exprs(cfg, max_gap_ms))
 
 
 # The expressions below are built once (functools caches): each Column costs calls
@@ -226,6 +226,28 @@ _ORDER_BY = {"_o_t": "latest_t", "_o_leo_t": "known_leo_t", "_o_leo": "known_leo
 _ORDER = tuple(_ORDER_BY)
 
 
+_VALUES = (*KEY_COLUMNS, *_STATE_VALUES, SEED, *_ORDER)
+_JUDGED_KEEP = (*_VALUES, *_HELPERS)
+_COUNTED = (*[c for c in _VALUES if c != "out_of_sync_episodes"], CHANGE, LAST, IN_BATCH, _PEAK)
+_FULL_KEEP = (*_STATE_VALUES, SEED, CHANGE, LAST, IN_BATCH, _PEAK)
+
+
+@functools.cache
+def _order_columns() -> list[Column]:
+    """The ordering's copies of the state values (``_ORDER_BY``), taken before the window."""
+    return [F.col(v).alias(k) for k, v in _ORDER_BY.items()]
+
+
+@functools.cache
+def _with_batch_peak() -> list[Column]:
+    """evaluate_batch's last projection: the full status's columns (``evaluate.status_columns``
+    with ``_FULL_KEEP``) with the batch's peak in place of the single row's, under its name
+    (statuses_from_arrow reads by name)."""
+    names = [*evaluate.STATUS_COLUMNS, *evaluate.EXTRA_COLUMNS]
+    names += [k for k in _FULL_KEEP if k not in names and k != _PEAK]
+    return [F.col(_PEAK).alias(c) if c == "peak_lag_ratio" else F.col(c) for c in names]
+
+
 @functools.cache
 def _ordered() -> WindowSpec:
     """A replica's rows in order: the seed first, then the observations in
@@ -301,7 +323,7 @@ def next_state(evaluated: DataFrame, idle: DataFrame | None = None) -> DataFrame
     """The state's new version: the newest row of each replica ``evaluated``
     (``evaluate_batch``'s output) and the ``idle`` replicas' carried rows as they were
     (``split_carried``; None: every carried row was evaluated)."""
-    state = evaluated.where(F.col(LAST)).select(*STATE_COLUMNS)
+    state = projection.select(evaluated.where(F.col(LAST)), *STATE_COLUMNS)
     return state if idle is None else state.unionByName(idle)
 
 
@@ -337,22 +359,17 @@ def evaluate_batch(
     before it and Spark evaluates the full status of those rows alone.
     """
     seeds, running, flags, episodes = _batch_exprs()
-    both = carried.select(*seeds).unionByName(rows.select(*STATE_COLUMNS, SEED, NO_PREV))
-    both = both.select("*", *[F.col(v).alias(k) for k, v in _ORDER_BY.items()])
-    both = both.select(*_history_exprs(cfg, max_gap_ms))
-    values = [*KEY_COLUMNS, *_STATE_VALUES, SEED, *_ORDER]
-    judged = evaluate.status_columns(both.select(*running), cfg, th, keep=[*values, *_HELPERS], only=_PER_ROW)
-    flagged = judged.select(*values, "lag_ratio", *flags)
+    select = projection.select  # each list handed to the JVM once (its Columns are built once)
+    both = select(carried, *seeds).unionByName(select(rows, *STATE_COLUMNS, SEED, NO_PREV))
+    both = select(both, "*", *_order_columns())
+    both = select(both, *_history_exprs(cfg, max_gap_ms))
+    judged = evaluate.status_columns(select(both, *running), cfg, th, keep=_JUDGED_KEEP, only=_PER_ROW)
+    flagged = select(judged, *_VALUES, "lag_ratio", *flags)
     if driver_rows_only:
-        flagged = flagged.where(F.col(CHANGE) | F.col(LAST))
-    counted = flagged.select(
-        *[c for c in values if c != "out_of_sync_episodes"], CHANGE, LAST, IN_BATCH, _PEAK, *episodes
-    )
-    full = evaluate.status_columns(counted, cfg, th, keep=[*_STATE_VALUES, SEED, CHANGE, LAST, IN_BATCH, _PEAK])
-    # The batch's peak replaces the single row's, in place (statuses_from_arrow reads by name).
-    return full.select(
-        *[F.col(_PEAK).alias(c) if c == "peak_lag_ratio" else F.col(c) for c in full.columns if c != _PEAK]
-    )
+        flagged = flagged.where(_change_or_last())
+    counted = select(flagged, *_COUNTED, *episodes)
+    full = evaluate.status_columns(counted, cfg, th, keep=_FULL_KEEP)
+    return select(full, *_with_batch_peak())
 
 
 def for_the_driver(
@@ -365,12 +382,17 @@ def for_the_driver(
     (``evaluate.for_the_driver``)."""
     columns = [*evaluate.STATUS_COLUMNS, *evaluate.EXTRA_COLUMNS, CHANGE, LAST]
     if refresh_batches <= 1:
-        return evaluated.where(_driver_rows()).select(*columns)
+        return projection.select(evaluated.where(_driver_rows()), *columns)
     # A replica's newest row that is itself a change always goes (it may be a return to ok).
     changes = evaluated.where(F.col(CHANGE))
     finals = evaluated.where(F.col(LAST) & (F.col(IN_BATCH) > 0) & ~F.col(CHANGE))
     finals = evaluate.for_the_driver(finals, watched_keys, refresh_batches, lookahead)
     return changes.select(*columns).unionByName(finals.select(*columns))
+
+
+@functools.cache
+def _change_or_last() -> Column:
+    return F.col(CHANGE) | F.col(LAST)
 
 
 @functools.cache
@@ -423,9 +445,9 @@ class StateTable:
         """The newest version older than batch ``before``, in the schema of ``like``
         (``observation_rows``; given, not inferred from the files); none: empty, None."""
         older = [v for v in self.versions() if v < before]
-        schema = like.select(*STATE_COLUMNS).schema
+        schema = projection.select(like, *STATE_COLUMNS).schema
         if not older:
-            return like.select(*STATE_COLUMNS).limit(0), None
+            return projection.select(like, *STATE_COLUMNS).limit(0), None
         return self.spark.read.schema(schema).parquet(self.path(older[-1])), older[-1]
 
     def write(
@@ -450,7 +472,7 @@ class StateTable:
             assert cutoff is not None
             state = state.where(F.col("last_t_ms") >= F.coalesce(cutoff, F.col("last_t_ms")))
         state = leave_out_gone(state, gone)
-        state.select(*STATE_COLUMNS).write.mode("overwrite").parquet(self.path(batch_id))
+        projection.select(state, *STATE_COLUMNS).write.mode("overwrite").parquet(self.path(batch_id))
 
     def prune(self, keep_from: int) -> None:
         """Remove versions older than ``keep_from`` and anything unfinished below it."""
