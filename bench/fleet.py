@@ -53,7 +53,7 @@ from typing import Any
 
 from bench import kafka as bkafka
 from bench.load import Fleet, as_version
-from bench.machine import load_average, print_header, rss_mb
+from bench.machine import load_average, median_of_measured, print_header, rss_mb
 from bench.throughput import BatchLog, job_settings
 from isrwatch.telemetry import SUPPORTED_VERSIONS, VERSION
 
@@ -326,12 +326,6 @@ def _line(r: dict[str, Any]) -> str:
     )
 
 
-def _median(values: list[float | None]) -> float | None:
-    """The median of the runs that measured it (none: no run had a steady batch)."""
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", type=int, help="one fleet size, in this process (default: 100k and 1M, each apart)")
@@ -357,9 +351,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {run + 1}/{args.runs}: {_label(n)} replicas", flush=True)
             results[n].append(_one(n, args.telemetry_version, Path(args.logs)))
     small, large = results[SIZES[0]], results[SIZES[1]]
-    a = _median([r["driver_s"] for r in small])
-    b = _median([r["driver_s"] for r in large])
-    c = _median([r["driver_growth_mb"] for r in large])
+    a = median_of_measured([r["driver_s"] for r in small])
+    b = median_of_measured([r["driver_s"] for r in large])
+    c = median_of_measured([r["driver_growth_mb"] for r in large])
     kept = sum(r["kept_up"] for r in large) * 2 > len(large)
     if args.json:
         Path(args.json).write_text(json.dumps({"header": header, "runs": results}, indent=1))

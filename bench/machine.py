@@ -6,6 +6,7 @@ import contextlib
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["header", "print_header", "rss_mb", "dir_mb", "load_average"]
+__all__ = ["header", "print_header", "rss_mb", "dir_mb", "load_average", "median_of_measured"]
 
 
 def _cpu_model() -> str:
@@ -133,3 +134,10 @@ def cpu_seconds(process_groups: set[int]) -> float:
         if int(fields[2]) in process_groups:
             total += int(fields[11]) + int(fields[12])
     return total / ticks
+
+
+def median_of_measured(values: list[Any]) -> Any:
+    """The median of the runs that measured it, skipping None (a run that measured nothing);
+    None when none did."""
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None

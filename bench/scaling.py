@@ -28,7 +28,7 @@ from typing import Any
 
 from bench import kafka as bkafka
 from bench.load import Fleet
-from bench.machine import cpu_seconds, load_average, print_header
+from bench.machine import cpu_seconds, load_average, median_of_measured, print_header
 from bench.throughput import START_MS, run_e2e
 
 __all__ = ["main", "run_placement"]
@@ -77,9 +77,9 @@ def run_placement(
         "cold": cold,
         "warm": warm,
         # the warm drains' medians: what a long-running job pays
-        "observations_per_second": round(_median([w["observations_per_second"] for w in warm])),
-        "batch_ms_median": _median([w["batch_ms_median"] for w in warm]),
-        "cpu_us_per_observation": _median([w["cpu_us_per_observation"] for w in warm]),
+        "observations_per_second": round(median_of_measured([w["observations_per_second"] for w in warm])),
+        "batch_ms_median": median_of_measured([w["batch_ms_median"] for w in warm]),
+        "cpu_us_per_observation": median_of_measured([w["cpu_us_per_observation"] for w in warm]),
         "state_bytes_per_replica": round(last_memory.get("state_table_mb", 0.0) * 1024 * 1024 / replicas),
         "checkpoint_mb": last_memory.get("checkpoint_mb"),
         "driver_jvm_rss_mb": last_memory.get("driver_jvm_rss_mb"),
@@ -111,11 +111,6 @@ def _drain_row(drain: tuple[Any, ...], total_obs: int) -> dict[str, Any]:
         "cpu_us_per_observation": round(cpu / total_obs * 1e6, 1),
         "stages_s": stages,
     }
-
-
-def _median(values: list[Any]) -> Any:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

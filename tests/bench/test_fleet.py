@@ -67,3 +67,10 @@ def test_a_size_whose_process_fails_is_reported_not_kept_up_and_the_runs_go_on(t
     assert r["failed"] and "--replicas must be at least" in r["failed"]
     assert not r["kept_up"] and r["driver_s"] is None and r["steady_batches"] == 0
     assert "failed:" in capsys.readouterr().out
+
+
+def test_the_medians_skip_runs_that_measured_nothing():
+    from bench.machine import median_of_measured
+
+    assert median_of_measured([0.4, None, 0.2, 0.3]) == 0.3
+    assert median_of_measured([None, None]) is None
