@@ -368,6 +368,45 @@ def _observation_reason(o: Column, now_ms: Column, future_tolerance_ms: int | No
     return reason
 
 
+def _columns_clean(r: Column, now_ms: Column, future_tolerance_ms: int | None) -> Column:
+    """True when no observation of a version-3 body ``r`` whose columns fit can have a
+    dead-letter reason (``_observation_reason``), by bounds over whole columns that Spark
+    compiles (``array_min``, ``array_max``, ``arrays_overlap``): no null where an id is
+    required, nothing negative, no empty or over-long topic, the newest ``t_ms`` not in
+    the future, and every ``prev_t_ms`` before every ``t_ms``. Only the comparison of each
+    follower's ``prev_leader_leo`` with its own ``leader_leo`` (and its ``prev_t_ms`` with
+    its ``t_ms``, when the bound does not settle it) goes element by element. False or null
+    when unsure: the record's observations are then checked one by one. A screen, not a
+    second rule: it only clears records the full check would clear (each reason's case in
+    tests/streaming/test_columns.py)."""
+    parts, fol = r["partitions"], r["followers"]
+
+    def ids(values: Column) -> Column:  # no null (its overlap with [-1] is null then), none below 0
+        return ~F.arrays_overlap(values, F.array(F.lit(-1))) & (F.array_min(values) >= 0)
+
+    def offsets(values: Column) -> Column:  # a null reads as 0 (``_observation_reason``)
+        return F.coalesce(F.array_min(values), F.lit(0)) >= 0
+
+    def never_after(before: Column, after: Column) -> Column:  # no element of ``before`` > its own of ``after``
+        return ~F.array_contains(F.zip_with(before, after, lambda b, a: F.coalesce(b > a, F.lit(False))), True)
+
+    topics = r["topics"]
+    clean = ~F.arrays_overlap(topics, F.array(F.lit(""))) & (
+        (F.length(F.array_join(topics, "")) <= MAX_TOPIC_CHARS)
+        | F.forall(topics, lambda t: F.length(t) <= MAX_TOPIC_CHARS)
+    )
+    for values in (fol["p"], parts["topic"], parts["partition"], parts["leader_id"], fol["broker_id"], fol["t_ms"]):
+        clean = clean & ids(values)
+    for values in (parts["hw"], *(fol[f] for f in _OFFSETS if f != "hw"), fol["prev_t_ms"]):
+        clean = clean & offsets(values)
+    if future_tolerance_ms is not None:
+        clean = clean & (F.array_max(fol["t_ms"]) <= now_ms + F.lit(future_tolerance_ms))
+    t_ordered = (F.coalesce(F.array_max(fol["prev_t_ms"]), F.lit(-1)) <= F.array_min(fol["t_ms"])) | never_after(
+        fol["prev_t_ms"], fol["t_ms"]
+    )
+    return F.coalesce(clean & t_ordered & never_after(fol["prev_leader_leo"], fol["leader_leo"]), F.lit(False))
+
+
 def _minute(now_ms: int | None) -> int | None:
     """``now_ms`` rounded up to the minute: a literal is compiled into Spark's generated
     code, and one that changed every batch cost a recompilation (~0.6 s) every batch."""
@@ -563,9 +602,11 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
     # A version-3 record: the positions of its bad observations, each checked field by field
     # from the columns (no observation is built for a good one), then the bad ones built. The
     # lambdas read the record: cheap on the held records the job passes (streaming.batch); on
-    # a frame straight from from_json the optimizer may copy the parse into them.
+    # a frame straight from from_json the optimizer may copy the parse into them. A record the
+    # compiled screen clears (``_columns_clean``) has no position to check.
     n = F.size(r["followers"]["p"])
-    positions = F.when(n > 0, F.sequence(F.lit(0), n - 1)).otherwise(F.array().cast("array<int>"))
+    checked = (n > 0) & ~_columns_clean(r, now, future_tolerance_ms)
+    positions = F.when(checked, F.sequence(F.lit(0), n - 1)).otherwise(F.array().cast("array<int>"))
     bad_positions = F.filter(
         positions, lambda i: _observation_reason(_column_observation(r, i), now, future_tolerance_ms).isNotNull()
     )

@@ -6,13 +6,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 
 from isrwatch.telemetry import (
     COLUMNS_FROM,
+    MAX_TOPIC_CHARS,
     SUPPORTED_VERSIONS,
     VERSION,
     IsrChange,
@@ -195,3 +198,72 @@ def test_a_caller_naming_one_version_reads_only_that_layout(spark) -> None:
     records = parse.parse_records(_batch(spark, [v1, v3, v4]))
     assert partitions((4,)) == [1, 4]  # (one branch per layout: it reads version 3's too)
     assert partitions(SUPPORTED_VERSIONS) == [0, 1, 4]
+
+
+# A version-3 record's observations are checked one by one only when the compiled screen over
+# whole columns (parse._columns_clean) cannot clear the record: each case below is one record,
+# with the dead letters it must give (reason, broker) whichever way it is checked.
+LONG = "x" * MAX_TOPIC_CHARS
+FUTURE = (
+    NOW + 3_600_000
+)  # past the job's clock (rounded up to the minute) and its tolerance, however long the tests run
+SCREEN_CASES: dict[str, tuple[dict[str, Any], list[tuple[str, int | None]], bool]] = {
+    "clean": ({}, [], True),
+    "a topic at the longest a name may be": ({"topics": [LONG]}, [], True),
+    "one follower's leader LEO below its previous": (
+        {"followers.leader_leo": [6, 4]},
+        [("leader_leo_backwards", 3)],
+        False,
+    ),
+    "one follower's previous time after its time": (
+        {"followers.prev_t_ms": [NOW - 1000, NOW + 5]},
+        [("prev_after_t", 3)],
+        False,
+    ),
+    # the screen's bounds across followers fail, yet each follower is in order: checked, none bad
+    "followers polled at different times": (
+        {"followers.t_ms": [NOW - 5000, NOW], "followers.prev_t_ms": [NOW - 6000, NOW - 1000]},
+        [],
+        True,
+    ),
+    "partitions at different leader LEOs": (
+        {"followers.leader_leo": [6, 100], "followers.prev_leader_leo": [5, 50]},
+        [],
+        True,
+    ),
+    "a follower without its broker id": ({"followers.broker_id": [2, None]}, [("missing_ids", None)], False),
+    "a follower without its time": ({"followers.t_ms": [NOW, None]}, [("missing_ids", 3)], False),
+    "a partition without its leader": (
+        {"partitions.leader_id": [None]},
+        [("missing_ids", 2), ("missing_ids", 3)],
+        False,
+    ),
+    "an empty topic name": ({"topics": [""]}, [("missing_ids", 2), ("missing_ids", 3)], False),
+    "a topic name too long": (
+        {"topics": [LONG + "x"]},
+        [("name_too_long", 2), ("name_too_long", 3)],
+        False,
+    ),
+    "an unreferenced topic too long": ({"topics": ["t", LONG + "x"]}, [], False),
+    "a negative LEO": ({"followers.leo": [5, -1]}, [("negative_value", 3)], False),
+    "a negative high watermark": ({"partitions.hw": [-1]}, [("negative_value", 2), ("negative_value", 3)], False),
+    "a time in the future": ({"followers.t_ms": [NOW, FUTURE]}, [("future_t", 3)], False),
+    "previous leader LEO unknown": ({"followers.prev_leader_leo": [None, 5]}, [], True),
+}
+
+
+def test_the_screen_clears_only_records_whose_every_observation_is_good(spark) -> None:
+    names = list(SCREEN_CASES)
+    values = [json.dumps(_columns(**SCREEN_CASES[n][0])).encode() for n in names]
+    out = rare_rows(_batch(spark, values), 60_000)
+    got: dict[str, list] = {n: [] for n in names}
+    for d in out["deadletters"]:
+        got[names[d["source_offset"]]].append((d["reason"], json.loads(d["payload"]).get("broker_id")))
+    assert {n: sorted(v, key=str) for n, v in got.items()} == {
+        n: sorted(want, key=str) for n, (_, want, _) in SCREEN_CASES.items()
+    }
+    # and which of them the screen itself clears (the rest were checked observation by observation)
+    records = parse.parse_records(_batch(spark, values))
+    screen = parse._columns_clean(F.col("rec"), F.lit(int(time.time() * 1000)).cast("long"), 60_000)
+    cleared = {names[r[0]]: r[1] for r in records.select("source_offset", screen).collect()}
+    assert cleared == {n: clean for n, (_, _, clean) in SCREEN_CASES.items()}
