@@ -204,9 +204,8 @@ def test_a_caller_naming_one_version_reads_only_that_layout(spark) -> None:
 # whole columns (parse._columns_clean) cannot clear the record: each case below is one record,
 # with the dead letters it must give (reason, broker) whichever way it is checked.
 LONG = "x" * MAX_TOPIC_CHARS
-FUTURE = (
-    NOW + 3_600_000
-)  # past the job's clock (rounded up to the minute) and its tolerance, however long the tests run
+# past the job's clock (rounded up to the minute) and its tolerance, however long the tests run
+FUTURE = NOW + 3_600_000
 SCREEN_CASES: dict[str, tuple[dict[str, Any], list[tuple[str, int | None]], bool]] = {
     "clean": ({}, [], True),
     "a topic at the longest a name may be": ({"topics": [LONG]}, [], True),
@@ -246,6 +245,8 @@ SCREEN_CASES: dict[str, tuple[dict[str, Any], list[tuple[str, int | None]], bool
     ),
     "an unreferenced topic too long": ({"topics": ["t", LONG + "x"]}, [], False),
     "a negative LEO": ({"followers.leo": [5, -1]}, [("negative_value", 3)], False),
+    "a negative broker id": ({"followers.broker_id": [2, -3]}, [("negative_value", -3)], False),
+    "a negative previous time": ({"followers.prev_t_ms": [NOW - 1000, -1]}, [("negative_value", 3)], False),
     "a negative high watermark": ({"partitions.hw": [-1]}, [("negative_value", 2), ("negative_value", 3)], False),
     "a time in the future": ({"followers.t_ms": [NOW, FUTURE]}, [("future_t", 3)], False),
     "previous leader LEO unknown": ({"followers.prev_leader_leo": [None, 5]}, [], True),
