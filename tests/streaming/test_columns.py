@@ -268,3 +268,12 @@ def test_the_screen_clears_only_records_whose_every_observation_is_good(spark) -
     screen = parse._columns_clean(F.col("rec"), F.lit(int(time.time() * 1000)).cast("long"), 60_000)
     cleared = {names[r[0]]: r[1] for r in records.select("source_offset", screen).collect()}
     assert cleared == {n: clean for n, (_, _, clean) in SCREEN_CASES.items()}
+
+
+def test_every_observation_reason_has_a_screen_case() -> None:
+    """A new reason an observation can be rejected for must get its case above: the screen's
+    bounds are written beside ``_observation_reason``, not derived from it."""
+    whole = {"bad_isr_change", "bad_broker_counters", "bad_gone"}  # entries of their own, not observations
+    observation_reasons = (set(parse.REASONS) - set(parse.RECORD_REASONS) - whole) | {"name_too_long"}
+    covered = {reason for _, want, _ in SCREEN_CASES.values() for reason, _ in want}
+    assert observation_reasons == covered
