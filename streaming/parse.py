@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypedDict
 
 import pyspark.sql.functions as F
@@ -285,10 +286,10 @@ def _columns_bad(r: Column) -> Column:
     return F.coalesce(bad, F.lit(True))
 
 
-def _column_observation(r: Column, i: Column, p: Column | None = None) -> Column:
+def _column_fields(r: Column, i: Column, p: Column | None = None) -> dict[str, Column]:
     """Observation ``i`` (0-based) of a version-3 body ``r`` whose columns fit
-    (``_columns_bad`` false), as the struct a version-1 record holds; ``p``: its
-    ``followers.p`` when known. A field whose index is null reads as null."""
+    (``_columns_bad`` false), field by field; ``p``: its ``followers.p`` when known. A field
+    whose index is null reads as null."""
 
     def at(values: Column, index: Column) -> Column:
         return F.try_element_at(values, index + 1)
@@ -297,6 +298,12 @@ def _column_observation(r: Column, i: Column, p: Column | None = None) -> Column
     fields = {f: at(r["partitions"][f], p) for f in (*PARTITION_FIELDS, *OPTIONAL_PARTITION_FIELDS)}
     fields["topic"] = at(r["topics"], fields["topic"])
     fields.update((f, at(r["followers"][f], i)) for f in FOLLOWER_FIELDS)
+    return fields
+
+
+def _column_observation(r: Column, i: Column, p: Column | None = None) -> Column:
+    """``_column_fields`` as the struct a version-1 record holds."""
+    fields = _column_fields(r, i, p)
     return F.struct(*[fields[f].alias(f) for f in _OBSERVATION_FIELDS])
 
 
@@ -338,7 +345,10 @@ def _kept_columns() -> tuple[Column | str, ...]:
     )
 
 
-def _observation_reason(o: Column, now_ms: Column, future_tolerance_ms: int | None) -> Column:
+def _observation_reason(o: Column | Mapping[str, Column], now_ms: Column, future_tolerance_ms: int | None) -> Column:
+    """Why observation ``o`` is a dead letter, else null. ``o``: the observation's struct, or its
+    fields by name (``_column_fields``: each check then holds only the fields it reads, not the
+    whole struct once per field read, which Spark would analyse again at every batch)."""
     missing = (
         o["topic"].isNull()
         | (o["topic"] == "")
@@ -608,7 +618,7 @@ def _side_columns(future_tolerance_ms: int | None, now_ms: int | None) -> tuple[
     checked = (n > 0) & ~_columns_clean(r, now, future_tolerance_ms)
     positions = F.when(checked, F.sequence(F.lit(0), n - 1)).otherwise(F.array().cast("array<int>"))
     bad_positions = F.filter(
-        positions, lambda i: _observation_reason(_column_observation(r, i), now, future_tolerance_ms).isNotNull()
+        positions, lambda i: _observation_reason(_column_fields(r, i), now, future_tolerance_ms).isNotNull()
     )
     columnar_bad = F.transform(bad_positions, lambda i: _column_observation(r, i))
     bad_obs = F.when(r["version"] >= COLUMNS_FROM, columnar_bad).otherwise(listed_bad)
