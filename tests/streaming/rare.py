@@ -13,9 +13,10 @@ from streaming.batch import evaluate_records
 from streaming.replicas import StateTable
 
 
-def rare_rows(batch: Any, future_tolerance_ms: int | None) -> dict[str, list[dict[str, Any]]]:
+def rare_rows(batch: Any, future_tolerance_ms: int | None) -> dict[str, list[Any]]:
     """{"deadletters": [...], "isr_changes": [...], "counters": [...], "gone": [...], "identities": [...]}
-    of ``batch`` (the Kafka source's columns)."""
+    of ``batch`` (the Kafka source's columns), each list as ``BatchOutput`` holds it (dicts;
+    tuples for the last two)."""
     with tempfile.TemporaryDirectory(prefix="isrwatch-rare-") as checkpoint:
         table = StateTable(batch.sparkSession, checkpoint)
         out = evaluate_records(
