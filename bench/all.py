@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps(results, indent=1, default=_plain))
 
     if not {"throughput", "scale", "stages"} <= skip:
-        from streaming.session import build_session
+        from streaming.lifecycle.session import build_session
 
         spark = build_session("local[2]", 2, app_name="isrwatch-bench")
         kafka = bkafka.start_cluster()

@@ -1,7 +1,7 @@
 """The throughput benchmark's baselines, over the same telemetry as the job.
 
 * ``run_ceiling``: Spark's own aggregation of the observation rows already in memory
-  (``streaming.state.replica_aggregates`` as a streaming query with RocksDB state,
+  (``streaming.evaluation.state.replica_aggregates`` as a streaming query with RocksDB state,
   reading the rows pre-parsed into Parquet on /dev/shm, to a no-op sink);
 * ``run_naive``: ``bench.naive`` (transformWithStateInPandas) over the same topic;
 * ``raw_parquet`` / ``raw_frame``: records as Parquet files with the Kafka source's columns.
@@ -52,7 +52,7 @@ def raw_frame(spark: Any, path: str) -> Any:
 def run_ceiling(spark: Any, records: list[bytes], cap_records: int) -> float:
     """The job's aggregation over observation rows already in memory (Parquet on /dev/shm)."""
     from isrwatch.rule import Rule
-    from streaming import parse, state
+    from streaming.evaluation import parse, state
 
     base = tempfile.mkdtemp(prefix="bench-ceiling-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     stream_dir = os.path.join(base, "rows")
@@ -98,7 +98,7 @@ def _stop_quietly(spark: Any, q: Any) -> None:
     the interrupted tasks' stack traces at ERROR (a hundred lines that read as a failure
     of the benchmark). They are expected here, so Spark's log is off while it stops; a
     failure of the query itself was raised above, before this."""
-    from streaming.session import SPARK_LOG_LEVEL
+    from streaming.lifecycle.session import SPARK_LOG_LEVEL
 
     spark.sparkContext.setLogLevel("OFF")
     try:

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=12)
     args = ap.parse_args(argv)
     print_header("isrwatch RocksDB changelog checkpointing A/B")
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     spark = build_session("local[2]", 2, app_name="isrwatch-bench-changelog")
     kafka = bkafka.start_cluster()

@@ -2,7 +2,7 @@
 
 N ok follower replicas (the layout of ``bench.load.Fleet``) as the driver
 receives them: an Arrow table of the driver's rows, read by
-``streaming.evaluate.statuses_from_arrow`` (so every value is the Python
+``streaming.driver.rows.statuses_from_arrow`` (so every value is the Python
 object the job makes) into ``Monitor.apply_statuses`` with the exporter's
 ``StatusStore``, two batches (the second replaces every status, as a steady
 batch does). Measured by ``tracemalloc`` in this process alone, no Spark: the
@@ -67,8 +67,8 @@ def measure(replicas: int, top: int = 12) -> dict[str, Any]:
     from exporter.store import StatusStore
     from isrwatch.rule import RuleConfig
     from isrwatch.status import Thresholds
-    from streaming.evaluate import statuses_from_arrow
-    from streaming.monitor import Monitor
+    from streaming.driver.monitor import Monitor
+    from streaming.driver.rows import statuses_from_arrow
 
     class NoSink:
         def send(self, transition: Any, now_ms: int) -> None:

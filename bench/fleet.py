@@ -7,7 +7,7 @@ most once in a 1 s batch. 0.1 % of the replicas (``NOT_OK_EVERY``) fall behind f
 second round on (they fetch at half their leader's pace: Nearing, then OutOfSync), the rest
 stay caught up. The feed is built before it starts (``bench.load.Fleet``, in the
 collector's telemetry version) by a separate process, which then only sends each second's
-slice at its second, so the feed's own CPU is not the job's; the job (``streaming.job.run``,
+slice at its second, so the feed's own CPU is not the job's; the job (``streaming.lifecycle.job.run``,
 its defaults: 1 s trigger) runs in this process, which is its driver.
 
 Per fleet size, from the batches that end after the first round (the state holds the whole fleet
@@ -115,7 +115,7 @@ def _reached(log: BatchLog, t: float, wall0: float) -> bool:
 
 
 class _Restarts(logging.Handler):
-    """Counts the job's ``query_restarting`` lines: a batch that failed (``streaming.job``)."""
+    """Counts the job's ``query_restarting`` lines: a batch that failed (the ``streaming.job`` logger)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -128,8 +128,8 @@ class _Restarts(logging.Handler):
 
 def run_size(replicas: int, version: int = VERSION) -> dict[str, Any]:
     """One fleet size: the job against the live feed; its batches and the figures above."""
-    from streaming import job
-    from streaming.session import build_session
+    from streaming.lifecycle import job
+    from streaming.lifecycle.session import build_session
     from streaming.settings import JobSettings
 
     spark = build_session("local[2]", 2, app_name="isrwatch-bench-fleet")

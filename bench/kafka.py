@@ -121,7 +121,7 @@ def consume_all(
 def job_source(spark: Any, kafka: LocalKafka, topic: str, cap_records: int, state_dir: str | None = None) -> Any:
     """``topic`` through the job's Kafka source (``isrwatch-kafka``) from its earliest offset, at
     most ``cap_records`` records a batch; ``state_dir``: the source's stateDir, as the job sets it."""
-    from streaming import source_kafka
+    from streaming.sources import source_kafka
 
     source_kafka.register(spark)
     reader = (

@@ -2,7 +2,7 @@
 Alertmanager holds the alert. The job's own path beside the rule-based path.
 
 Everything is real and on loopback: a local Kafka (``localkafka``), the job
-(``streaming.job.run``, Kafka mode, 1 s trigger, ``--alertmanager-url``), the
+(``streaming.lifecycle.job.run``, Kafka mode, 1 s trigger, ``--alertmanager-url``), the
 exporter (``exporter.main.Exporter``) on the job's state topic, Prometheus
 scraping it and evaluating the shipped rules (``deploy/prometheus/rules``) at
 the shipped 5 s intervals, and one Alertmanager receiving both. Prometheus
@@ -173,9 +173,9 @@ def run(
     from exporter.settings import ExporterSettings
     from localkafka import COMPAT_CONFIG
     from localservices import alertmanager, prometheus
-    from streaming import job
-    from streaming.query import JOB_QUERY
-    from streaming.session import build_session
+    from streaming.lifecycle import job
+    from streaming.lifecycle.query import JOB_QUERY
+    from streaming.lifecycle.session import build_session
 
     fleet = Fleet(replicas)
     work = Path(tempfile.mkdtemp(prefix="bench-latency-"))

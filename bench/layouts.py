@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     args = ap.parse_args(argv)
     print_header("isrwatch telemetry layouts: bytes and parse")
     from bench import kafka as bkafka
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     spark = build_session("local[2]", 2, app_name="isrwatch-bench-layouts")
     kafka = bkafka.start_cluster() if args.kafka else None

@@ -5,7 +5,7 @@ Without the ``prev_*`` fields, a replica's ``lastCaughtUpTimeMs`` needs its
 observations in order and the previous one's leader LEO: an ordered state
 machine per replica, kept in Spark's state store (RocksDB) and run in Python
 for every observation. It reads the same Kafka topic through the same source
-and the job's own parse (``streaming.parse``); only the operator differs, and
+and the job's own parse (``streaming.evaluation.parse``); only the operator differs, and
 its output goes to a no-op sink (no driver evaluation): the comparison favours
 the naive design.
 
@@ -25,8 +25,8 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from isrwatch.rule import Rule, observed_caught_up_time
-from streaming import parse
-from streaming.state import KEY_COLUMNS
+from streaming.evaluation import parse
+from streaming.evaluation.state import KEY_COLUMNS
 
 __all__ = ["NaiveReplicaState", "OUTPUT_SCHEMA", "naive_aggregates", "start_naive"]
 

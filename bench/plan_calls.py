@@ -7,7 +7,7 @@ the batch (docs/benchmarks.md, "A small batch's second"). ``timed()`` wraps
 those methods of PySpark's DataFrame for the duration of a ``with`` block and
 adds up each call's time by call site: the file and line in this repository
 that made it (PySpark's own internal calls are counted at the job's line that
-led to them); ``streaming.projection.select`` counts as a ``select``. Each ``toArrow`` is also split by Spark's own planning tracker
+led to them); ``streaming.evaluation.projection.select`` counts as a ``select``. Each ``toArrow`` is also split by Spark's own planning tracker
 (``QueryExecution.tracker``): its optimisation and physical planning, which belong
 to building the plan, and the rest, its Spark job (``CallTimes.job_ms``).
 
@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from streaming import projection
+from streaming.evaluation import projection
 
 __all__ = ["CallTimes", "timed", "METHODS"]
 
@@ -140,7 +140,7 @@ def timed(times: CallTimes | None = None) -> Iterator[CallTimes]:
 
     for name, method in originals.items():
         setattr(DataFrame, name, wrap(name, method))
-    # the job's selects of lists handed to the JVM once (streaming.projection) are selects too
+    # the job's selects of lists handed to the JVM once (streaming.evaluation.projection) are selects too
     projected = projection.select
     projection.select = wrap("select", projected)
     try:

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--telemetry-version", type=int, default=VERSION, choices=sorted(SUPPORTED_VERSIONS))
     args = ap.parse_args(argv)
     print_header("isrwatch quick throughput comparison")
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     spark = build_session("local[2]", 2, app_name="isrwatch-bench-quick")
     kafka = bkafka.start_cluster()

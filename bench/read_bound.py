@@ -6,11 +6,11 @@ job must also read the records from Kafka and parse them. This runs, in one Spar
 over the same records, side by side:
 
 * ``ceiling``: ``run_ceiling``, as ``make bench-quick`` measures it;
-* ``read``: the job's Kafka source (``isrwatch-kafka``, the options ``streaming.source``
+* ``read``: the job's Kafka source (``isrwatch-kafka``, the options ``streaming.sources.source``
   gives it) to a no-op sink: the read alone;
 * ``read_parse``: the same, parsed and exploded to observations as the job does
-  (``streaming.parse``), to a no-op sink;
-* ``read_parse_aggregate``: the ceiling's own query (``streaming.state.replica_aggregates``,
+  (``streaming.evaluation.parse``), to a no-op sink;
+* ``read_parse_aggregate``: the ceiling's own query (``streaming.evaluation.state.replica_aggregates``,
   its RocksDB state, a no-op sink) over those observations: the ceiling's work behind the
   job's read and parse, and no more.
 
@@ -104,7 +104,7 @@ def _queries(spark: Any, kafka: Any, topic: str, cap: int, version: int) -> dict
     from pyspark.sql import functions as F
 
     from isrwatch.rule import Rule
-    from streaming import parse, state
+    from streaming.evaluation import parse, state
 
     def raw(checkpoint: str) -> Any:
         return bkafka.job_source(spark, kafka, topic, cap, os.path.join(checkpoint, "source"))
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args(argv)
     print_header("isrwatch: the in-memory ceiling against the job's own read and parse")
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     spark = build_session("local[2]", 2, app_name="isrwatch-bench-read-bound")
     kafka = bkafka.start_cluster()

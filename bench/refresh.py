@@ -1,6 +1,6 @@
 """A/B of ``--ok-refresh-batches``: the job drains the same backlog with 1 and with N.
 
-The job in Kafka mode (``streaming.job.run``) over a backlog of whole rounds of
+The job in Kafka mode (``streaming.lifecycle.job.run``) over a backlog of whole rounds of
 ``bench.load.Fleet``; the rate is the backlog after the first batch over the
 time from the end of the first batch to the end of the last, from the job's
 ``batch ...`` lines (``bench.throughput.run_e2e`` waits for the driver to
@@ -37,7 +37,7 @@ def backlog(replicas: int, rounds: int) -> tuple[Fleet, list[bytes]]:
 
 def drain(spark, kafka, records: list[bytes], per_record: int, cap: int, refresh: int, **extra) -> dict:  # type: ignore[no-untyped-def]
     """The job drains ``records`` in batches of ``cap`` records; ``extra``: more of the job's settings."""
-    from streaming import job
+    from streaming.lifecycle import job
 
     expected = -(-len(records) // cap)
     topic = bkafka.new_topic(kafka, f"bench-refresh-{refresh}")
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--batch-observations", type=int, default=100_000)
     args = ap.parse_args(argv)
     print_header("isrwatch --ok-refresh-batches A/B")
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     fleet, records = backlog(args.replicas, args.rounds)
     cap = max(1, args.batch_observations // fleet.per_record)

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.replicas < 1 or args.batch_observations < 1 or args.batches < 2:
         ap.error("--replicas and --batch-observations must be at least 1, --batches at least 2")
     header = print_header("isrwatch at scale")
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     spark = build_session("local[2]", args.shuffle_partitions, app_name="isrwatch-bench-scale")
     kafka = bkafka.start_cluster()

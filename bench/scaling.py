@@ -52,7 +52,7 @@ def run_placement(
     ``warm_runs`` more times in the same session, each from a fresh checkpoint; the CPU seconds
     of every process of the placement are counted around each drain."""
     from localspark import LocalSpark
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     with contextlib.ExitStack() as stack:
         groups = {os.getpgrp()}

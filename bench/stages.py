@@ -13,15 +13,15 @@ to a no-op sink (Spark is lazy, so each prefix includes those before it):
   replica's seed and observations) filtered to the changes and newest rows;
 * ``spark_s``: ``batch.evaluate_records`` whole, as the job calls it: the above,
   the rows for the driver and the rare rows (dead letters, ISR changes) to Arrow;
-* ``driver_s``: ``batch.split_driver_rows`` and ``Monitor.apply_statuses`` (the
+* ``driver_s``: ``rows.split_driver_rows`` and ``Monitor.apply_statuses`` (the
   exporter store, the alert book), profiled with cProfile;
-* ``state_write_s``: ``BatchOutput.finish`` (the state table's new version);
-* ``aggregate_s``: for comparison, ``streaming.state.replica_aggregates`` over the
+* ``state_write_s``: ``statewriter.write_batch_state`` (the state table's new version);
+* ``aggregate_s``: for comparison, ``streaming.evaluation.state.replica_aggregates`` over the
   same observation rows already parsed and cached: the core of the benchmarks'
   in-memory ceiling (``bench.throughput``), in batch mode.
 
 With a Kafka cluster, also ``source_obs_per_s``: the job's own source
-(``streaming.source.kafka_stream``, the isrwatch-kafka Python data source) reading
+(``streaming.sources.source.kafka_stream``, the isrwatch-kafka Python data source) reading
 the same records from a real topic, each batch's values summed and nothing else,
 beside ``input_obs_per_s``, a plain confluent-kafka consumer.
 
@@ -96,10 +96,13 @@ def measure(
     from exporter.store import StatusStore
     from isrwatch.rule import Rule, RuleConfig
     from isrwatch.status import Thresholds
-    from streaming import parse, state
-    from streaming import replicas as rep
-    from streaming.batch import evaluate_records, split_driver_rows
-    from streaming.monitor import Monitor
+    from streaming.driver.monitor import Monitor
+    from streaming.driver.rows import split_driver_rows
+    from streaming.evaluation import parse, state
+    from streaming.evaluation import replicas as rep
+    from streaming.evaluation.batch import evaluate_records
+    from streaming.evaluation.statetable import StateTable
+    from streaming.sinks.statewriter import write_batch_state
 
     fleet = Fleet(replicas)
     batches: list[list[bytes]] = [[], []]
@@ -121,13 +124,13 @@ def measure(
     }
     try:
         raw0, raw1 = _raw(spark, batches[0], base, "b0"), _raw(spark, batches[1], base, "b1")
-        table = rep.StateTable(spark, os.path.join(base, "checkpoint"))
+        table = StateTable(spark, os.path.join(base, "checkpoint"))
         monitor = Monitor(cfg, th, default_min_isr=1, stale_after_s=15, store=StatusStore(), sinks=[])
         # Batch 0: the warm-up (code generation, JIT) and the state batch 1 carries in.
         first = evaluate_records(raw0, 0, table, cfg, th, future_tolerance_ms=None, max_gap_ms=max_gap)
         changes, finals = split_driver_rows(first.table)
         monitor.apply_statuses(0, finals, changes)
-        first.finish()
+        write_batch_state(first, table, 0)
 
         parsed = parse.parse_records(raw1)
         out["parse_s"] = noop_s(parsed, repeat)
@@ -146,7 +149,7 @@ def measure(
                 done = evaluate_records(raw1, 1, table, cfg, th, future_tolerance_ms=None, max_gap_ms=max_gap)
             spark_runs.append(done.spark_s)
             if len(spark_runs) < repeat:
-                done.finish()
+                write_batch_state(done, table, 1)
         if call_times is not None:
             print(f"-- DataFrame calls of evaluate_records, telemetry version {version}, a batch (mean of {repeat}):")
             print(call_times.table(runs=repeat, top=top))
@@ -163,7 +166,7 @@ def measure(
         monitor.apply_statuses(1, finals, changes)
         out["driver_s"] = time.perf_counter() - t0
         prof.disable()
-        out["state_write_s"], _ = _timed(done.finish)
+        out["state_write_s"], _ = _timed(lambda: write_batch_state(done, table, 1))
 
         held = good.cache()
         held.count()
@@ -185,7 +188,7 @@ def source_alone(spark: Any, kafka: Any, records: list[bytes], per_record: int) 
     """The job's source over a real topic of ``records``, and a plain consumer, in obs/s."""
     import pyspark.sql.functions as F
 
-    from streaming.source import kafka_stream
+    from streaming.sources.source import kafka_stream
 
     topic = bkafka.new_topic(kafka, "bench-source")
     n, _ = bkafka.produce(kafka, topic, records)
@@ -234,7 +237,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     versions = [int(v) for v in args.versions.split(",")]
     print_header("isrwatch per-stage cost of one micro-batch")
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     spark = build_session("local[2]", 2, app_name="isrwatch-bench-stages")
     kafka = None if args.no_kafka else bkafka.start_cluster()

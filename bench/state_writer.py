@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     ap.add_argument("--runs", type=int, default=3, help="runs of each setting, alternating")
     args = ap.parse_args(argv)
     print_header("isrwatch --state-writer A/B")
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     fleet, records = backlog(args.replicas, args.rounds)
     cap = -(-len(records) // args.rounds)  # one round a batch: each replica observed once

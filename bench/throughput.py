@@ -4,14 +4,14 @@ For each fleet size (distinct replicas) the telemetry topic on a real local
 Kafka is filled with whole polling rounds (``bench.load.Fleet``), then read
 in the same run by:
 
-* ``e2e``: the real job (``streaming.job.run``, Kafka mode): its one query,
+* ``e2e``: the real job (``streaming.lifecycle.job.run``, Kafka mode): its one query,
   the isrwatch-kafka source -> one parse -> the state carried from the last
-  batch and every observation, evaluated per replica (``streaming.batch``) ->
+  batch and every observation, evaluated per replica (``streaming.evaluation.batch``) ->
   the state table, the driver's changes, the state and alerts topics. Rate:
   observations the driver reports per batch, over the wall time between the
   end of the first batch (start-up) and the end of the last;
 * ``ceiling``: Spark's own aggregation of the same observation rows already
-  in memory: ``streaming.state.replica_aggregates`` (the two-query job's
+  in memory: ``streaming.evaluation.state.replica_aggregates`` (the two-query job's
   aggregation) as a streaming query with RocksDB state in update mode, same
   batch size, reading the rows pre-parsed into Parquet on /dev/shm (memory),
   to a no-op sink;
@@ -105,7 +105,7 @@ class Result:
 
 
 class BatchLog(logging.Handler):
-    """Collects the job's ``batch ...`` INFO lines (``streaming.job``): for each,
+    """Collects the job's ``batch ...`` INFO lines (the ``streaming.job`` logger): for each,
     (perf_counter when logged, its key=value fields)."""
 
     def __init__(self) -> None:
@@ -181,8 +181,8 @@ def run_e2e(
     ``batches`` batches have run (with ``ok_refresh_batches`` > 1 the driver counts a
     replica's observations only when it is next refreshed). Returns (obs/s, batches,
     memory, stages)."""
-    from streaming import job
-    from streaming.query import JOB_QUERY
+    from streaming.lifecycle import job
+    from streaming.lifecycle.query import JOB_QUERY
 
     checkpoint = tempfile.mkdtemp(prefix="bench-e2e-")
     settings = job_settings(kafka, topic, checkpoint, cap_records, trigger_s, **extra)
@@ -264,7 +264,7 @@ def run_e2e(
 
 def _stages(progress: dict[str, list[dict[str, Any]]], b: list[tuple[float, int, int]]) -> dict[str, float]:
     """Where the time goes, summed over the batches after the first, in seconds."""
-    from streaming.query import JOB_QUERY
+    from streaming.lifecycle.query import JOB_QUERY
 
     out: dict[str, float] = {"wall": b[-1][0] - b[0][0], "driver_evaluation": sum(x[2] for x in b[1:]) / 1000}
     for name, key in ((JOB_QUERY, "job"),):
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     print_header("isrwatch throughput: end to end vs in-memory ceiling, input ceiling, naive design")
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     sizes, rounds = _ints(args.replicas), _ints(args.rounds)
     results = []

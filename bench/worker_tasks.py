@@ -1,4 +1,4 @@
-"""Spark Python worker tasks with and without ``streaming.worker_path.quiet_zip_invalidation``.
+"""Spark Python worker tasks with and without ``streaming.sources.worker_path.quiet_zip_invalidation``.
 
 ``python -m bench.worker_tasks`` runs the same small Python tasks (one per telemetry range
 in the job: a task that reads a few records) in Spark local mode, in alternating fresh
@@ -32,7 +32,7 @@ MODES = ("as-given", "quiet")
 def _measure(mode: str, tasks: int) -> dict[str, float]:
     """In this process: one Spark session, a warm-up, then one job of ``tasks`` tasks;
     -> wall ms per task and the Python workers that ran them."""
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     spark = build_session("local[2]", 2, app_name=f"isrwatch-bench-worker-{mode}")
     sc = spark.sparkContext
@@ -42,7 +42,7 @@ def _measure(mode: str, tasks: int) -> dict[str, float]:
         import os
 
         if quiet:
-            from streaming.worker_path import quiet_zip_invalidation
+            from streaming.sources.worker_path import quiet_zip_invalidation
 
             quiet_zip_invalidation()
         n = sum(1 for _ in rows)

@@ -24,7 +24,7 @@ from isrwatch.clientconfig import kafka_python_config, librdkafka_config
 from isrwatch.exceptions import IsrwatchError
 from isrwatch.rule import AUTO, Rule, RuleConfig, chosen_rule
 from isrwatch.settings import kafka_config_pairs
-from streaming import origin as origins
+from streaming.lifecycle import origin as origins
 
 __all__ = ["Row", "OK", "WARN", "FAIL", "SKIP", "run_checks"]
 

@@ -157,12 +157,12 @@ class StatusStore:
     _cluster_partitions: dict[str, int] = field(default_factory=dict, repr=False)
     # how the process feeding this store is doing (exporter.health), served with its data
     health: Health = field(default_factory=Health)
-    # whether isrwatch warned before each real shrink (the job feeds it: streaming.monitor, streaming.handler)
+    # whether isrwatch warned before each real shrink (the job feeds it: streaming.driver.monitor, streaming.driver.rare)
     outcomes: ShrinkOutcomes = field(default_factory=ShrinkOutcomes)
 
     def update(self, statuses: Iterable[ReplicaStatus], *, telemetry: bool = True) -> None:
         """Replace each given replica's status (newer or not: last write wins). ``telemetry``
-        False: statuses carried past their telemetry (streaming.lookahead), whose times do
+        False: statuses carried past their telemetry (streaming.driver.lookahead), whose times do
         not move the cluster's telemetry time."""
         grouped: dict[PartitionKey, list[ReplicaStatus]] = {}
         for s in statuses:

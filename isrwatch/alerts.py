@@ -3,7 +3,7 @@
 An ``Alert`` maps one to one onto an Alertmanager API v2 alert object.
 ``AlertBook`` remembers what is firing and turns each evaluation into the
 transitions to send: started, resolved (and, for re-sending, what still
-holds). Pure Python, no I/O; delivery lives in ``streaming.notify``.
+holds). Pure Python, no I/O; delivery lives in ``streaming.driver.notify``.
 """
 
 from __future__ import annotations

@@ -39,6 +39,6 @@ class RunSettings:
 
 def run(settings: RunSettings) -> int:
     """``isrwatch run``: the job, given each component's settings."""
-    from streaming.job import run as run_job
+    from streaming.lifecycle.job import run as run_job
 
     return run_job(settings.job, alerting=settings.alerting, series=settings.series, simulator=settings.simulator)

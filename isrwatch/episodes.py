@@ -4,7 +4,7 @@
 ``ReplicaAggregate`` the job keeps); ``state_changes`` folds a replica's
 observations in time order and evaluates it after each one, returning every
 change of state (and of lag state) with the telemetry time it happened. The
-streaming job computes the same in Spark (``streaming.replicas``); tests hold
+streaming job computes the same in Spark (``streaming.evaluation.replicas``); tests hold
 the two to each other. Pure Python, no I/O.
 """
 
@@ -43,7 +43,7 @@ def fold(
     leo, leader_leo, prev_leo = o.get("leo"), o.get("leader_leo"), o.get("prev_leo")
     prev_t, prev_leader_leo = o.get("prev_t_ms"), o.get("prev_leader_leo")
     # Against the replica's previous observation as folded so far (the newest), for
-    # an observation newer than it (streaming.replicas._history_exprs).
+    # an observation newer than it (streaming.evaluation.replicas._history_exprs).
     before = agg if agg is not None and agg.last_t_ms < t else None
     unseen = False
     if before is not None and prev_t is None:  # the collector did not see it last round: the state did

@@ -96,7 +96,7 @@ class RuleConfig:
             raise ValueError(f"lag_max_messages={self.lag_max_messages} must be > 0")
 
 
-# What reads as a version (the job's Spark form reads the same: ``streaming.state.variant_exprs``).
+# What reads as a version (the job's Spark form reads the same: ``streaming.evaluation.state.variant_exprs``).
 KAFKA_VERSION_PATTERN = r"[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?"
 
 

@@ -212,7 +212,7 @@ def evaluate(agg: ReplicaAggregate, cluster_now_ms: int, cfg: RuleConfig, th: Th
 
     in_isr = agg.broker_id in agg.isr
     # silent in the newest round, its leader's last answer stall_after_ms after its own
-    # (streaming.evaluate: a round its leader missed does not end it)
+    # (streaming.evaluation.evaluate: a round its leader missed does not end it)
     stalled = (
         agg.leo is None
         and now - (agg.last_answer_ms if agg.last_answer_ms is not None else agg.first_t_ms) >= th.stall_after_ms

@@ -3,7 +3,7 @@
 One record (a Kafka record, or one line of the embedded spool) holds many observations of one
 cluster, JSON encoded: version 4 (observations as columns, with ``gone`` and, optional,
 ``cluster_id`` and ``endpoints``, by which the job knows which watched cluster carries its own
-telemetry: ``streaming.identity``) is what isrwatch writes; versions 1 to 3 are still read. The
+telemetry: ``streaming.driver.identity``) is what isrwatch writes; versions 1 to 3 are still read. The
 dataclasses here (``TelemetryRecord``, ``Observation``, ...) state the format; ``encode_record``
 and ``decode_record`` write and read it, ``SPARK_SCHEMA_DDL`` is the shape the job parses with.
 The JSON Schemas are ``isrwatch/schema/telemetry-v{1,2,3,4}.schema.json``; docs/telemetry.md
@@ -125,7 +125,7 @@ class GoneReplica:
 class BrokerEndpoint:
     """A broker of the watched cluster and the address its metadata gives for it (version 4,
     optional): with ``cluster_id``, how the job knows a watched cluster is the one that
-    carries its telemetry (``streaming.identity``)."""
+    carries its telemetry (``streaming.driver.identity``)."""
 
     broker_id: int
     host: str
@@ -254,7 +254,7 @@ def decode_record(data: bytes | str) -> TelemetryRecord:
     format's shape: not JSON, not an object, an unknown version, a field missing, or a
     field of the wrong JSON type (a number where an integer belongs, text for a number,
     an integer past 64 bits). The values themselves (negative offsets, times in the
-    future, an offset going backwards) are the streaming job's checks (``streaming.parse``,
+    future, an offset going backwards) are the streaming job's checks (``streaming.evaluation.parse``,
     in Spark), not made here. For tests and tools (``isrwatch doctor``).
     """
     body = jsontext.loads(data)

@@ -1,8 +1,8 @@
 """``isrwatch replay``: the recording evaluated under every setting asked for, in Spark batch mode.
 
-The recording is parsed once with the job's parser (``streaming.parse``: what the job would
+The recording is parsed once with the job's parser (``streaming.evaluation.parse``: what the job would
 reject is counted as rejected here); then, per setting, the job's own expressions
-(``streaming.replicas.evaluate_batch``, an empty carried state, the whole recording as one
+(``streaming.evaluation.replicas.evaluate_batch``, an empty carried state, the whole recording as one
 batch) give each follower's verdict at every observation, and the changes of its out-of-sync
 verdict go to ``replay.tally``. The observed ISR in the telemetry is left out of the verdict
 (it is what the recorded brokers did, not what the setting would do), and so is the
@@ -77,7 +77,7 @@ def settings_to_run(s: ReplaySettings) -> list[Setting]:
 def _transitions(evaluated: DataFrame) -> list[Transition]:
     import pyspark.sql.functions as F
 
-    from streaming import replicas
+    from streaming.evaluation import replicas
 
     out_of_sync = F.col("lag_state") == State.OUT_OF_SYNC.value
     warning = F.col("lag_state").isin(State.NEARING.value, State.CRITICAL.value)
@@ -116,8 +116,8 @@ def _longest_recovered(evaluated: DataFrame) -> dict[str, Any] | None:
     import pyspark.sql.functions as F
     from pyspark.sql import Window
 
-    from streaming import replicas
-    from streaming.state import KEY_COLUMNS
+    from streaming.evaluation import replicas
+    from streaming.evaluation.state import KEY_COLUMNS
 
     episodes = (
         evaluated.where(F.col(replicas.SEED) == 0)
@@ -150,7 +150,7 @@ def replay(
     import pyspark.sql.functions as F
     from pyspark import StorageLevel
 
-    from streaming import parse, replicas
+    from streaming.evaluation import parse, replicas
 
     parsed = parse.parse_records(raw).persist(StorageLevel.MEMORY_AND_DISK)
     obs = parse.observations(parsed, None).persist(StorageLevel.MEMORY_AND_DISK)
@@ -284,8 +284,8 @@ def _recording(settings: ReplaySettings) -> tuple[Iterator[bytes], str]:
 
 
 def main(settings: ReplaySettings) -> int:
-    from streaming.session import build_session
-    from streaming.source_spool import RAW_SCHEMA
+    from streaming.lifecycle.session import build_session
+    from streaming.sources.source_spool import RAW_SCHEMA
 
     to_run = settings_to_run(settings)
     records, what = _recording(settings)

@@ -60,7 +60,7 @@ def read_topic(bootstrap_servers: str, topic: str, kafka_config: dict[str, str])
     from confluent_kafka import Consumer, TopicPartition
 
     from isrwatch.exceptions import UnreachableError
-    from streaming.source_kafka import consumer_config, describe_topic, rdlog
+    from streaming.sources.source_kafka import consumer_config, describe_topic, rdlog
 
     options = {"kafka.bootstrap.servers": bootstrap_servers, **{f"kafka.{k}": v for k, v in kafka_config.items()}}
     _, low, high = describe_topic(options, topic, timeout_s=30.0)

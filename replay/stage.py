@@ -28,10 +28,10 @@ _PROGRESS_EVERY = 100_000
 
 
 def _table(records: list[bytes], first_offset: int) -> pa.Table:
-    """The records in the Kafka source's columns (``streaming.source_spool.raw_arrow_schema``)."""
+    """The records in the Kafka source's columns (``streaming.sources.source_spool.raw_arrow_schema``)."""
     import pyarrow as pa
 
-    from streaming.source_spool import raw_arrow_schema
+    from streaming.sources.source_spool import raw_arrow_schema
 
     n = len(records)
     return pa.table(
@@ -73,6 +73,6 @@ def stage(records: Iterable[bytes], directory: str, what: str) -> int:
 
 def frame(spark: SparkSession, records: list[bytes]) -> DataFrame:
     """A few records as the Kafka source's columns, straight from memory (tests, small inputs)."""
-    from streaming.source_spool import RAW_SCHEMA
+    from streaming.sources.source_spool import RAW_SCHEMA
 
     return spark.createDataFrame(_table(records, 0), schema=RAW_SCHEMA)

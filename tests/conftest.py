@@ -137,7 +137,7 @@ def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
 def spark() -> Iterator[Any]:
     """A SparkSession shared by the session (local mode, started once): the job's
     expressions (tests/streaming) and the replay (tests/replay)."""
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     session = build_session("local[2]", 2, app_name="isrwatch-tests")
     yield session

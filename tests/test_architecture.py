@@ -20,16 +20,32 @@ PACKAGES = (
 )
 
 
+def _modules(package: str) -> list[Path]:
+    """The package's modules, those of its subpackages included."""
+    return sorted((ROOT / package).rglob("*.py"))
+
+
 def _section(package: str) -> str:
     m = re.search(rf"^\* \*\*{package}/\*\*(.*?)(?=^\* |\Z)", DOC, re.S | re.M)
     assert m, f"docs/architecture.md has no entry for {package}/"
     return m.group(1)
 
 
+def _listed(section: str) -> set[str]:
+    """The modules a package's entry names: `name.py`, and under a sub-entry ``* `sub/`, ...``
+    (a subpackage) as sub/name.py."""
+    parts = re.split(r"^\s+\* `([a-z_]+)/`", section, flags=re.M)
+    listed = set(re.findall(r"`([a-z_]+\.py)`", parts[0]))
+    for sub, text in zip(parts[1::2], parts[2::2], strict=True):
+        listed |= {f"{sub}/{name}" for name in re.findall(r"`([a-z_]+\.py)`", text)}
+    return listed
+
+
 def test_every_module_is_listed_under_its_package() -> None:
     for package in PACKAGES:
-        listed = set(re.findall(r"`([a-z_]+\.py)`", _section(package)))
-        modules = {p.name for p in (ROOT / package).glob("*.py") if p.name != "__init__.py"}
+        listed = _listed(_section(package))
+        # a subpackage's modules as subpackage/module.py (streaming/'s sources/, evaluation/, ...)
+        modules = {p.relative_to(ROOT / package).as_posix() for p in _modules(package) if p.name != "__init__.py"}
         assert modules == listed, (
             f"{package}/: not on the page {sorted(modules - listed)}, gone {sorted(listed - modules)}"
         )
@@ -91,22 +107,28 @@ def _modules_named_but_missing(package: str, doc: str) -> list[str]:
     return missing
 
 
+# the packages and their subpackages (streaming/sources, ...), each with its docstring
+WITH_SUBPACKAGES = tuple(
+    p.parent.relative_to(ROOT).as_posix() for package in PACKAGES for p in _modules(package) if p.name == "__init__.py"
+)
+
+
 def test_package_docstrings_name_only_modules_that_exist() -> None:
     wrong = [
         f"{package}/__init__.py names {name}, which is not a module of {package}/"
-        for package in PACKAGES
+        for package in WITH_SUBPACKAGES
         for name in _modules_named_but_missing(package, _package_docstring(package))
     ]
     assert not wrong, wrong
 
 
 def test_package_docstrings_point_to_the_architecture_page() -> None:
-    silent = [package for package in PACKAGES if "docs/architecture.md" not in _package_docstring(package)]
+    silent = [package for package in WITH_SUBPACKAGES if "docs/architecture.md" not in _package_docstring(package)]
     assert not silent, f"docstrings of {silent} do not point to docs/architecture.md"
 
 
 def test_the_docstring_check_sees_a_module_that_is_not_there() -> None:
-    doc = "``store`` holds statuses, ``collector`` declares families, ``streaming.query`` and server.py, gone.py"
+    doc = "``store`` holds statuses, ``collector`` declares families, ``streaming.lifecycle.query`` and server.py, gone.py"
     assert _modules_named_but_missing("exporter", doc) == ["collector", "gone.py"]
     assert _modules_named_but_missing("exporter", "``StatusStore``, ``render`` and ``isrwatch.nothing``") == [
         "isrwatch.nothing"
@@ -134,12 +156,13 @@ ALLOWED = {
     "doctor": {"streaming", "collector", "exporter", "simulator"},  # it checks what the job would use
     "replay": {"streaming", "simulator"},  # the job's own evaluation; simulator: --simulate, see below
 }
-# The embedded simulator is demo wiring: the job reaches it through streaming/feeder.py only.
-SIMULATOR_WIRING = {"streaming/feeder.py", "replay/settings.py", "replay/sources.py"}
+# The embedded simulator is demo wiring: the job reaches it through streaming/sources/feeder.py only.
+SIMULATOR_WIRING = {"streaming/sources/feeder.py", "replay/settings.py", "replay/sources.py"}
 
 
-def _imports(path: Path) -> set[str]:
-    """Top-level packages ``path`` imports at run time (imports only for type checking are left out)."""
+def _runtime_imports(path: Path) -> list[str]:
+    """What ``path`` imports at run time, as dotted names (``from a.b import c``: ``a.b.c``);
+    imports only for type checking are left out."""
     import ast
 
     tree = ast.parse(path.read_text())
@@ -147,21 +170,26 @@ def _imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             typing_only |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    found = set()
+    found = []
     for node in ast.walk(tree):
         if id(node) in typing_only:
             continue
         if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
+            found += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
+            found += [f"{node.module}.{a.name}" for a in node.names]
     return found
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level packages ``path`` imports at run time."""
+    return {name.split(".")[0] for name in _runtime_imports(path)}
 
 
 def test_components_depend_only_downward() -> None:
     wrong = []
     for package in PRODUCTION:
-        for path in sorted((ROOT / package).glob("*.py")):
+        for path in _modules(package):
             rel = path.relative_to(ROOT).as_posix()
             if rel in CLI_MODULES:
                 continue
@@ -181,3 +209,47 @@ def test_the_layer_check_sees_a_wrong_import(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import doctor\nfrom streaming import job\n"
     )
     assert _imports(bad) == {"typing", "streaming"}
+
+
+# -- inside streaming/: a micro-batch's path in one direction ---------------------------------
+# Each subpackage imports (at run time) only those after it: the life cycle wires the others;
+# the driver reads Spark's rows and writes through the sinks; the sinks write what the
+# evaluation's expressions made; the evaluation imports no other part of the job. The sources
+# are the life cycle's alone. (streaming/settings.py: every part may read it.)
+STREAMING_LAYERS = ("lifecycle", "driver", "sinks", "evaluation")
+STREAMING_PARTS = (*STREAMING_LAYERS, "sources")
+
+
+def _streaming_imports(path: Path) -> set[str]:
+    """The parts of streaming/ that ``path`` imports at run time."""
+    return {
+        parts[1]
+        for parts in (name.split(".") for name in _runtime_imports(path))
+        if parts[0] == "streaming" and len(parts) > 1 and parts[1] in STREAMING_PARTS
+    }
+
+
+def test_streaming_parts_depend_only_downward() -> None:
+    wrong = []
+    for path in _modules("streaming"):
+        rel = path.relative_to(ROOT / "streaming").parts
+        if len(rel) < 2:
+            continue  # settings.py, __init__.py
+        part = rel[0]
+        allowed = {part}
+        if part in STREAMING_LAYERS:
+            allowed |= set(STREAMING_LAYERS[STREAMING_LAYERS.index(part) :])
+        if part == "lifecycle":
+            allowed.add("sources")
+        for imported in _streaming_imports(path) - allowed:
+            wrong.append(f"streaming/{'/'.join(rel)} imports streaming/{imported}")
+    assert not wrong, wrong
+
+
+def test_the_streaming_check_sees_an_upward_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from streaming.lifecycle import job\n"
+        "from streaming.driver.lookahead import HORIZON_SHARE\nfrom streaming import sinks\n"
+    )
+    assert _streaming_imports(bad) == {"driver", "sinks"}

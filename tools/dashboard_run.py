@@ -129,8 +129,8 @@ def record() -> dict[str, Any]:
     """Run the scenario through the job with Prometheus scraping it; return
     every drawn panel's series, the job's alert events and the true ISR changes."""
     from simulator.run import feed_spool, now_ms
-    from streaming.job import JobHandles, run
-    from streaming.notify import StdoutSink
+    from streaming.driver.notify import StdoutSink
+    from streaming.lifecycle.job import JobHandles, run
     from streaming.settings import JobSettings
 
     work = Path(tempfile.mkdtemp(prefix="isrwatch-draw-"))

@@ -18,7 +18,7 @@ def bench_spark() -> Iterator[Any]:
     tests/replay/test_replay.py failed on it; the job now leaves it running.)"""
     from pyspark.sql import SparkSession
 
-    from streaming.session import build_session
+    from streaming.lifecycle.session import build_session
 
     shared = SparkSession.getActiveSession()
     spark = shared if shared is not None else build_session("local[2]", 2, app_name="isrwatch-test-bench")

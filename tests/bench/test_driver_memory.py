@@ -7,8 +7,9 @@ from bench import driver_memory
 
 
 def test_driver_memory_reports_bytes_per_replica_and_sites() -> None:
-    out = driver_memory.measure(2000, top=5)
+    out = driver_memory.measure(2000, top=10)
     assert out["replicas"] == 2000
     assert out["bytes_per_replica"] > 100  # every replica's status is held
-    assert len(out["sites"]) == 5 and all(per > 0 for _, per in out["sites"])
-    assert any(site.startswith("streaming/monitor.py") for site, _ in out["sites"])
+    assert len(out["sites"]) == 10 and all(per > 0 for _, per in out["sites"])
+    # the monitor's own holdings among the largest sites (5th at 2,000 replicas in a process of its own)
+    assert any(site.startswith("driver/monitor.py") for site, _ in out["sites"])

@@ -34,7 +34,7 @@ def test_stages_runs_every_stage_on_a_tiny_fleet(capsys: pytest.CaptureFixture[s
     assert "apply_statuses" in printed  # the driver's profile is printed
     # every DataFrame call of a batch by its line: the one Spark job is among them, and the calls
     # are most of the batch's Spark part (a small fleet's batch is its plan, not its data)
-    assert "toArrow (streaming/batch.py:" in printed and "select (streaming/parse.py:" in printed
+    assert "toArrow (streaming/evaluation/batch.py:" in printed and "select (streaming/evaluation/parse.py:" in printed
     assert 0 < runs[-1]["calls_ms"] <= runs[-1]["spark_s"] * 1000
     # ... split into building the plan and the one Spark job, both there
     assert runs[-1]["plan_ms"] > 0 and runs[-1]["job_ms"] > 0

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from collector.probe import Snapshot
 from doctor.checks import OK, WARN, _checkpoint, _Cluster
-from streaming.origin import QUERY_DIR, check_origin, kafka_origin
+from streaming.lifecycle.origin import QUERY_DIR, check_origin, kafka_origin
 
 TOPIC = "isr.telemetry"
 BOOTSTRAP = "127.0.0.1:9092"

@@ -20,7 +20,7 @@ import pytest
 
 from localkafka import free_port
 from localservices import Alertmanager
-from streaming.origin import check_origin, kafka_origin
+from streaming.lifecycle.origin import check_origin, kafka_origin
 from tests.e2e.pipeline import Pipeline, until
 
 LAG_MS = 10_000

@@ -48,7 +48,7 @@ def drain_and_count(cluster: Any, pipe: Pipeline, spark_reader: Callable[[], Any
     collector stopped: the collector produces with acks=1, so its last records can still be
     on their way to the followers then (under the high watermark a consumer sees) and reach
     the job a moment later. Every partition's committed end must cover what was readable."""
-    from streaming.query import restore_aggregates
+    from streaming.lifecycle.query import restore_aggregates
 
     assert pipe.collector is not None
     pipe.collector.stop()

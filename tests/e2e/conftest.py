@@ -11,7 +11,7 @@ def spark_reader():
     made = []
 
     def make():
-        from streaming.session import build_session
+        from streaming.lifecycle.session import build_session
 
         made.append(build_session("local[1]", 2, app_name="isrwatch-e2e-reader"))
         return made[-1]

@@ -147,7 +147,7 @@ def check_nearing_lead(row: dict[str, Any], where: str, *, printed_floor: bool =
     lcu + lag and the job's crossing is lcu + lag/2 with its lcu no later than the broker's
     (within a collector round), so the floor leaves the job 1.5 s from the crossing to the
     printed alert. issue 9 asks it of the broker pauses in ``make test``; with the lookahead
-    (streaming/lookahead.py, a stalled follower carried from any status before its crossing)
+    (streaming/driver/lookahead.py, a stalled follower carried from any status before its crossing)
     the pauses measured 0.1-0.6 s on this machine with nothing else running, up to 3 s with
     other tests running beside them (docs/validation.md). Tests whose fault is not a
     stalled broker (a slow follower, a standalone Spark cluster's 4-8 s batches) record it

@@ -68,7 +68,7 @@ pytestmark = pytest.mark.validation
 DATA_PARTITIONS = 3
 # Longest stretch without a completed micro-batch while a broker is paused: the trigger
 # is 1 s, planning waits --partition-answer-ms (1 s) for a hung leader and a read task
-# 1 s (3 s with a consumer new to the partition: streaming.deferred); batches take 2-9 s
+# 1 s (3 s with a consumer new to the partition: streaming.sources.deferred); batches take 2-9 s
 # on this 2-core machine under load (load average 10: 11.3 s measured once). Before the fix the job stood still for the whole pause.
 MAX_BATCH_GAP_S = 15.0
 
@@ -80,7 +80,7 @@ def _state_after_compaction(cluster: Any, pipe: Pipeline, watch: GaugeWatch) -> 
     tombstone), and an exporter started now, reading the compacted topic from its start, agrees
     with the job. A record the executors handed back to the driver while a leader hung may land
     after the driver's newer one when the leader wakes, until the driver repairs it
-    (streaming.statewriter): such records, older than one before them, are counted, not refused."""
+    (streaming.sinks.statewriter): such records, older than one before them, are counted, not refused."""
     found: dict[str, Any] = {}
 
     def compacted() -> bool:

@@ -4,7 +4,7 @@ The collector stamps every observation with its own clock; the job measures each
 follower's time since caught up on that clock alone (differences of the collector's
 timestamps), its stale check on the job's own clock (when a cluster's telemetry clock
 last moved), and Alertmanager gets alert times no later than the job's clock
-(``streaming.notify``). So a skewed collector must change nothing a user relies on.
+(``streaming.driver.notify``). So a skewed collector must change nothing a user relies on.
 
 Real parts: a 3-broker Kafka 0.9 cluster, ``isrwatch collect`` with its wall clock
 shifted (``tests/support/skewed_clock.py``: ``time.time`` off by a constant, the monotonic

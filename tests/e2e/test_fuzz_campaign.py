@@ -10,7 +10,7 @@ collector's, claiming to come from cluster ``fuzz``), wrong types, unknown versi
 NaN/huge/negative numbers, timestamps years ahead and behind, offsets going backwards, empty
 and null values, keys and headers of any shape, duplicated records, a few oversized ones.
 
-The reference for what must be dead-lettered is the job's own parser (``streaming.parse``)
+The reference for what must be dead-lettered is the job's own parser (``streaming.evaluation.parse``)
 run afterwards over the same records in a local Spark: every dead letter it gives is on the
 dead-letter topic (same position, same reason, the payload's bytes back) and nothing else is.
 
@@ -33,9 +33,9 @@ import pytest
 from confluent_kafka import Producer
 
 from isrwatch.alerts import AlertName
-from streaming.origin import QUERY_DIR
-from streaming.parse import RECORD_REASONS
-from streaming.source_spool import RAW_SCHEMA
+from streaming.evaluation.parse import RECORD_REASONS
+from streaming.lifecycle.origin import QUERY_DIR
+from streaming.sources.source_spool import RAW_SCHEMA
 from tests.e2e.fuzz import Fuzz, Record, telemetry_bases
 from tests.e2e.kafka_io import ProduceLoad, read_records
 from tests.e2e.pipeline import CLUSTER, TOPIC_PARTITIONS, Pipeline, until
@@ -103,8 +103,8 @@ def committed_ends(pipe: Pipeline) -> dict[int, int]:
 
 def reference_letters(spark: Any, topic: str, where: dict, now_ms: int) -> Counter:
     """(partition, offset, reason) of every dead letter the job's parser gives these records."""
-    from streaming.job import FUTURE_TOLERANCE_MS
-    from streaming.parse import parse_records, side_items
+    from streaming.evaluation.parse import parse_records, side_items
+    from streaming.lifecycle.job import FUTURE_TOLERANCE_MS
 
     rows = [(rec[0], rec[1], topic, p, o, None) for (p, o), (_, rec, _) in where.items()]
     side = side_items(parse_records(spark.createDataFrame(rows, RAW)), FUTURE_TOLERANCE_MS, now_ms)

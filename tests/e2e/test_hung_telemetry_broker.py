@@ -8,7 +8,7 @@ picks. That broker is paused until the leaders drop it from the ISR of the watch
 
 While it is paused no telemetry gets through: the collector cannot publish to the topic's
 only partition and the job cannot read it. The job's own watch of the brokers
-(``streaming.brokerwatch``) sees that broker silent while the others answer; for every
+(``streaming.driver.brokerwatch``) sees that broker silent while the others answer; for every
 real shrink of the paused follower, ``KafkaReplicaNearingIsrShrink`` is printed before the
 leader logs it, with the lead of issue 9 (lag/2 - one collector interval - 1 s; the job's
 crossing is the broker's last answer to it + lag/2), and no replica alert names a follower

@@ -6,7 +6,7 @@ so the job never saw the new leader again as a follower: it kept its last follow
 and the alerts firing for it, until its forget time (15 minutes on the cluster's clock), each
 a page for a replica that leads its partition. The job now learns the election from the
 other replicas' observations (each names its partition's leader) and forgets the new
-leader's follower status with that batch (``streaming.monitor``: ``leading``).
+leader's follower status with that batch (``streaming.driver.monitor``: ``leading``).
 
 Real 3-broker Kafka 0.9 whose followers copy at most ~20 KB/s (the cluster of
 ``test_slow_follower``), the README deployment (isrwatch's topics placed by Kafka, so the

@@ -33,9 +33,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from streaming.origin import QUERY_DIR
-from streaming.outputs import payload_bytes
-from streaming.parse import PAYLOAD_KEPT_BYTES, REASONS, RECORD_REASONS
+from streaming.evaluation.parse import PAYLOAD_KEPT_BYTES, REASONS, RECORD_REASONS
+from streaming.lifecycle.origin import QUERY_DIR
+from streaming.sinks.outputs import payload_bytes
 from tests.e2e.kafka_io import read_topic
 from tests.e2e.pipeline import TOPIC_PARTITIONS, Pipeline, until
 

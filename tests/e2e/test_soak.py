@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
-from streaming.replicas import StateTable
+from streaming.evaluation.statetable import StateTable
 from tests.e2e.kafka_io import ProduceLoad, read_observations
 from tests.e2e.pauses import layout
 from tests.e2e.pipeline import LAG_MS, ZK_SESSION_MS, Pipeline

@@ -167,7 +167,7 @@ def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_work
         },
     )
     assert set(before_kill) == {0, 1} and min(before_kill.values()) > 0, f"tasks on both workers: {before_kill}"
-    assert writers, "the state records were written by executors' Python workers (streaming.statewriter)"
+    assert writers, "the state records were written by executors' Python workers (streaming.sinks.statewriter)"
     assert "state_writer=executors" in pipe.job_log()
     assert after_kill.get(0, 0) > before_kill[0], f"the surviving worker took the work on: {after_kill}"
     for r in rounds:

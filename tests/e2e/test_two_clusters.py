@@ -5,7 +5,7 @@ called beta here), with the same broker ids (1-3), the same ``load`` topic (6 pa
 replicas, placed by Kafka on each) and different ``replica.lag.time.max.ms`` (8 s, as in the issue's run, and 20 s).
 isrwatch's topics are on beta, laid out as docs/deploy.md tells a user (one replica per
 partition, placed by Kafka): beta's faults reach the job's own data, and the job's own look at
-its brokers (streaming/brokerwatch.py) sees beta's brokers, never alpha's. One collector per
+its brokers (streaming/driver/brokerwatch.py) sees beta's brokers, never alpha's. One collector per
 cluster, one job.
 
 Broker 3 is paused on each cluster in turn, as in the issue's run (broker 1 is the fixture's

@@ -16,7 +16,7 @@ from exporter.runbook import anchor, render_markdown, runbook_html
 from exporter.server import serve
 from exporter.store import StatusStore
 from isrwatch.alerts import AlertName
-from streaming.endpoints import runbook_base
+from streaming.driver.endpoints import runbook_base
 from streaming.settings import AlertingSettings, JobSettings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -100,7 +100,7 @@ def test_the_server_speaks_https_only_and_asks_for_the_password(secured: Path) -
 
 
 def test_the_job_links_its_runbook_over_https_when_it_serves_tls(secured: Path, tmp_path: Path) -> None:
-    from streaming.endpoints import runbook_base
+    from streaming.driver.endpoints import runbook_base
     from streaming.settings import AlertingSettings, JobSettings
 
     tls = JobSettings(web_config_file=str(secured))

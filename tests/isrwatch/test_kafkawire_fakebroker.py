@@ -1,4 +1,4 @@
-"""The job's own Kafka requests (its planner's watermarks, streaming/watermarks.py, and the
+"""The job's own Kafka requests (its planner's watermarks, streaming/sources/watermarks.py, and the
 start-up metadata asked directly, exporter/kafka_metadata.py) with default settings against a
 protocol-level fake of a Kafka 4.0 cluster (tests/support/fakebroker.py). A protocol check, not
 evidence about a broker's behaviour: the requests go out in versions 4.0 accepts and their
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.kafka_metadata import direct_metadata
-from streaming.watermarks import Watermarks
+from streaming.sources.watermarks import Watermarks
 from tests.support.fakebroker import FakeKafka, sample_topics
 
 

@@ -167,7 +167,7 @@ def test_the_rule_is_chosen_per_cluster_unless_given() -> None:
     """Issue 55: the default, auto, picks each cluster's variant from its Kafka version; a
     variant given by flag, environment or file applies to every cluster."""
     from isrwatch.rule import Rule
-    from streaming.assembly import rule_config
+    from streaming.lifecycle.assembly import rule_config
 
     auto, _ = rule_config(load(RunSettings, parse(), {}).job)
     assert (auto.rule, auto.idle_is_caught_up, auto.by_version) == (Rule.KIP16_REFINED, True, True)

@@ -129,7 +129,7 @@ def test_since_and_until_keep_the_observations_inside_them(spark) -> None:
 
 def test_a_recording_staged_in_chunks_reads_back_whole_and_in_order(spark, tmp_path: Path, monkeypatch) -> None:
     from replay import stage as staging
-    from streaming.source_spool import RAW_SCHEMA
+    from streaming.sources.source_spool import RAW_SCHEMA
 
     monkeypatch.setattr(staging, "CHUNK", 7)
     records = [f"record {i}".encode() for i in range(30)] + [b"", b"\xff"]

@@ -55,12 +55,12 @@ class MultiFeed(threading.Thread):
 
 
 class RunningJob:
-    """``streaming.job.run`` on a thread (the tests' shared Spark session), alerts to ``stream``;
-    ``parts``: the other components' settings, as ``streaming.job.Job`` takes them."""
+    """``streaming.lifecycle.job.run`` on a thread (the tests' shared Spark session), alerts to ``stream``;
+    ``parts``: the other components' settings, as ``streaming.lifecycle.job.Job`` takes them."""
 
     def __init__(self, settings, spark, stream, **parts) -> None:
-        from streaming.job import JobHandles, run
-        from streaming.notify import StdoutSink
+        from streaming.driver.notify import StdoutSink
+        from streaming.lifecycle.job import JobHandles, run
 
         self.handles = JobHandles()
         self.stop = threading.Event()

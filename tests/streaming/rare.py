@@ -1,6 +1,6 @@
 """The rare rows of one raw batch (dead letters, ISR changes, the brokers' counts, the replicas gone, the
 clusters' identities) as the job gets them:
-``streaming.batch.evaluate_records`` on a state table of the test's own."""
+``streaming.evaluation.batch.evaluate_records`` on a state table of the test's own."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any
 
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import Thresholds
-from streaming.batch import evaluate_records
-from streaming.replicas import StateTable
+from streaming.evaluation.batch import evaluate_records
+from streaming.evaluation.statetable import StateTable
+from streaming.sinks.statewriter import write_batch_state
 
 
 def rare_rows(batch: Any, future_tolerance_ms: int | None) -> dict[str, list[Any]]:
@@ -28,7 +29,7 @@ def rare_rows(batch: Any, future_tolerance_ms: int | None) -> dict[str, list[Any
             future_tolerance_ms=future_tolerance_ms,
             max_gap_ms=None,
         )
-        out.finish()
+        write_batch_state(out, table, 0)
     return {
         "deadletters": out.deadletters,
         "isr_changes": out.isr_changes,

@@ -1,7 +1,7 @@
 """Issue 14, item 2's finding: a job killed after saving its alert book and before the alerts
 topic took the batch's transitions lost them there (the restarted job skips a batch its book
 says it announced). The alerts sink now stages them in the checkpoint's outbox first
-(``streaming.checkpoint.AlertsOutbox``) and a restarted sink sends again what the topic does
+(``streaming.driver.checkpoint.AlertsOutbox``) and a restarted sink sends again what the topic does
 not hold, and only that.
 
 Real Kafka 0.9; the kill is the producer's queue purged unsent (what SIGKILL does to it) and
@@ -17,11 +17,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from streaming.checkpoint import AlertsOutbox
-from streaming.monitor import Monitor
-from streaming.notify import KafkaAlertsSink
-from streaming.outputs import read_tail
-from streaming.producer import OutputProducer
+from streaming.driver.checkpoint import AlertsOutbox
+from streaming.driver.monitor import Monitor
+from streaming.driver.notify import KafkaAlertsSink
+from streaming.sinks.outputs import read_tail
+from streaming.sinks.producer import OutputProducer
 from tests.e2e.kafka_io import read_records
 from tests.streaming.test_monitor import Clock, _apply, _monitor, _row
 

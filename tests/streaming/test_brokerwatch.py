@@ -1,4 +1,4 @@
-"""streaming.brokerwatch: Kafka's Metadata v0 on a socket of its own, and a real broker paused."""
+"""streaming.driver.brokerwatch: Kafka's Metadata v0 on a socket of its own, and a real broker paused."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from streaming.brokerwatch import BrokerWatch, metadata_request, parse_metadata
+from streaming.driver.brokerwatch import BrokerWatch, metadata_request, parse_metadata
 
 
 def _string(text: str) -> bytes:
@@ -44,7 +44,7 @@ def test_a_request_and_a_response_as_kafka_lays_them_out() -> None:
 def test_a_broker_that_left_kafka_0_9s_metadata_keeps_its_address_in_the_identity() -> None:
     """Kafka 0.9 stops listing an unregistered broker (killed, or hung past its ZooKeeper
     session): the watch keeps its connection and address, so the job still sees it silent and
-    still knows it for the watched cluster's broker of that id (streaming.identity)."""
+    still knows it for the watched cluster's broker of that id (streaming.driver.identity)."""
     watch = BrokerWatch("127.0.0.1:9092", "orders", cluster_id="abc")  # not started: nothing is asked
     watch._learn(parse_metadata(_response(1)))
     assert watch.identity().endpoints == {1: ("127.0.0.1", 9092), 2: ("127.0.0.1", 9093)}
@@ -122,7 +122,7 @@ def test_a_paused_broker_is_silent_while_the_other_answers(kafka_cluster_factory
         while watch.silent(time.time(), 1.0):
             assert time.monotonic() < deadline, "the broker resumed but stays silent"
             time.sleep(0.2)
-        # answering again after its silence: the job's newer evidence (streaming.lookahead.due)
+        # answering again after its silence: the job's newer evidence (streaming.driver.lookahead.due)
         back = watch.resumed(1.0)
         assert list(back) == [2] and resumed_at - 0.5 <= back[2] <= time.time(), (back, resumed_at)
         # nothing answering at all (both brokers paused): the job's own network, not a broker

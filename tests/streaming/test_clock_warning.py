@@ -7,7 +7,7 @@ import logging
 import time
 from types import SimpleNamespace
 
-from streaming.handler import CLOCK_AHEAD_WARN_MS, BatchHandler
+from streaming.lifecycle.handler import CLOCK_AHEAD_WARN_MS, BatchHandler
 
 
 def _check(handler: SimpleNamespace, clusters: dict[str, int], wall_ms: int) -> None:

@@ -24,8 +24,8 @@ from isrwatch.telemetry import (
     decode_record,
     encode_record,
 )
-from streaming import parse
-from streaming.source_spool import RAW_SCHEMA
+from streaming.evaluation import parse
+from streaming.sources.source_spool import RAW_SCHEMA
 from tests.streaming.rare import rare_rows
 
 pytestmark = pytest.mark.spark

@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localkafka import free_port
-from streaming.outputs import DeadLetterFile, KafkaDeadLetters, encode_deadletter, payload_bytes
+from streaming.sinks.outputs import DeadLetterFile, KafkaDeadLetters, encode_deadletter, payload_bytes
 
 
 def letter(raw: bytes | None, **over) -> dict:
-    """A record-level dead letter as ``streaming.batch.evaluate_records`` makes it (encoded as Spark does)."""
+    """A record-level dead letter as ``streaming.evaluation.batch.evaluate_records`` makes it (encoded as Spark does)."""
     if raw is None:
         payload, encoding = None, None
     else:
@@ -88,7 +88,7 @@ def test_a_full_disk_is_counted_not_raised(caplog) -> None:
 def test_a_dead_letter_kafka_refuses_or_never_delivers_is_counted_not_raised(caplog) -> None:
     from confluent_kafka import Producer
 
-    from streaming.producer import OutputProducer
+    from streaming.sinks.producer import OutputProducer
 
     # As the job wires it; no broker behind the address.
     raw = Producer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "message.timeout.ms": "1500", "log_level": "0"})
@@ -108,7 +108,7 @@ def test_the_reasons_in_the_docs_are_the_reasons_in_the_code() -> None:
     import re
     from pathlib import Path
 
-    from streaming.parse import REASONS, RECORD_REASONS
+    from streaming.evaluation.parse import REASONS, RECORD_REASONS
 
     doc = Path(__file__).parents[2] / "docs" / "streaming.md"
     section = doc.read_text().split("## Parsing and validation", 1)[1].split("\n## ", 1)[0]
@@ -116,10 +116,10 @@ def test_the_reasons_in_the_docs_are_the_reasons_in_the_code() -> None:
     documented = re.findall(r"^\| `(\w+)` \|", table, re.M)
     assert sorted(documented) == sorted(REASONS), (
         f"docs/streaming.md (Parsing and validation) lists {sorted(documented)}, "
-        f"streaming/parse.py REASONS has {sorted(REASONS)}"
+        f"streaming/evaluation/parse.py REASONS has {sorted(REASONS)}"
     )
     assert len(documented) == len(set(documented)), "a reason is listed twice in docs/streaming.md"
-    assert set(RECORD_REASONS) <= set(REASONS), "streaming/parse.py: RECORD_REASONS not in REASONS"
+    assert set(RECORD_REASONS) <= set(REASONS), "streaming/evaluation/parse.py: RECORD_REASONS not in REASONS"
 
 
 def test_a_batch_of_big_bad_records_keeps_their_first_bytes_and_the_job_its_memory(spark) -> None:
@@ -131,7 +131,7 @@ def test_a_batch_of_big_bad_records_keeps_their_first_bytes_and_the_job_its_memo
     (this test process never holds them)."""
     import pyspark.sql.functions as F
 
-    from streaming.parse import PAYLOAD_KEPT_BYTES
+    from streaming.evaluation.parse import PAYLOAD_KEPT_BYTES
     from tests.streaming.rare import rare_rows
 
     n, unit = 400, 150_000  # each value: 0xff, then its six-digit number repeated
@@ -159,7 +159,7 @@ def test_a_bad_record_within_the_kept_bytes_keeps_them_all(spark) -> None:
     """At ``PAYLOAD_KEPT_BYTES`` exactly, the dead letter is the record, as text when it is UTF-8."""
     import pyspark.sql.functions as F
 
-    from streaming.parse import PAYLOAD_KEPT_BYTES
+    from streaming.evaluation.parse import PAYLOAD_KEPT_BYTES
     from tests.streaming.rare import rare_rows
 
     batch = spark.range(1).select(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 
-from streaming.deferred import Deferred, offsets_digest, plan_id
+from streaming.sources.deferred import Deferred, offsets_digest, plan_id
 
 
 def test_a_short_read_is_owed_to_the_next_batch_and_read_from_where_it_stopped(tmp_path):
@@ -92,7 +92,7 @@ def test_a_replayed_batch_gets_the_same_ranges_and_decides_its_reads_afresh(tmp_
 def test_the_source_starts_a_batchs_reads_afresh_once_per_run(tmp_path):
     """Spark may ask for one batch's partitions more than once in a run: the reads its tasks
     decided stay; a restarted job's source (a new reader) forgets them before its replay."""
-    from streaming.source_kafka import KafkaStreamReader
+    from streaming.sources.source_kafka import KafkaStreamReader
 
     options = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", "stateDir": str(tmp_path)}
     start, end = {"t": {"0": 0}}, {"t": {"0": 10}}

@@ -118,7 +118,7 @@ def test_a_full_checkpoint_disk_stops_the_job_with_one_line_and_a_restart_repeat
         out, _ = second.communicate(timeout=300)
         announced += [json.loads(x) for x in out.splitlines() if x.strip()]
 
-        from streaming.query import restore_aggregates
+        from streaming.lifecycle.query import restore_aggregates
 
         rows = restore_aggregates(spark, str(ckpt))
     got = Counter({(r["topic"], r["partition"], r["broker_id"]): r["observations"] for r in rows})

@@ -1,4 +1,4 @@
-"""streaming.evaluate (Spark expressions) against isrwatch.status.evaluate (the reference)."""
+"""streaming.evaluation.evaluate (Spark expressions) against isrwatch.status.evaluate (the reference)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import ReplicaAggregate, State, Thresholds, evaluate
-from streaming.evaluate import status_columns, statuses_from_arrow
-from streaming.state import LATEST_COLUMNS
+from streaming.driver.rows import statuses_from_arrow
+from streaming.evaluation.evaluate import status_columns
+from streaming.evaluation.state import LATEST_COLUMNS
 
 AGG_SCHEMA = (
     "cluster string, topic string, partition int, broker_id int, first_t_ms bigint, last_t_ms bigint, "
@@ -120,7 +121,7 @@ def _statuses(spark, rows: list[tuple]):
     """(cluster, partition, state, last_t_ms[, observations, in the batch]) -> a frame shaped
     like evaluate_batch's newest rows (status_columns' output; one observation by default)."""
     from isrwatch.status import ReplicaStatus
-    from streaming.evaluate import EXTRA_COLUMNS, IN_BATCH, STATUS_COLUMNS
+    from streaming.evaluation.evaluate import EXTRA_COLUMNS, IN_BATCH, STATUS_COLUMNS
 
     out = []
     for cluster, partition, state, last_t, *counts in rows:
@@ -135,7 +136,7 @@ def _statuses(spark, rows: list[tuple]):
 
 
 def test_only_rows_the_driver_needs_pass_when_ok_replicas_refresh_slowly(spark) -> None:
-    from streaming.evaluate import for_the_driver
+    from streaming.evaluation.evaluate import for_the_driver
 
     always = {("a", 500), ("a", 3), ("a", 199), ("b", 0)}  # not ok, held not ok, each cluster's newest
     not_ok = {"a/t/3/2"}  # the driver holds this one as not ok: its return to ok must pass
@@ -163,7 +164,7 @@ def test_a_replica_observed_in_some_batches_only_is_still_refreshed(spark) -> No
     """A fleet polled every 5 s at a 1 s trigger: each replica is in one batch of 5. Refreshed
     every 5 batches by batch number, a replica whose turn falls in a batch it is not in would
     never reach the driver; counted in its own observations, each one does, every 5th."""
-    from streaming.evaluate import for_the_driver
+    from streaming.evaluation.evaluate import for_the_driver
 
     fleet, every, n = 100, 5, 5
     refreshed: dict[int, list[int]] = {p: [] for p in range(fleet)}  # partition -> its observations refreshed
@@ -184,7 +185,7 @@ def test_a_replica_observed_in_some_batches_only_is_still_refreshed(spark) -> No
 def test_one_row_carries_a_clusters_clock_when_a_round_shares_its_time(spark) -> None:
     """A collector stamps a round's observations with one time: of a cluster's ok rows not due
     for a refresh, one row (not the whole round) goes to carry the cluster's clock."""
-    from streaming.evaluate import for_the_driver
+    from streaming.evaluation.evaluate import for_the_driver
 
     rows = [("a", p, "ok", 5000, 5, 1) for p in range(50)] + [("b", p, "ok", 7000, 5, 1) for p in range(30)]
     kept = for_the_driver(_statuses(spark, rows), set(), 10**6).collect()

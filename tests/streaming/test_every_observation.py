@@ -32,7 +32,7 @@ from localkafka import free_port
 from simulator.run import Simulation, now_ms
 from simulator.scenarios import fault_end_ms
 from simulator.settings import EmbeddedSimulatorSettings
-from streaming.job import JobHandles
+from streaming.lifecycle.job import JobHandles
 from streaming.settings import JobSettings
 from tests.streaming.feed import MultiFeed, RunningJob
 
@@ -104,7 +104,7 @@ class _Lines(io.StringIO):
 
 def _run_until(settings: JobSettings, spark, done, scraped: list | None = None, **parts) -> list[dict]:
     """The job's alert lines once ``done``; ``scraped`` gets its /metrics then;
-    ``parts``: the other components' settings (``streaming.job.Job``)."""
+    ``parts``: the other components' settings (``streaming.lifecycle.job.Job``)."""
     out = _Lines()
     running = RunningJob(settings, spark, out, **parts)
     handles, stop, result, thread = running.handles, running.stop, running.result, running.thread

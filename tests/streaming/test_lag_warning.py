@@ -1,5 +1,5 @@
 """The job's warning that the brokers' replica.lag.time.max.ms is not its own (unit: the
-handler's log line alone; the evidence is isrwatch.outcomes', tests/isrwatch/test_outcomes.py)."""
+driver's log line alone; the evidence is isrwatch.outcomes', tests/isrwatch/test_outcomes.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import logging
 from types import SimpleNamespace
 
 from isrwatch.outcomes import LagEvidence
-from streaming.handler import BatchHandler
+from streaming.driver.rare import RareRows
 
 
-def _warn(handler: SimpleNamespace, found: LagEvidence) -> None:
-    BatchHandler._warn_lag_time(handler, found)  # type: ignore[arg-type]
+def _warn(rare: SimpleNamespace, found: LagEvidence) -> None:
+    RareRows._warn_lag_time(rare, found)  # type: ignore[arg-type]
 
 
 def test_each_direction_is_reported_once_per_period_and_per_cluster(caplog) -> None:

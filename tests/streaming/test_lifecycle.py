@@ -1,6 +1,6 @@
-"""The job as an object with a life cycle (``streaming.job.Job``), on real Spark and
+"""The job as an object with a life cycle (``streaming.lifecycle.job.Job``), on real Spark and
 a real spool: it starts, reports progress through Spark's own query events
-(``streaming.listener.QueryEvents``), stops on request, and releases everything
+(``streaming.lifecycle.listener.QueryEvents``), stops on request, and releases everything
 it made; a failing micro-batch ends ``await_stop`` with the reason."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from isrwatch.exceptions import IsrwatchError
 from isrwatch.spool import SpoolWriter
 from simulator.run import Simulation, now_ms
-from streaming.job import Job
+from streaming.lifecycle.job import Job
 from streaming.settings import JobSettings
 
 pytestmark = pytest.mark.spark
@@ -86,8 +86,8 @@ def test_a_job_that_finds_a_spark_session_running_uses_it_and_leaves_it_running(
 
 
 def test_a_failing_micro_batch_ends_the_job_with_the_reason(spark, tmp_path, monkeypatch, caplog) -> None:
-    from streaming import handler
-    from streaming.restarts import RestartPolicy
+    from streaming.lifecycle import handler
+    from streaming.lifecycle.restarts import RestartPolicy
 
     def fail(self, raw_batch, batch_id):
         raise RuntimeError("a batch that cannot be handled")

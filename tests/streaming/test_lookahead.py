@@ -1,4 +1,4 @@
-"""The lookahead between batches (streaming.lookahead) through the driver's monitor, without
+"""The lookahead between batches (streaming.driver.lookahead) through the driver's monitor, without
 Spark: a follower behind is said nearing at its crossing on the wall clock, and only within
 the bounds that keep a gap in telemetry from reading as a follower out of sync."""
 
@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from isrwatch.alerts import AlertName
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import State, Thresholds, evaluate
-from streaming.identity import ClusterIdentity, Identities
-from streaming.lookahead import Lookahead, carry, last_caught_up_ms
-from streaming.state import row_to_aggregate
+from streaming.driver.identity import ClusterIdentity, Identities
+from streaming.driver.lookahead import Lookahead, carry, last_caught_up_ms
+from streaming.evaluation.state import row_to_aggregate
 from tests.streaming.test_monitor import Clock, Collect, _monitor, _row
 
 LAG_MS = 10_000  # _row's replica.lag.time.max.ms
@@ -72,7 +72,7 @@ def test_evidence_that_agrees_keeps_the_alert_and_evidence_that_refutes_it_resol
     m.carry_forward()
     # The next batch's telemetry ends before the crossing, with the same last catch-up:
     # it agrees; no transition. (The state topic has Spark's evaluated rows, never the carried
-    # status: streaming.statewriter, tests/streaming/test_statewriter.py.)
+    # status: streaming.sinks.statewriter, tests/streaming/test_statewriter.py.)
     _batch(m, 1, T0 + 1_500, T0 - 3_000)
     assert _started(sink) == [(AlertName.NEARING.value, T0 + 2_000)] and not _resolved(sink)
     assert next(iter(m.store.snapshot().statuses())).eval_ms == T0 + 2_000
@@ -216,7 +216,7 @@ def test_a_last_catch_up_moved_a_round_later_by_late_telemetry_keeps_the_alert(t
 
 
 class Brokers:
-    """What ``streaming.brokerwatch.BrokerWatch`` tells the monitor, set by the test: the
+    """What ``streaming.driver.brokerwatch.BrokerWatch`` tells the monitor, set by the test: the
     telemetry cluster's brokers 1 and 2 at 127.0.0.1:9091+id, no cluster id (Kafka 0.9)."""
 
     def __init__(self, silent: dict[int, float], cluster_id: str | None = None) -> None:

@@ -12,7 +12,7 @@ from isrwatch.commands import RunSettings
 from isrwatch.exceptions import ConfigError
 from isrwatch.settings import build
 from isrwatch.status import State
-from streaming.endpoints import serve_metrics
+from streaming.driver.endpoints import serve_metrics
 from tests.exporter.samples import replica
 
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from exporter.store import StatusStore
 from isrwatch.rule import RuleConfig
 from isrwatch.status import State, Thresholds, status_key
-from streaming.checkpoint import DriverCheckpoint
-from streaming.monitor import Monitor
+from streaming.driver.checkpoint import DriverCheckpoint
+from streaming.driver.monitor import Monitor
 
 
 class Clock:
@@ -45,7 +45,7 @@ def _apply(m: Monitor, batch_id: int, rows: list[dict]):
     """One batch of aggregate rows, each evaluated with the Python reference
     (``isrwatch.status.evaluate``) at its newest observation, into the monitor."""
     from isrwatch.status import evaluate
-    from streaming.state import row_to_aggregate
+    from streaming.evaluation.state import row_to_aggregate
 
     items = []
     for row in rows:
@@ -117,7 +117,7 @@ class Producer:
 def test_forgotten_replicas_reach_the_state_topic_as_tombstones(tmp_path) -> None:
     """The driver sends the state topic only the tombstones of replicas it forgets; the
     records of the statuses come from the executors (tests/streaming/test_statewriter.py)."""
-    from streaming.outputs import KafkaStates
+    from streaming.sinks.outputs import KafkaStates
 
     producer = Producer()
     m = _monitor(None, Clock(), Collect(), state_topic=KafkaStates(producer, "isr.replica-state"))
@@ -196,7 +196,7 @@ def test_changes_inside_a_batch_fire_and_resolve_at_their_own_times(tmp_path) ->
     back), once; the batch's end state, ok, raises nothing more. A replay of the
     batch sends nothing."""
     from isrwatch.status import evaluate
-    from streaming.state import row_to_aggregate
+    from streaming.evaluation.state import row_to_aggregate
 
     def status(t_ms: int, caught_up_ms: int):
         return evaluate(
@@ -237,7 +237,7 @@ def test_the_monitor_hands_the_last_catch_up_and_lag_to_the_shrink_outcomes() ->
     report = _apply(m, 1, [_row(104_500, 99_000, 6)])  # 5.5 s behind: nearing
     assert report.started == 1
     m.outcomes.leader_count("c", 1, 105_500, 1)
-    m.outcomes.isr_change("c", "t", 0, 106_000, left=[2], leader=1)  # as streaming.handler does
+    m.outcomes.isr_change("c", "t", 0, 106_000, left=[2], leader=1)  # as streaming.lifecycle.handler does
     m.outcomes.settle({"c": 116_000})
     [found] = m.outcomes.take_evidence()
     assert (found.direction, found.replica, found.leader, found.lag_ms, found.behind_ms) == (
@@ -254,7 +254,7 @@ def test_a_replica_said_gone_is_forgotten_and_its_alerts_resolve_with_the_batch(
     """A deleted topic's replica (the collector's ``gone``): its alerts resolve with the
     batch that says so, not its forget time later; the exporter store and the state topic
     forget it; a gone said before the replica's newest telemetry does not drop it."""
-    from streaming.outputs import KafkaStates
+    from streaming.sinks.outputs import KafkaStates
 
     clock, sink, producer = Clock(), Collect(), Producer()
     m = _monitor(tmp_path, clock, sink, state_topic=KafkaStates(producer, "isr.replica-state"))
@@ -298,7 +298,7 @@ def test_a_follower_elected_leader_is_forgotten_and_its_alerts_resolve_with_the_
     resolve with that batch, the store and the state topic forget it, the report names it
     (for the state table). A follower naming the leader it named before changes nothing, and
     one naming a replica observed as a follower after that time does not drop it."""
-    from streaming.outputs import KafkaStates
+    from streaming.sinks.outputs import KafkaStates
 
     clock, sink, producer = Clock(), Collect(), Producer()
     m = _monitor(tmp_path, clock, sink, state_topic=KafkaStates(producer, "isr.replica-state"))

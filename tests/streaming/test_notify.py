@@ -8,7 +8,7 @@ from datetime import datetime
 
 from isrwatch.alerts import Alert, AlertBook, AlertName, replica_alerts
 from isrwatch.status import ReplicaStatus, State
-from streaming.notify import AlertmanagerSink, KafkaAlertsSink, StdoutSink, alert_event, alert_id
+from streaming.driver.notify import AlertmanagerSink, KafkaAlertsSink, StdoutSink, alert_event, alert_id
 from tests.exporter.samples import replica
 
 

@@ -14,7 +14,7 @@ from isrwatch.alerts import AlertBook, replica_alerts
 from isrwatch.settings import Secret
 from isrwatch.status import ReplicaStatus, State
 from localservices import Alertmanager
-from streaming.notify import AlertmanagerSink
+from streaming.driver.notify import AlertmanagerSink
 from tests.exporter.samples import replica
 from tests.support.alertmanager import alertmanager  # noqa: F401
 from tests.support.tcp_proxy import TcpProxy
@@ -177,7 +177,7 @@ def test_a_resolution_pending_when_the_job_stops_is_delivered_by_the_next_run(tm
     reached when an alert resolves and the job stops; the next run, on the same checkpoint,
     resolves it once Alertmanager answers (without the file the alert would stay firing
     there until its endsAt, four re-send intervals: 4 minutes here)."""
-    from streaming.checkpoint import DeliveryBacklog
+    from streaming.driver.checkpoint import DeliveryBacklog
 
     cluster = fresh_cluster()
     with Alertmanager() as am:

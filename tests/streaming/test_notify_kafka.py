@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer
 
 from isrwatch.alerts import AlertBook, replica_alerts
 from isrwatch.status import State
-from streaming.notify import KafkaAlertsSink
+from streaming.driver.notify import KafkaAlertsSink
 from tests.streaming.test_notify import status
 
 

@@ -1,4 +1,4 @@
-"""A checkpoint knows the telemetry it was made for (streaming.origin)."""
+"""A checkpoint knows the telemetry it was made for (streaming.lifecycle.origin)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from isrwatch.exceptions import ConfigError
-from streaming.origin import (
+from streaming.lifecycle.origin import (
     Origin,
     check_offsets,
     check_origin,
@@ -78,7 +78,7 @@ def test_job_on_a_checkpoint_of_another_topic_exits_with_that_message(kafka_clus
     """Real cluster: the checkpoint records its origin at the first start (done here through the
     job's own start-up check, which runs before Spark); the real command then refuses another topic."""
     from localkafka import COMPAT_CONFIG
-    from streaming.origin import check_checkpoint
+    from streaming.lifecycle.origin import check_checkpoint
     from streaming.settings import JobSettings
 
     first, second = unique_name("telemetry"), unique_name("telemetry")

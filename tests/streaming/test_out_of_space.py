@@ -1,10 +1,10 @@
-"""The one line a job stops with on a full disk (``streaming.stopping.out_of_space``)."""
+"""The one line a job stops with on a full disk (``streaming.lifecycle.stopping.out_of_space``)."""
 
 from __future__ import annotations
 
 import errno
 
-from streaming.stopping import out_of_space
+from streaming.lifecycle.stopping import out_of_space
 
 
 def test_a_full_disk_anywhere_in_the_chain_is_named_with_the_checkpoint() -> None:

@@ -17,8 +17,8 @@ from isrwatch.telemetry import (
     TelemetryRecord,
     encode_record,
 )
-from streaming import parse
-from streaming.source_spool import RAW_SCHEMA
+from streaming.evaluation import parse
+from streaming.sources.source_spool import RAW_SCHEMA
 from tests.streaming.rare import rare_rows
 
 pytestmark = pytest.mark.spark
@@ -113,8 +113,8 @@ def test_reasons(spark) -> None:
     assert out["isr_changes"] == [{**change, "left": [2], "joined": [], "leader_id": 1}]
     assert out["counters"] == [{"cluster": "c", "broker_id": 1, "t_ms": now, "shrinks_total": 7}]
     assert out["gone"] == [("c", "deleted", 4, 3, now)]
-    # what the collector said of its cluster, from the one record that says it (streaming.identity)
-    # and its Kafka version (streaming.variants says the rule variant the cluster gets)
+    # what the collector said of its cluster, from the one record that says it (streaming.driver.identity)
+    # and its Kafka version (streaming.driver.variants says the rule variant the cluster gets)
     stated = {"cluster_id": "K1", "endpoints": [dataclasses.asdict(e) for e in endpoints], "kafka_version": "2.1"}
     assert out["identities"] == [("c", stated)]
 

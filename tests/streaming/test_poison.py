@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from isrwatch.rule import Rule
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
-from streaming import parse, state
-from streaming.outputs import DeadLetterFile, payload_bytes
-from streaming.source_spool import RAW_SCHEMA
+from streaming.evaluation import parse, state
+from streaming.sinks.outputs import DeadLetterFile, payload_bytes
+from streaming.sources.source_spool import RAW_SCHEMA
 from tests.streaming.rare import rare_rows
 
 pytestmark = pytest.mark.spark

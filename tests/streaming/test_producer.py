@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from streaming.producer import OutputProducer
+from streaming.sinks.producer import OutputProducer
 
 
 class _Msg:

@@ -1,11 +1,11 @@
-"""streaming.projection.select: the same rows as DataFrame.select, each column list handed to
+"""streaming.evaluation.projection.select: the same rows as DataFrame.select, each column list handed to
 the JVM once, and a cache that stays bounded when a list is built afresh at every call."""
 
 from __future__ import annotations
 
 import pyspark.sql.functions as F
 
-from streaming import projection
+from streaming.evaluation import projection
 
 
 def _counting(monkeypatch):

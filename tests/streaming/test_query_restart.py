@@ -1,4 +1,4 @@
-"""A query that fails is started again in the same process (``streaming.restarts.RestartPolicy``).
+"""A query that fails is started again in the same process (``streaming.lifecycle.restarts.RestartPolicy``).
 
 Found by the reliability campaign (2026-11-26, load average 15 on the 2 cores): the job exited
 with ``isrwatch run: error: query isrwatch stopped: Python worker failed to connect back.``

@@ -1,12 +1,12 @@
-"""One read task of the Kafka source (``streaming.range_read``): every read of a range in its
+"""One read task of the Kafka source (``streaming.sources.range_read``): every read of a range in its
 batch hands Spark the same records, however many times Spark reads it."""
 
 from __future__ import annotations
 
 import pytest
 
-from streaming.deferred import Deferred
-from streaming.range_read import KafkaRange, _Read
+from streaming.sources.deferred import Deferred
+from streaming.sources.range_read import KafkaRange, _Read
 
 
 def _records(read: _Read, first: int, last: int) -> None:
@@ -60,8 +60,8 @@ def test_every_read_of_a_range_in_its_batch_gets_what_the_first_got_on_real_kafk
     from confluent_kafka import Producer
 
     from localkafka import COMPAT_CONFIG
-    from streaming.range_read import close_kept_consumers, read_range
-    from streaming.source_kafka import consumer_config
+    from streaming.sources.range_read import close_kept_consumers, read_range
+    from streaming.sources.source_kafka import consumer_config
 
     topic = unique_name("ranges")
     kafka_cluster.create_topic(topic, partitions=1, replication_factor=3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from streaming.source_spool import RAW_SCHEMA, raw_arrow_schema
+from streaming.sources.source_spool import RAW_SCHEMA, raw_arrow_schema
 
 
 def test_the_arrow_batches_have_the_sources_spark_schema() -> None:

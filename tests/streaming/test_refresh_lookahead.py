@@ -8,7 +8,7 @@ So a follower the lookahead may carry must reach the driver at every observation
 * once it catches up (else the lookahead carries a stale "behind" status to a Nearing
   the telemetry already refutes: found by reading the code, a false alert).
 
-Through the job's own path: its batch handler (``streaming.handler.BatchHandler``) on raw
+Through the job's own path: its batch handler (``streaming.lifecycle.handler.BatchHandler``) on raw
 telemetry, into the monitor, then the timer's ``carry_forward`` on a wall clock the test sets."""
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from isrwatch.alerts import AlertName
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import Thresholds
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
-from streaming.checkpoint import DriverCheckpoint
-from streaming.handler import BatchHandler
-from streaming.lookahead import Lookahead, last_caught_up_ms
-from streaming.outputs import DeadLetterFile
-from streaming.replicas import StateTable
-from streaming.source_spool import RAW_SCHEMA
+from streaming.driver.checkpoint import DriverCheckpoint
+from streaming.driver.lookahead import Lookahead, last_caught_up_ms
+from streaming.evaluation.statetable import StateTable
+from streaming.lifecycle.handler import BatchHandler
+from streaming.sinks.outputs import DeadLetterFile
+from streaming.sources.source_spool import RAW_SCHEMA
 
 from .test_monitor import Clock, Collect, _monitor
 
@@ -124,7 +124,7 @@ def test_within_reach_keeps_every_follower_the_lookahead_would_carry(spark, hori
     from dataclasses import asdict, replace
 
     from isrwatch.status import ReplicaStatus, State
-    from streaming.evaluate import within_reach
+    from streaming.evaluation.evaluate import within_reach
 
     th = Thresholds()
     lookahead = Lookahead(RuleConfig(Rule.KIP16_REFINED, LAG_MS), th, live_ms=15_000, horizon_ms=horizon_ms)

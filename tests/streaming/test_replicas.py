@@ -1,4 +1,4 @@
-"""streaming.replicas: the rule at every observation, in Spark, across batches,
+"""streaming.evaluation.replicas: the rule at every observation, in Spark, across batches,
 against the Python reference (isrwatch.episodes.state_changes)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from isrwatch.episodes import state_changes, walk
 from isrwatch.rule import Rule, RuleConfig, chosen_rule
 from isrwatch.status import State, Thresholds
-from streaming import evaluate, replicas
+from streaming.driver.rows import statuses_from_arrow
+from streaming.evaluation import replicas
 
 from .test_state import OBS_SCHEMA, _rows, fetch_histories
 
@@ -44,7 +45,7 @@ def _spark_changes(spark, rows, cfg, max_gap_ms, cuts, per_batch=None):
         got = replicas.for_the_driver(out, frozenset(), 1).toArrow()
         flags = got.select([replicas.CHANGE, replicas.LAST]).to_pylist()
         batch_finals = {}
-        for (s, _, n), f in zip(evaluate.statuses_from_arrow(got), flags, strict=True):
+        for (s, _, n), f in zip(statuses_from_arrow(got), flags, strict=True):
             if f[replicas.CHANGE]:
                 changes.append(s)
             if f[replicas.LAST]:

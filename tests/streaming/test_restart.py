@@ -92,7 +92,7 @@ def test_restart_repeats_nothing_and_loses_nothing(spark, tmp_path) -> None:
     assert firing and firing == resolved
 
     # Every observation in the spool was aggregated exactly once.
-    from streaming.query import restore_aggregates
+    from streaming.lifecycle.query import restore_aggregates
 
     rows = restore_aggregates(spark, str(ckpt))
     got = Counter({(r["topic"], r["partition"], r["broker_id"]): r["observations"] for r in rows})
@@ -103,8 +103,8 @@ def test_a_checkpoint_without_its_state_table_starts_empty_with_a_warning(spark,
     # Committed batches, and neither the state table nor an older job's state store (removed
     # by hand): the job says so and starts the replicas' state empty, instead of failing on
     # a Spark state store that never existed.
-    from streaming.origin import QUERY_DIR
-    from streaming.query import restore_state
+    from streaming.lifecycle.origin import QUERY_DIR
+    from streaming.lifecycle.query import restore_state
 
     commits = tmp_path / QUERY_DIR / "commits"
     commits.mkdir(parents=True)

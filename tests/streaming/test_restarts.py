@@ -1,10 +1,10 @@
-"""streaming.restarts.RestartPolicy: when a failed query is started again (unit tests of its
+"""streaming.lifecycle.restarts.RestartPolicy: when a failed query is started again (unit tests of its
 logic; the job restarting a real query: tests/streaming/test_query_restart.py and
 test_lifecycle.py)."""
 
 from __future__ import annotations
 
-from streaming.restarts import RestartPolicy
+from streaming.lifecycle.restarts import RestartPolicy
 
 
 def test_restarts_wait_longer_each_time_and_stop_at_the_limit() -> None:

@@ -32,7 +32,7 @@ from localkafka import free_port
 from localservices import binary, prometheus
 from simulator.scenarios import FAULT_START_MS, fault_end_ms
 from simulator.settings import EmbeddedSimulatorSettings
-from streaming.job import JobHandles
+from streaming.lifecycle.job import JobHandles
 from streaming.settings import JobSettings
 from tests.e2e.gauges import prometheus_config
 from tests.streaming.feed import RunningJob

@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 @pytest.fixture(scope="module", autouse=True)
 def _registered(spark):
     """The session's Spark (tests/streaming/conftest.py) with the isrwatch-kafka source."""
-    from streaming import source_kafka
+
+    from streaming.sources import source_kafka
 
     source_kafka.register(spark)
 
@@ -28,7 +29,7 @@ def produce(cluster, topic, first, last, partitions):
 
 
 def stream(spark, cluster, topic, starting, cap=None, state_dir=None):
-    """The source over ``topic``; ``state_dir``: its stateDir option, as the job sets it (``streaming.source``)."""
+    """The source over ``topic``; ``state_dir``: its stateDir option, as the job sets it (``streaming.sources.source``)."""
     reader = (
         spark.readStream.format("isrwatch-kafka")
         .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
@@ -126,8 +127,8 @@ def test_a_topic_created_again_is_read_again_while_running_and_after_a_restart(
     """The telemetry topic deleted and created again under the query (its partitions' ends go
     back below the checkpoint's offsets): the query reads what is written there from the time
     it sees the new ends, running and after a restart on the same checkpoint
-    (``streaming.source_kafka``'s going back; tests/streaming/test_source_kafka_behind.py has the
-    reader alone). The source's stateDir as the job sets it (``streaming.source``)."""
+    (``streaming.sources.source_kafka``'s going back; tests/streaming/test_source_kafka_behind.py has the
+    reader alone). The source's stateDir as the job sets it (``streaming.sources.source``)."""
     topic = unique_name("again")
     kafka_cluster.create_topic(topic, partitions=1, replication_factor=1)
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")

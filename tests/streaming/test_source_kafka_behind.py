@@ -24,9 +24,9 @@ import pytest
 from confluent_kafka import Producer
 
 from localkafka import COMPAT_CONFIG
-from streaming import source_kafka
-from streaming.range_read import close_kept_consumers
-from streaming.source_kafka import GO_BACK_AFTER_S, KafkaStreamReader
+from streaming.sources import source_kafka
+from streaming.sources.range_read import close_kept_consumers
+from streaming.sources.source_kafka import GO_BACK_AFTER_S, KafkaStreamReader
 
 Offsets = dict[str, dict[str, int]]
 
@@ -77,7 +77,7 @@ def test_a_partition_whose_end_went_back_is_read_again_from_its_new_end(
     _produce(kafka_cluster, topic, "old", 30)
     options = {"kafka.bootstrap.servers": kafka_cluster.bootstrap_servers, "subscribe": topic}
     options |= {"startingOffsets": "earliest", **{f"kafka.{k}": v for k, v in COMPAT_CONFIG.items()}}
-    if deferring:  # as the job runs it (streaming.source)
+    if deferring:  # as the job runs it (streaming.sources.source)
         options["stateDir"] = str(tmp_path / "source")
     reader = KafkaStreamReader(options)
     try:
@@ -114,7 +114,7 @@ def test_a_partition_whose_end_went_back_is_read_again_from_its_new_end(
 
 
 class FakeMarks:
-    """Planned watermark answers, in place of ``streaming.watermarks.Watermarks``."""
+    """Planned watermark answers, in place of ``streaming.sources.watermarks.Watermarks``."""
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
@@ -188,7 +188,7 @@ def test_going_back_reads_from_the_lowest_end_seen_and_survives_spark_committing
 def test_what_an_earlier_batch_still_owed_is_not_read_from_the_new_log(tmp_path, monkeypatch):
     """A short read (its leader hung) left offsets 60..100 owed; then the log went back to 40:
     the owed range is gone with the old log, and the new one is read from 40, not from 60."""
-    from streaming.deferred import Deferred, plan_id
+    from streaming.sources.deferred import Deferred, plan_id
 
     marks = FakeMarks("t")
     reader = _reader(tmp_path, marks)

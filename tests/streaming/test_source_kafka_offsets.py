@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.source_kafka import KafkaStreamReader, cap_offsets, consumer_config
+from streaming.sources.source_kafka import KafkaStreamReader, cap_offsets, consumer_config
 
 
 def test_no_cap_or_small_backlog_returns_latest():

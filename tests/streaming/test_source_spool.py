@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from isrwatch.spool import SpoolWriter
-from streaming.source import spool_stream
+from streaming.sources.source import spool_stream
 
 pytestmark = pytest.mark.spark
 

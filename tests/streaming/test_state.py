@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from isrwatch.rule import FollowerState, Rule, RuleConfig, caught_up_time, observed_caught_up_time, on_fetch
 from isrwatch.telemetry import SPARK_SCHEMA_DDL
-from streaming import state
+from streaming.evaluation import state
 
 pytestmark = pytest.mark.spark
 

@@ -1,7 +1,7 @@
 """The replica state is stated in three places that must agree: the core's
 ``ReplicaAggregate`` (what evaluation reads), the job's state columns
-(``streaming.replicas.STATE_COLUMNS``, how each is carried across batches) and the
-``latest`` struct (``streaming.state.LATEST_COLUMNS``). A field added to one and
+(``streaming.evaluation.replicas.STATE_COLUMNS``, how each is carried across batches) and the
+``latest`` struct (``streaming.evaluation.state.LATEST_COLUMNS``). A field added to one and
 not the others fails here, naming it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 
 from isrwatch.status import ReplicaAggregate
-from streaming import replicas
-from streaming.state import KEY_COLUMNS, LATEST_COLUMNS
+from streaming.evaluation import replicas
+from streaming.evaluation.state import KEY_COLUMNS, LATEST_COLUMNS
 
 # State columns that are not ReplicaAggregate fields: the times that pick the newest
 # values, the counters, and the struct holding the newest observation's fields.

@@ -1,4 +1,4 @@
-"""The job's state table (``streaming.replicas.StateTable``) leaves out the replicas the
+"""The job's state table (``streaming.evaluation.statetable.StateTable``) leaves out the replicas the
 monitor forgets, so it does not keep every replica ever seen (found by reading the code after
 the soak: the Parquet versions carried each deleted topic's replicas for ever), and a batch
 that evaluates only the replicas it observes writes the same state as one that evaluates all."""
@@ -10,9 +10,10 @@ import pytest
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import Thresholds
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
-from streaming import replicas
-from streaming.batch import evaluate_records
-from streaming.source_spool import RAW_SCHEMA
+from streaming.evaluation import replicas, statetable
+from streaming.evaluation.batch import evaluate_records
+from streaming.sinks.statewriter import write_batch_state
+from streaming.sources.source_spool import RAW_SCHEMA
 
 from .test_state import OBS_SCHEMA, _rows
 
@@ -40,7 +41,7 @@ def _observed(cluster, topic, broker, t_ms):
 
 
 def test_a_replica_silent_longer_than_the_forget_time_leaves_the_table(spark, tmp_path) -> None:
-    table = replicas.StateTable(spark, str(tmp_path))
+    table = statetable.StateTable(spark, str(tmp_path))
     t0 = 1_700_000_000_000
     _batch(spark, table, 0, [_observed("a", "deleted", 2, t0), _observed("a", "kept", 2, t0)], {})
     _batch(spark, table, 1, [_observed("b", "other", 2, t0)], {})
@@ -63,7 +64,7 @@ def test_a_batch_evaluates_only_the_replicas_it_observes_and_carries_the_others_
     t0 = 1_700_000_000_000
     history = [(2, [(t0, 100, 100)]), (3, [(t0, 40, 100)]), (4, [(t0, 100, 100)])]
     first = replicas.observation_rows(spark.createDataFrame(_rows(history), OBS_SCHEMA), CFG, 5_000)
-    table = replicas.StateTable(spark, str(tmp_path))
+    table = statetable.StateTable(spark, str(tmp_path))
     table.write(
         replicas.evaluate_batch(first, first.limit(0).select(*replicas.STATE_COLUMNS), CFG, Thresholds(), 5_000).where(
             replicas.LAST
@@ -112,7 +113,7 @@ def test_the_job_gives_the_same_rows_and_state_evaluating_only_the_observed_repl
         [("a", 3, 130), ("c", 2, 200)],  # one held replica, still behind, and a new one
         [("b", 2, 200)],
     ]
-    tables = {only: replicas.StateTable(spark, str(tmp_path / str(only))) for only in (False, True)}
+    tables = {only: statetable.StateTable(spark, str(tmp_path / str(only))) for only in (False, True)}
     for batch_id, followers in enumerate(batches):
         raw = _telemetry(spark, t0 + batch_id * 6_000, followers)
         rows = {}
@@ -122,7 +123,7 @@ def test_the_job_gives_the_same_rows_and_state_evaluating_only_the_observed_repl
             )
             assert out.table is not None
             rows[only] = sorted(map(str, out.table.to_pylist()))
-            out.finish()
+            write_batch_state(out, table, batch_id)
         assert rows[True] == rows[False] and len(rows[True]) == len(followers)
         state = {only: sorted(spark.read.parquet(t.path(batch_id)).collect()) for only, t in tables.items()}
         assert state[True] == state[False]
@@ -133,7 +134,7 @@ def test_a_replica_said_gone_leaves_the_table_unless_observed_after(spark, tmp_p
     """The collector's ``gone`` (a deleted topic): the next version leaves the replica out, so a
     restarted job does not bring it (and its alerts) back; one observed after that time stays
     (a topic created again under the same name)."""
-    table = replicas.StateTable(spark, str(tmp_path))
+    table = statetable.StateTable(spark, str(tmp_path))
     t0 = 1_700_000_000_000
     rows = [_observed("a", "deleted", 2, t0), _observed("a", "deleted", 3, t0), _observed("a", "kept", 2, t0)]
     _batch(spark, table, 0, rows, {})
@@ -152,7 +153,7 @@ def test_a_version_written_before_the_epoch_and_the_kafka_version_reads_them_as_
     and the cluster's Kafka version (issue 55); both read as null, and the state goes on."""
     import pyspark.sql.functions as F
 
-    table = replicas.StateTable(spark, str(tmp_path))
+    table = statetable.StateTable(spark, str(tmp_path))
     t0 = 1_700_000_000_000
     _batch(spark, table, 0, [_observed("a", "t", 2, t0)], {})
     old = spark.read.parquet(table.path(0))

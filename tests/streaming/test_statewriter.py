@@ -1,4 +1,4 @@
-"""The state topic written by the executors (``streaming.statewriter``): records made in the
+"""The state topic written by the executors (``streaming.sinks.statewriter``): records made in the
 JVM read back as the statuses the driver computes, real Kafka receives them from Spark's
 Python workers, and what a task cannot deliver in time goes through the driver, in order."""
 
@@ -15,9 +15,9 @@ import pytest
 from isrwatch.status import STATUS_FIELDS, ReplicaStatus, State, status_from_record, status_key, status_to_json
 from localkafka.cluster import COMPAT_CONFIG
 from localkafka.ports import free_port
-from streaming.outputs import KafkaStates, make_producer, producer_config
-from streaming.producer import OutputProducer
-from streaming.statewriter import StateWriter, state_records
+from streaming.sinks.outputs import KafkaStates, make_producer, producer_config
+from streaming.sinks.producer import OutputProducer
+from streaming.sinks.statewriter import StateWriter, state_records
 from tests.e2e.kafka_io import read_records
 
 

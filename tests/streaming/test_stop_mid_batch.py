@@ -5,7 +5,7 @@ traceback py4j hands back from ``foreachBatch`` against its own pattern
 (``StreamExecution.PROXY_ERROR``), which recurses once per character. The traceback of
 an interrupted Spark call carries a Java stack trace; matched in full it overflowed the
 stream thread's stack (a ``StackOverflowError`` at the 1M-replica benchmark's stop).
-``streaming.stopping.stopped_batch`` hands back a few lines that say "interrupted"."""
+``streaming.lifecycle.stopping.stopped_batch`` hands back a few lines that say "interrupted"."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from streaming.job import Job
+from streaming.lifecycle.job import Job
 from streaming.settings import JobSettings
 
 pytestmark = pytest.mark.spark

@@ -1,4 +1,4 @@
-"""streaming.variants: the job says once per cluster which rule variant it gets, and why."""
+"""streaming.driver.variants: the job says once per cluster which rule variant it gets, and why."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from isrwatch.rule import Rule, RuleConfig
-from streaming.variants import RuleVariants
+from streaming.driver.variants import RuleVariants
 
 AUTO = RuleConfig(Rule.KIP16_REFINED, 10_000, by_version=True)
 

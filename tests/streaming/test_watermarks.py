@@ -1,4 +1,4 @@
-"""Planning a batch never waits on a hung leader (streaming.watermarks), on the real cluster."""
+"""Planning a batch never waits on a hung leader (streaming.sources.watermarks), on the real cluster."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from streaming.source_kafka import consumer_config
-from streaming.watermarks import Watermarks
+from streaming.sources.source_kafka import consumer_config
+from streaming.sources.watermarks import Watermarks
 
 pytestmark = pytest.mark.kafka
 

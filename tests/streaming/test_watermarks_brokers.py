@@ -1,4 +1,4 @@
-"""How ``streaming.watermarks.Watermarks`` plans around a broker that hangs (unit: three fake
+"""How ``streaming.sources.watermarks.Watermarks`` plans around a broker that hangs (unit: three fake
 brokers on loopback speaking the Kafka 0.9 protocol, built with kafka-python's own message
 classes; the real cluster with a paused leader is tests/streaming/test_watermarks.py).
 
@@ -20,8 +20,8 @@ import pytest
 from kafka.protocol.list_offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from streaming import watermarks
-from streaming.watermarks import Watermarks
+from streaming.sources import watermarks
+from streaming.sources.watermarks import Watermarks
 
 TOPIC = "telemetry"
 NOT_LEADER = 6

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from streaming.handler import BatchHandler
+from streaming.lifecycle.handler import BatchHandler
 
 
 @pytest.mark.parametrize(

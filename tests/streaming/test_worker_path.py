@@ -1,4 +1,4 @@
-"""streaming.worker_path: a zip on the import path is read again only when it changed."""
+"""streaming.sources.worker_path: a zip on the import path is read again only when it changed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.worker_path import quiet_zip_invalidation
+from streaming.sources.worker_path import quiet_zip_invalidation
 
 pytestmark = pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 reads zip directories lazily itself")
 
@@ -65,7 +65,7 @@ def test_a_spark_worker_reading_telemetry_reads_no_zip_directory_at_a_task_start
         import sys
         import zipimport
 
-        import streaming.source_spool  # noqa: F401 - what a worker reading telemetry loads
+        import streaming.sources.source_spool  # noqa: F401 - what a worker reading telemetry loads
 
         importlib.invalidate_caches()  # each importer's one read after the install
         reads: list[str] = []

@@ -1,0 +1,189 @@
+"""One micro-batch of telemetry, in one pass: what Spark computes for the driver.
+
+The records are parsed once and held (``persist``) for the two things made
+from them: the rare rows (dead letters, ISR changes, the brokers' own shrink
+counts: ``parse.side_items``) and the observations, which ``streaming.evaluation.replicas`` evaluates at every
+observation against the state carried from the batch before. The driver
+receives the changes, each observed replica's newest status and the rare rows
+as one Arrow table (one Spark job); once it has taken them, the new state is
+written (``streaming.sinks.statewriter.write_batch_state``: the state topic's records,
+then the checkpoint's version, ``statetable.StateTable``), before the batch commits.
+Alerts do not wait for that write: a batch that crashes after its alerts is
+run again by Spark, and its alerts are not repeated (``streaming.driver.monitor``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypedDict, cast
+
+import pyarrow.compute as pc
+import pyspark.sql.functions as F
+from pyspark import StorageLevel
+from pyspark.sql import Column
+
+from isrwatch.rule import RuleConfig
+from isrwatch.status import GoneKey, Thresholds
+from streaming.evaluation import parse, projection, replicas, statetable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from streaming.evaluation.evaluate import Reach
+
+__all__ = ["BatchOutput", "IsrChange", "BrokerCount", "evaluate_records"]
+
+SIDE = "_side"  # a rare row (dead letter, ISR change, broker count, replica gone) as JSON, among the driver's rows
+
+
+class IsrChange(TypedDict):
+    """An ISR change the batch's records told (``parse.side_items``; a bad one is a dead letter)."""
+
+    cluster: str
+    topic: str
+    partition: int
+    shrink: int  # how many followers left the ISR
+    expand: int  # how many joined it
+    t_ms: int
+    left: list[int]  # their broker ids
+    joined: list[int]
+    leader_id: int | None
+
+
+class BrokerCount(TypedDict):
+    """A broker's own count of the ISR shrinks it made as a leader (JMX telemetry)."""
+
+    cluster: str
+    broker_id: int
+    t_ms: int
+    shrinks_total: int
+
+
+ISR_CHANGE_KEYS = tuple(IsrChange.__annotations__)
+COUNTER_KEYS = tuple(BrokerCount.__annotations__)
+
+
+@dataclass
+class BatchOutput:
+    deadletters: list[parse.DeadLetter] = field(default_factory=list)
+    isr_changes: list[IsrChange] = field(default_factory=list)
+    counters: list[BrokerCount] = field(default_factory=list)  # the brokers' own ISR shrink counts
+    # replicas the collector said gone (and, added by the driver, followers elected leader)
+    gone: list[GoneKey] = field(default_factory=list)
+    # what collectors said of the clusters they poll: (cluster, {"cluster_id", "endpoints"})
+    identities: list[tuple[str, Mapping[str, object]]] = field(default_factory=list)
+    table: pa.Table | None = None  # replicas.for_the_driver's rows
+    spark_s: float = 0.0
+    # What the batch's state writes take once the driver has its rows
+    # (``streaming.sinks.statewriter.write_batch_state``), planned here, run there: the state's
+    # next version, the driver's rows (the state topic's records are their newest), the state
+    # version this batch read, and the data held for the batch (``release``).
+    next_state: DataFrame | None = None
+    driver_rows: DataFrame | None = None
+    read_version: int | None = None
+    held: list[DataFrame] = field(default_factory=list)
+    # Where the time went: parse and the rare rows; the state's new version; the driver's rows.
+    stages: dict[str, float] = field(default_factory=dict)
+    # Who wrote the batch's state-topic records ("executors" or "driver"), and how many.
+    state_writer: str = ""
+    state_records: int = 0
+
+    def release(self) -> None:
+        """Let go of what the batch held (Spark's cached blocks)."""
+        while self.held:
+            self.held.pop().unpersist()
+
+
+@functools.cache
+def _side_column() -> tuple[Column, Column]:
+    """The column of the driver's one Spark job that holds a rare row (``parse.side_items``,
+    as JSON): null on a replica's row, the item's columns on a rare one."""
+    return (
+        F.lit(None).cast("string").alias(SIDE),
+        F.to_json(F.struct(*[F.col(c) for c in parse.SIDE_COLUMNS])).alias(SIDE),
+    )
+
+
+def _held(records: DataFrame) -> DataFrame:
+    """The parsed records as the batch's two uses need them (``parse.bad_records_kept``: the
+    raw bytes and text of bad records only, big ones cut), held."""
+    return parse.bad_records_kept(records).persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def evaluate_records(
+    raw: DataFrame,
+    batch_id: int,
+    table: statetable.StateTable,
+    cfg: RuleConfig,
+    th: Thresholds,
+    *,
+    future_tolerance_ms: int | None,
+    max_gap_ms: int | None,
+    watched_keys: Collection[str] = frozenset(),
+    refresh_batches: int = 1,
+    lookahead: Reach | None = None,
+    observed_only: bool = False,
+) -> BatchOutput:
+    """Everything the driver needs from one batch of raw records (the Kafka
+    source's columns), and what the batch's state writes take once it has them
+    (``BatchOutput.next_state``, ``driver_rows``: ``streaming.sinks.statewriter.write_batch_state``).
+    ``observed_only``: only the replicas the batch observes go through the window
+    (``replicas.split_carried``), for a batch that observes few of the replicas held; same
+    state, same rows."""
+    t0 = time.monotonic()
+    now_ms = int(time.time() * 1000)
+    out = BatchOutput()
+    records = _held(parse.parse_records(raw))
+    out.held.append(records)
+    try:
+        # The records' two products, both made here: the rare rows and the good observations.
+        side = parse.side_items(records, future_tolerance_ms, now_ms)
+        obs = parse.good_observations(parse.observations(records, future_tolerance_ms, now_ms))
+        rows = replicas.observation_rows(obs, cfg, max_gap_ms)
+        carried, version = table.read(batch_id, rows)
+        observed, idle = carried, None
+        if observed_only:
+            # Held for the split of the state here and again for its write: made once, not parsed twice.
+            keys = replicas.observed_keys(rows).persist(StorageLevel.MEMORY_AND_DISK)
+            out.held.append(keys)
+            observed, idle = replicas.split_carried(carried, keys)
+        # Held for the driver's rows and the state write: the changes and each observed
+        # replica's newest row only (the filter runs before the full status: replicas.evaluate_batch).
+        evaluated = replicas.evaluate_batch(rows, observed, cfg, th, max_gap_ms, driver_rows_only=True).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        out.held.append(evaluated)
+        # One Spark job for everything the driver reads: the replicas' rows and the rare ones.
+        driver = replicas.for_the_driver(evaluated, watched_keys, refresh_batches, lookahead)
+        no_side, side_json = _side_column()
+        both = projection.select(driver, "*", no_side).unionByName(
+            projection.select(side, side_json), allowMissingColumns=True
+        )
+        rows_ = both.toArrow()
+        out.stages["evaluate_s"] = time.monotonic() - t0
+        is_side = pc.is_valid(rows_.column(SIDE))
+        out.table = rows_.filter(pc.invert(is_side))
+        for item in rows_.filter(is_side).column(SIDE).to_pylist():
+            row = json.loads(item)
+            if row["kind"] == "deadletter":
+                out.deadletters.append(cast("parse.DeadLetter", {k: row.get(k) for k in parse.DEADLETTER_COLUMNS}))
+            elif row["kind"] == "counters":
+                out.counters.append(cast("BrokerCount", {k: row.get(k) for k in COUNTER_KEYS}))
+            elif row["kind"] == "gone":
+                out.gone.append((row["cluster"], row["topic"], row["partition"], row["broker_id"], row["t_ms"]))
+            elif row["kind"] == "identity":
+                out.identities.append((row["cluster"], json.loads(row["payload"])))
+            else:
+                out.isr_changes.append(cast("IsrChange", {k: row.get(k) for k in ISR_CHANGE_KEYS}))
+        # What the state writes take, planned here (Spark runs it there).
+        out.next_state, out.driver_rows, out.read_version = replicas.next_state(evaluated, idle), driver, version
+    except BaseException:
+        out.release()
+        raise
+    out.spark_s = time.monotonic() - t0
+    return out

@@ -1,0 +1,243 @@
+"""``isrwatch.status.evaluate`` as Spark expressions, and back to Python.
+
+The aggregation's output rows are evaluated where they are, in the JVM: one
+projection adds the ``ReplicaStatus`` columns, so the driver receives
+statuses (``streaming.driver.rows`` makes them Python objects), not aggregates to evaluate one by one in Python (about 35 µs a
+replica: the cost that capped the job, docs/benchmarks.md).
+
+A replica is evaluated at the last time its leader answered
+(``isrwatch.status.evaluate`` takes ``min(cluster clock, leader seen)``, and
+the cluster clock is never behind a replica's own newest telemetry), so the
+status is a function of the replica's own row: no clock needs to travel to
+the executors.
+
+``isrwatch.status.evaluate`` stays the reference: tests/streaming/test_evaluate.py
+checks these expressions against it on generated aggregates.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import pyspark.sql.functions as F
+from pyspark.sql import Column, Window
+
+from isrwatch.rule import Rule, RuleConfig
+from isrwatch.status import STATUS_FIELDS, State, Thresholds
+from streaming.evaluation import projection
+from streaming.evaluation.state import variant_exprs
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+__all__ = ["Reach", "STATUS_COLUMNS", "EXTRA_COLUMNS", "status_columns", "for_the_driver", "within_reach"]
+
+STATUS_COLUMNS = STATUS_FIELDS
+# Carried beside each status for the driver: the replica's newest telemetry
+# time (its cluster clock, and forgetting replicas whose telemetry stopped)
+# and how many observations it has had, ever (the batch's observation count).
+EXTRA_COLUMNS = ("last_t_ms", "observations")
+# A replica's observations in the batch (``observations``: all of them, the batch's included).
+IN_BATCH = "_in_batch"
+EPISODES = "out_of_sync_episodes"
+
+
+class Reach(Protocol):
+    """What the driver's lookahead (``streaming.driver.lookahead.Lookahead``) tells Spark of the
+    followers it may carry to Nearing between batches (``within_reach``)."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def horizon_ms(self) -> int | None: ...  # None: ``horizon_share`` of each follower's lag time
+
+    @property
+    def horizon_share(self) -> float: ...
+
+    @property
+    def th(self) -> Thresholds: ...
+
+
+def _state(ratio: Column, out_of_isr: Column, th: Thresholds) -> Column:
+    return (
+        F.when((ratio >= 1.0) | out_of_isr, F.lit(State.OUT_OF_SYNC.value))
+        .when(ratio >= th.critical_ratio, F.lit(State.CRITICAL.value))
+        .when(ratio >= th.nearing_ratio, F.lit(State.NEARING.value))
+        .otherwise(F.lit(State.OK.value))
+    )
+
+
+def status_columns(
+    aggs: DataFrame, cfg: RuleConfig, th: Thresholds, keep: Sequence[str] = (), only: Sequence[str] | None = None
+) -> DataFrame:
+    """``aggs`` (``streaming.evaluation.state.replica_aggregates``' columns) ->
+    ``STATUS_COLUMNS`` + ``EXTRA_COLUMNS``, one row per replica, followed by the
+    columns of ``aggs`` named in ``keep`` (other than those). ``only``: just these
+    of the status columns, by the same expressions (the job's per-observation
+    ``state`` and ``lag_state``: Spark computes no more than they need)."""
+    first_parts, second_parts, final = _status_exprs(
+        cfg, th, tuple(keep), EPISODES in aggs.columns, None if only is None else tuple(only)
+    )
+    first = projection.select(aggs, "*", *first_parts)
+    return projection.select(projection.select(first, "*", *second_parts), *final)
+
+
+@functools.lru_cache(maxsize=16)
+def _status_exprs(
+    cfg: RuleConfig, th: Thresholds, keep: tuple[str, ...], has_episodes: bool, only: tuple[str, ...] | None
+) -> tuple[list[Column], list[Column], list[Column]]:
+    """status_columns' three projections, built once per configuration (each Column
+    costs calls into the JVM: rebuilt every batch, they took most of a second).
+    ``has_episodes``: the rows carry an ``out_of_sync_episodes`` count (the job's
+    state table does; an aggregate without it counts 0). ``only``: the status
+    columns to compute (None: all)."""
+    latest = F.col("latest")
+    reported = latest["lag_time_max_ms"]
+    # `agg.lag_time_max_ms or cfg.lag_time_max_ms`: missing or 0 -> the configured one.
+    max_lag = F.when(reported.isNull() | (reported == 0), F.lit(cfg.lag_time_max_ms)).otherwise(reported)
+    first = F.col("first_t_ms")
+    now = F.coalesce(F.col("last_leader_answer_ms"), first)
+    leo = F.coalesce(F.col("known_leo"), latest["leo"])
+    leader_leo = F.coalesce(F.col("known_leader_leo"), latest["leader_leo"])
+    # Two projections: the parts every status column uses, once, then the columns.
+    # (One projection repeats the ratio's tree a dozen times: Spark took ~1 s a batch
+    # just to analyse it; docs/benchmarks.md.)
+    first_parts = [
+        max_lag.alias("_max_lag"),
+        now.alias("_now"),
+        leo.alias("_leo"),
+        leader_leo.alias("_leader_leo"),
+        F.coalesce(latest["isr"], F.array().cast("array<int>")).alias("_isr"),
+    ]
+    max_lag, now, leo, leader_leo = F.col("_max_lag"), F.col("_now"), F.col("_leo"), F.col("_leader_leo")
+    offset_lag = F.when(leader_leo.isNotNull(), F.greatest(F.lit(0), leader_leo - F.coalesce(leo, F.lit(0)))).otherwise(
+        F.lit(0)
+    )
+    lcu = F.coalesce(F.col("last_caught_up_ms"), first)
+    if cfg.rule is Rule.LEGACY_MESSAGES:
+        fetched = F.coalesce(F.col("last_progress_ms"), first)
+        age = F.greatest(F.lit(0), now - F.greatest(fetched, lcu))
+        ratio = F.greatest(age / max_lag, offset_lag / F.lit(cfg.lag_max_messages))
+        lcu = now - (ratio * max_lag).cast("long")
+    else:
+        if cfg.by_version:  # --rule auto: the variant of the Kafka version the replica's telemetry states
+            refined, idle_caught_up = variant_exprs(cfg, latest["kafka_version"])
+            idle = refined & idle_caught_up & leo.isNotNull() & leader_leo.isNotNull() & (leo >= leader_leo)
+            lcu = F.when(idle, F.greatest(lcu, now)).otherwise(lcu)
+        elif cfg.rule is Rule.KIP16_REFINED and cfg.idle_is_caught_up:
+            idle = leo.isNotNull() & leader_leo.isNotNull() & (leo >= leader_leo)
+            lcu = F.when(idle, F.greatest(lcu, now)).otherwise(lcu)
+        ratio = F.greatest(F.lit(0), now - lcu) / max_lag
+    second_parts = [offset_lag.alias("_offset_lag"), lcu.alias("_lcu"), ratio.alias("_ratio")]
+    offset_lag, lcu, ratio = F.col("_offset_lag"), F.col("_lcu"), F.col("_ratio")
+    # isrwatch.rule.check_period_ms: half of maxLag under the refined rule (per row under --rule auto).
+    half = F.greatest(F.lit(1), F.floor(max_lag / 2).cast("long"))
+    if cfg.by_version:
+        period = F.when(variant_exprs(cfg, latest["kafka_version"])[0], half).otherwise(max_lag)
+    else:
+        period = half if cfg.rule is Rule.KIP16_REFINED else max_lag
+
+    isr = F.col("_isr")
+    in_isr = F.array_contains(isr, F.col("broker_id"))
+    isr_size = F.size(isr)
+    answered = F.coalesce(F.col("last_answer_ms"), first)
+    # The follower silent in the newest round while its leader answered stall_after_ms after
+    # it (``now`` is the leader's last answer). Not "the leader answered in the newest round":
+    # one round its leader missed turned a stalled follower back and forth in one batch.
+    stalled = latest["leo"].isNull() & (now - answered >= th.stall_after_ms) & (offset_lag > 0)
+    lag_state = _state(ratio, (isr_size > 0) & ~in_isr, th)
+    start = lcu + max_lag
+    lag_ratio = F.when(ratio <= 0, F.lit(0.0)).otherwise(ratio).cast("double")
+    episodes = F.coalesce(F.col(EPISODES), F.lit(0)) if has_episodes else F.lit(0)
+    columns = {
+        "cluster": F.col("cluster"),
+        "topic": F.col("topic"),
+        "partition": F.col("partition").cast("int"),
+        "broker_id": F.col("broker_id").cast("int"),
+        "leader_id": F.coalesce(latest["leader_id"], F.lit(-1)).cast("int"),
+        "eval_ms": now.cast("long"),
+        "state": F.when(stalled, F.lit(State.STALLED.value)).otherwise(lag_state),
+        "time_since_caught_up_s": F.greatest(F.lit(0), now - lcu) / 1000.0,
+        "lag_ratio": lag_ratio,
+        "time_to_shrink_s": F.greatest(F.lit(0), start - now) / 1000.0,
+        "offset_lag": offset_lag.cast("long"),
+        "in_isr": in_isr,
+        "isr_size": isr_size.cast("int"),
+        "min_isr": latest["min_isr"].cast("int"),
+        "lag_time_max_ms": max_lag.cast("long"),
+        "shrink_window_start_ms": start.cast("long"),
+        "shrink_window_end_ms": (start + period).cast("long"),
+        "lag_state": lag_state,
+        # One row's peak is its own ratio; streaming.evaluation.replicas takes the batch's.
+        "peak_lag_ratio": lag_ratio,
+        "out_of_sync_episodes": episodes.cast("long"),
+        "last_t_ms": F.col("last_t_ms").cast("long"),
+        "observations": F.col("observations").cast("long"),
+    }
+    assert tuple(columns) == STATUS_COLUMNS + EXTRA_COLUMNS, "keep status_columns in ReplicaStatus's order"
+    names = tuple(columns) if only is None else only
+    kept = [F.col(k) for k in keep if k not in names]
+    return first_parts, second_parts, [*[columns[name].alias(name) for name in names], *kept]
+
+
+def for_the_driver(
+    statuses: DataFrame, watched_keys: Collection[str], refresh_batches: int, lookahead: Reach | None = None
+) -> DataFrame:
+    """The rows of ``status_columns``' output the driver needs when replicas that
+    stay ok are refreshed only at every ``refresh_batches``-th observation
+    (``--ok-refresh-batches``):
+
+    * every replica not ok now (its alerts, its gauges);
+    * every replica the driver watches (``watched_keys``, status keys,
+      ``Monitor.watched_keys``): those it holds as not ok, whose return to ok
+      resolves alerts, and those ``lookahead`` will carry to Nearing, whose
+      catch-up cancels the crossing;
+    * with ``lookahead``, every ok follower it may carry (``within_reach``): the
+      driver must hold its newest status for the lookahead to say its crossing;
+    * the replicas due for a refresh: a replica at its first observation ever,
+      and then each time its count of observations (``observations``, of which
+      ``IN_BATCH`` in this batch) passes a multiple of ``refresh_batches``, offset
+      by a hash of the replica so that a fleet's refreshes spread over the batches.
+      Counted in the replica's own observations, not in batches: a replica observed
+      in only some batches (polled every 5 s at a 1 s trigger) is refreshed as
+      surely as one observed in every batch;
+    * the newest row of each cluster, which carries the cluster's telemetry clock.
+
+    ``refresh_batches`` 1 keeps every row.
+    """
+    if refresh_batches <= 1:
+        return statuses
+    n = F.lit(refresh_batches)
+    key = F.concat_ws(
+        "/", F.col("cluster"), F.col("topic"), F.col("partition").cast("string"), F.col("broker_id").cast("string")
+    )
+    offset = F.pmod(F.xxhash64(key), n)
+    total = F.coalesce(F.col("observations"), F.col(IN_BATCH))
+    before = total - F.col(IN_BATCH)
+    due = (before <= 0) | (F.floor((total + offset) / n) > F.floor((before + offset) / n))
+    rank = F.row_number().over(Window.partitionBy("cluster").orderBy(F.col("last_t_ms").desc()))
+    keep = (F.col("state") != State.OK.value) | due | (F.col("_rank") == 1)
+    if lookahead is not None and lookahead.enabled:
+        keep = keep | within_reach(lookahead)
+    if watched_keys:
+        keep = keep | key.isin(sorted(watched_keys))
+    return statuses.withColumn("_rank", rank).where(keep).drop("_rank")
+
+
+def within_reach(lookahead: Reach) -> Column:
+    """The rows of ok followers ``lookahead`` may carry to Nearing: in the ISR, behind,
+    their crossing within its horizon of their own time (``Lookahead._crossing``'s test,
+    a millisecond wider for its rounding up). A stalled follower is not ok: its row goes anyway."""
+    lag = F.col("lag_time_max_ms")
+    horizon = lag * lookahead.horizon_share if lookahead.horizon_ms is None else F.lit(lookahead.horizon_ms)
+    behind_ms = F.col("time_since_caught_up_s") * 1000
+    return (
+        (F.col("lag_state") == State.OK.value)
+        & F.col("in_isr")
+        & (behind_ms > 0)
+        & (behind_ms + horizon + 1 >= lag * lookahead.th.nearing_ratio)
+    )
