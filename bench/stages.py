@@ -138,7 +138,7 @@ def measure(
         good = parse.good_observations(parse.observations(parsed, None, versions=(version,)))
         out["observations_s"] = noop_s(good, repeat)
         rows = rep.observation_rows(good, cfg, max_gap)
-        carried, _ = table.read(1, rows)
+        carried = table.read(1, rows).rows
         window = rep.evaluate_batch(rows, carried, cfg, th, max_gap, driver_rows_only=True)
         out["window_s"] = noop_s(window, repeat)
 

@@ -81,11 +81,12 @@ class BatchOutput:
     spark_s: float = 0.0
     # What the batch's state writes take once the driver has its rows
     # (``streaming.sinks.statewriter.write_batch_state``), planned here, run there: the state's
-    # next version, the driver's rows (the state topic's records are their newest), the state
-    # version this batch read, and the data held for the batch (``release``).
+    # next version, the driver's rows (the state topic's records are their newest), what this
+    # batch read of the state (its full version, whether the batch writes a delta), and the
+    # data held for the batch (``release``).
     next_state: DataFrame | None = None
     driver_rows: DataFrame | None = None
-    read_version: int | None = None
+    carried: statetable.Carried | None = None
     held: list[DataFrame] = field(default_factory=list)
     # Where the time went: parse and the rare rows; the state's new version; the driver's rows.
     stages: dict[str, float] = field(default_factory=dict)
@@ -133,8 +134,9 @@ def evaluate_records(
     source's columns), and what the batch's state writes take once it has them
     (``BatchOutput.next_state``, ``driver_rows``: ``streaming.sinks.statewriter.write_batch_state``).
     ``observed_only``: only the replicas the batch observes go through the window
-    (``replicas.split_carried``), for a batch that observes few of the replicas held; same
-    state, same rows."""
+    (``replicas.split_carried``), for a batch that observes few of the replicas held, and
+    its version of the state is then mostly a delta of those replicas
+    (``statetable.StateTable.read``); same state, same rows."""
     t0 = time.monotonic()
     now_ms = int(time.time() * 1000)
     out = BatchOutput()
@@ -145,16 +147,15 @@ def evaluate_records(
         side = parse.side_items(records, future_tolerance_ms, now_ms)
         obs = parse.good_observations(parse.observations(records, future_tolerance_ms, now_ms))
         rows = replicas.observation_rows(obs, cfg, max_gap_ms)
-        carried, version = table.read(batch_id, rows)
-        observed, idle = carried, None
+        keys = None
         if observed_only:
             # Held for the split of the state here and again for its write: made once, not parsed twice.
             keys = replicas.observed_keys(rows).persist(StorageLevel.MEMORY_AND_DISK)
             out.held.append(keys)
-            observed, idle = replicas.split_carried(carried, keys)
+        carried = table.read(batch_id, rows, keys)
         # Held for the driver's rows and the state write: the changes and each observed
         # replica's newest row only (the filter runs before the full status: replicas.evaluate_batch).
-        evaluated = replicas.evaluate_batch(rows, observed, cfg, th, max_gap_ms, driver_rows_only=True).persist(
+        evaluated = replicas.evaluate_batch(rows, carried.rows, cfg, th, max_gap_ms, driver_rows_only=True).persist(
             StorageLevel.MEMORY_AND_DISK
         )
         out.held.append(evaluated)
@@ -181,7 +182,7 @@ def evaluate_records(
             else:
                 out.isr_changes.append(cast("IsrChange", {k: row.get(k) for k in ISR_CHANGE_KEYS}))
         # What the state writes take, planned here (Spark runs it there).
-        out.next_state, out.driver_rows, out.read_version = replicas.next_state(evaluated, idle), driver, version
+        out.next_state, out.driver_rows, out.carried = replicas.next_state(evaluated, carried.idle), driver, carried
     except BaseException:
         out.release()
         raise

@@ -4,10 +4,10 @@ The state is one row per follower replica: the columns of
 ``isrwatch.status.ReplicaAggregate`` (``STATE_COLUMNS``), plus the times
 that pick its newest values (``latest_t``, ``known_leo_t``,
 ``known_leader_leo_t``) and ``observations``. ``StateTable`` keeps it in the
-checkpoint as one Parquet version per micro-batch
-(``<checkpoint>/replicas/v<batch_id>``), written before the batch commits:
-a batch Spark runs again after a crash reads the version before it and
-rewrites its own, so a replay gives the same state.
+checkpoint as one Parquet version per micro-batch (``<checkpoint>/replicas/``:
+the whole table, or a delta of the replicas the batch observed), written before
+the batch commits: a batch Spark runs again after a crash reads the versions
+before it and rewrites its own, so a replay gives the same state.
 
 ``evaluate_batch`` is the job's hot path, all in the JVM. Each replica's
 carried row (the "seed") goes in front of the batch's observations of it;

@@ -272,9 +272,9 @@ def write_batch_state(
     """A batch's new state, once the driver has taken its rows and before the batch commits:
     the state topic's records (``states``: each replica's newest row the driver took, less the
     replicas the driver forgot in the batch, ``BatchOutput.gone``), then the checkpoint's
-    version ``batch_id`` (``StateTable.write``: without the replicas older than
-    ``forget_before``) and the version the batch read pruned; the batch's held data released
-    whatever happens."""
+    version ``batch_id`` (``StateTable.write``: full or a delta, as the batch's read said,
+    without the replicas older than ``forget_before``) and the versions older than the full
+    one the batch read pruned; the batch's held data released whatever happens."""
     t1 = time.monotonic()
     try:
         if states is not None and out.driver_rows is not None:
@@ -282,9 +282,10 @@ def write_batch_state(
             out.stages["state_topic_s"] = time.monotonic() - t1
             t1 = time.monotonic()
         if out.next_state is not None:
-            table.write(out.next_state, batch_id, forget_before, out.gone)
-            if out.read_version is not None:
-                table.prune(out.read_version)  # the version this batch read stays until the next batch
+            delta = out.carried is not None and out.carried.delta
+            table.write(out.next_state, batch_id, forget_before, out.gone, delta=delta)
+            if out.carried is not None and out.carried.base is not None:
+                table.prune(out.carried.base)  # the versions this batch read stay until the next batch
     finally:
         out.release()
     out.stages["state_s"] = time.monotonic() - t1

@@ -304,7 +304,8 @@ def test_an_hour_of_churn_leaves_memory_flat_and_raises_nothing_without_cause(ka
 
 
 def _replicas_in_state_table(checkpoint_dir) -> set[Replica]:
-    """The replicas in the job's newest state version (its checkpoint's table)."""
+    """The replicas in the job's newest full state version (its checkpoint's table; the deltas
+    after it, at most ``statetable.FULL_EVERY`` batches' worth, are not read: no Spark here)."""
     table = StateTable(None, str(checkpoint_dir))  # listing and paths only: no Spark needed
     versions = table.versions()
     if not versions:

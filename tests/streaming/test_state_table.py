@@ -1,17 +1,27 @@
 """The job's state table (``streaming.evaluation.statetable.StateTable``) leaves out the replicas the
 monitor forgets, so it does not keep every replica ever seen (found by reading the code after
 the soak: the Parquet versions carried each deleted topic's replicas for ever), and a batch
-that evaluates only the replicas it observes writes the same state as one that evaluates all."""
+that evaluates only the replicas it observes gives the same rows and the same state as one that
+evaluates all, while writing only those replicas' rows (a delta, issue 53's item 3)."""
 
 from __future__ import annotations
+
+import os
+import threading
+import time
 
 import pytest
 
 from isrwatch.rule import Rule, RuleConfig
+from isrwatch.spool import SpoolWriter
 from isrwatch.status import Thresholds
 from isrwatch.telemetry import Observation, TelemetryRecord, encode_record
+from simulator.run import now_ms
 from streaming.evaluation import replicas, statetable
 from streaming.evaluation.batch import evaluate_records
+from streaming.lifecycle.job import Job
+from streaming.lifecycle.query import restore_aggregates
+from streaming.settings import JobSettings
 from streaming.sinks.statewriter import write_batch_state
 from streaming.sources.source_spool import RAW_SCHEMA
 
@@ -26,7 +36,7 @@ MINUTE = 60_000
 def _batch(spark, table, batch_id, rows, forget_before):
     """One batch as the job runs it: the carried version, the observations, the new version."""
     obs = replicas.observation_rows(spark.createDataFrame(rows, OBS_SCHEMA), CFG, 5_000)
-    carried, _ = table.read(batch_id, obs)
+    carried = table.read(batch_id, obs).rows
     out = replicas.evaluate_batch(obs, carried, CFG, Thresholds(), 5_000)
     table.write(out.where(replicas.LAST), batch_id, forget_before)
 
@@ -74,7 +84,7 @@ def test_a_batch_evaluates_only_the_replicas_it_observes_and_carries_the_others_
     # Batch 1 observes broker 3 (still behind) and a replica never seen before; 2 and 4 are silent.
     later = [(3, [(t0 + 6_000, 60, 200)]), (5, [(t0 + 6_000, 200, 200)])]
     obs = replicas.observation_rows(spark.createDataFrame(_rows(later), OBS_SCHEMA), CFG, 5_000)
-    carried, _ = table.read(1, obs)
+    carried = table.read(1, obs).rows
     observed, idle = replicas.split_carried(carried, replicas.observed_keys(obs))
     assert sorted(r.broker_id for r in observed.collect()) == [3]
     assert sorted(r.broker_id for r in idle.collect()) == [2, 4]
@@ -103,31 +113,64 @@ def _telemetry(spark, t_ms, followers):
     return spark.createDataFrame([(None, value, "isr.telemetry", 0, t_ms, None)], RAW)
 
 
-def test_the_job_gives_the_same_rows_and_state_evaluating_only_the_observed_replicas(spark, tmp_path) -> None:
-    """``evaluate_records(observed_only=True)``, what the job runs when a batch observes
-    few of the replicas it holds, gives the driver the same rows and writes the same state
-    as the whole window, batch after batch (two tables, the same telemetry)."""
+def _state(table, batch_id):
+    """The state as of ``batch_id`` as a restarted job reads it: its full version, or the one
+    before it with the deltas since."""
+    state = table.committed(batch_id)
+    return sorted(state.collect()) if state is not None else []
+
+
+def test_a_batch_observing_few_replicas_writes_only_their_rows_and_the_state_stays_the_same(
+    spark, tmp_path, monkeypatch
+) -> None:
+    """Issue 53's item 3: a batch that evaluates only its observed replicas writes only their
+    rows (a delta), and a full version at least every ``FULL_EVERY`` batches. The driver's rows
+    are the whole window's, and so is the state read back (the full version, the deltas' newest
+    rows, less the replicas the deltas left out: said gone, past the forget cutoff), batch after
+    batch (two tables, the same telemetry). The last batch run again after a crash as a full
+    one (a restarted job's first) gives the same state."""
+    monkeypatch.setattr(statetable, "FULL_EVERY", 3)  # the merge of deltas into a full version, in a few batches
     t0 = 1_700_000_000_000
+    everyone = [("a", 2, 200), ("a", 3, 120), ("b", 2, 200), ("b", 3, 200), ("d", 2, 200), ("e", 2, 200)]
     batches = [
-        [("a", 2, 200), ("a", 3, 120), ("b", 2, 200), ("b", 3, 200)],
-        [("a", 3, 130), ("c", 2, 200)],  # one held replica, still behind, and a new one
-        [("b", 2, 200)],
+        everyone,
+        [("a", 3, 130), ("f", 2, 200)],  # one held replica, still behind, and a new one
+        [("b", 2, 200), ("a", 2, 200)],  # then topic d said gone
+        [("a", 3, 180), ("b", 3, 200)],
+        [("a", 3, 200), ("d", 2, 200)],  # d created again (observed after it was said gone); e past the cutoff
     ]
+    removals = {2: ([("c", "d", 0, 2, t0 + 2 * 6_000)], {}), 4: ([], {"c": t0 + 1})}
     tables = {only: statetable.StateTable(spark, str(tmp_path / str(only))) for only in (False, True)}
-    for batch_id, followers in enumerate(batches):
+
+    def run(only, table, batch_id, followers):
         raw = _telemetry(spark, t0 + batch_id * 6_000, followers)
-        rows = {}
-        for only, table in tables.items():
-            out = evaluate_records(
-                raw, batch_id, table, CFG, Thresholds(), future_tolerance_ms=None, max_gap_ms=5_000, observed_only=only
-            )
-            assert out.table is not None
-            rows[only] = sorted(map(str, out.table.to_pylist()))
-            write_batch_state(out, table, batch_id)
-        assert rows[True] == rows[False] and len(rows[True]) == len(followers)
-        state = {only: sorted(spark.read.parquet(t.path(batch_id)).collect()) for only, t in tables.items()}
-        assert state[True] == state[False]
-    assert len(state[True]) == 5
+        out = evaluate_records(
+            raw, batch_id, table, CFG, Thresholds(), future_tolerance_ms=None, max_gap_ms=5_000, observed_only=only
+        )
+        assert out.table is not None
+        gone, cutoffs = removals.get(batch_id, ([], {}))
+        out.gone.extend(gone)
+        write_batch_state(out, table, batch_id, forget_before=cutoffs)
+        return sorted(map(str, out.table.to_pylist()))
+
+    kinds = []
+    for batch_id, followers in enumerate(batches):
+        rows = {only: run(only, t, batch_id, followers) for only, t in tables.items()}
+        assert rows[True] == rows[False]
+        assert _state(tables[True], batch_id) == _state(tables[False], batch_id), f"batch {batch_id}"
+        delta = os.path.exists(os.path.join(tables[True].path(batch_id, delta=True), "_SUCCESS"))
+        kinds.append("d" if delta else "v")
+        if delta:  # only the batch's observed replicas' rows
+            assert spark.read.parquet(tables[True].path(batch_id, delta=True)).count() == len(followers)
+    assert kinds == ["v", "d", "d", "v", "d"]
+    assert not any(os.path.exists(tables[False].path(b, delta=True)) for b in range(len(batches)))
+    final = [(r.topic, r.broker_id) for r in _state(tables[True], len(batches) - 1)]
+    assert sorted(final) == [("a", 2), ("a", 3), ("b", 2), ("b", 3), ("d", 2), ("f", 2)]  # e forgotten, d back
+    # The last batch, a delta, run again as a full one (a restarted job's first): its delta goes.
+    last = len(batches) - 1
+    run(False, tables[True], last, batches[last])  # (its gone and cutoffs as before)
+    assert not os.path.exists(tables[True].path(last, delta=True))
+    assert _state(tables[True], last) == _state(tables[False], last)
 
 
 def test_a_replica_said_gone_leaves_the_table_unless_observed_after(spark, tmp_path) -> None:
@@ -141,7 +184,7 @@ def test_a_replica_said_gone_leaves_the_table_unless_observed_after(spark, tmp_p
     obs = replicas.observation_rows(
         spark.createDataFrame([_observed("a", "kept", 2, t0 + 1000)], OBS_SCHEMA), CFG, 5_000
     )
-    carried, _ = table.read(1, obs)
+    carried = table.read(1, obs).rows
     out = replicas.evaluate_batch(obs, carried, CFG, Thresholds(), 5_000)
     gone = [("a", "deleted", 0, 2, t0 + 500), ("a", "deleted", 0, 3, t0 - 1), ("b", "deleted", 0, 2, t0 + 500)]
     table.write(out.where(replicas.LAST), 1, {}, gone)
@@ -166,3 +209,62 @@ def test_a_version_written_before_the_epoch_and_the_kafka_version_reads_them_as_
     assert (row[0], row[1]) == (None, None)
     _batch(spark, table, 1, [_observed("a", "t", 2, t0 + 1000)], {})  # carried into the next batch
     assert _replicas(spark, table, 1) == [("a", "t", 2)]
+
+
+def _record(t_ms, followers):
+    """A collector record (its own encoding) of ``followers``, [(topic, broker)], each caught up."""
+    observations = tuple(
+        Observation(topic, 0, broker, 1, t_ms, 200, 200, 200, t_ms - 1_000, 200, 200, (1, 2, 3), (1, 2, 3), 10_000, 2)
+        for topic, broker in followers
+    )
+    return encode_record(TelemetryRecord("fleet", "test", t_ms, observations))
+
+
+def test_the_job_polling_few_replicas_a_batch_writes_deltas_and_a_restart_resumes_the_same(spark, tmp_path) -> None:
+    """The job on real Spark and a spool, at a fleet's shape in small: one round of 20
+    replicas, then batches that each observe two of them. After the second such batch the
+    job puts only the observed replicas through the window and writes deltas; stopped and
+    started again on its checkpoint, it resumes every replica with the observations and the
+    telemetry time it had, and the same statuses."""
+    everyone = [(f"t{i}", b) for i in range(10) for b in (2, 3)]
+    t0 = now_ms() - 60_000
+    spool, checkpoint = str(tmp_path / "spool"), str(tmp_path / "ck")
+    writer = SpoolWriter(spool)
+    writer.append([_record(t0, everyone)])
+    expected = {(topic, broker): (1, t0) for topic, broker in everyone}
+    settings = JobSettings(spool_dir=spool, checkpoint_dir=checkpoint, metrics_port=0, trigger_seconds=0.5)
+
+    def batches_done(job, n):
+        deadline = time.monotonic() + 120
+        while job.events.batches < n and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert job.events.batches >= n, f"{job.events.batches} batches of {n} in 120 s"
+
+    stop = threading.Event()
+    with Job(settings, spark=spark, stop_event=stop) as first:
+        first.start()
+        batches_done(first, 1)
+        for k in range(1, 7):
+            t = t0 + k * 1_000
+            observed = everyone[2 * k : 2 * k + 2]
+            writer.append([_record(t, observed)])
+            for key in observed:
+                expected[key] = (expected[key][0] + 1, t)
+            batches_done(first, k + 1)
+        stop.set()
+        first.await_stop()
+        statuses = dict(first.monitor.statuses)
+    table = statetable.StateTable(spark, checkpoint)
+    deltas = [n for n in os.listdir(table.dir) if n.startswith("d") and not n.endswith(".json")]
+    assert deltas, f"the job wrote no delta: {sorted(os.listdir(table.dir))}"
+    state = {
+        (r["topic"], r["broker_id"]): (r["observations"], r["last_t_ms"]) for r in restore_aggregates(spark, checkpoint)
+    }
+    assert state == expected
+
+    again = threading.Event()
+    with Job(settings, spark=spark, stop_event=again) as second:
+        second.start()
+        assert second.monitor.statuses == statuses
+        again.set()
+        second.await_stop()
