@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[name].append((out.spark_s, time.monotonic() - t0, delta))
             raw.unpersist()
             print(
-                f"batch {b}: observed={len(records) and slice_n} "
+                f"batch {b}: observed={min(slice_n, args.replicas - s * slice_n)} "
                 + " ".join(f"{n}_spark_s={runs[n][-1][0]:.2f} {n}_state_s={runs[n][-1][1]:.2f}" for n in layouts)
                 + f" delta_wrote={'delta' if runs['delta'][-1][2] else 'full'}",
                 flush=True,

@@ -102,15 +102,19 @@ def test_a_batch_evaluates_only_the_replicas_it_observes_and_carries_the_others_
 RAW = RAW_SCHEMA  # the source's columns, as the job's own sources give them
 
 
-def _telemetry(spark, t_ms, followers):
-    """One raw batch (the source's columns) of one collector record: ``followers`` is
-    [(topic, broker, leo)], the leader at 200 (the collector's own encoding)."""
+def _record(t_ms, followers, cluster="c"):
+    """A collector record (its own encoding) of ``followers``, [(topic, broker, leo)], the
+    leader at 200."""
     observations = tuple(
         Observation(topic, 0, broker, 1, t_ms, leo, 200, 200, t_ms - 5_000, leo, 200, (1, 2, 3), (1, 2, 3), 10_000, 2)
         for topic, broker, leo in followers
     )
-    value = encode_record(TelemetryRecord("c", "test", t_ms, observations))
-    return spark.createDataFrame([(None, value, "isr.telemetry", 0, t_ms, None)], RAW)
+    return encode_record(TelemetryRecord(cluster, "test", t_ms, observations))
+
+
+def _telemetry(spark, t_ms, followers):
+    """One raw batch (the source's columns) of one collector record (``_record``)."""
+    return spark.createDataFrame([(None, _record(t_ms, followers), "isr.telemetry", 0, t_ms, None)], RAW)
 
 
 def _state(table, batch_id):
@@ -211,15 +215,6 @@ def test_a_version_written_before_the_epoch_and_the_kafka_version_reads_them_as_
     assert _replicas(spark, table, 1) == [("a", "t", 2)]
 
 
-def _record(t_ms, followers):
-    """A collector record (its own encoding) of ``followers``, [(topic, broker)], each caught up."""
-    observations = tuple(
-        Observation(topic, 0, broker, 1, t_ms, 200, 200, 200, t_ms - 1_000, 200, 200, (1, 2, 3), (1, 2, 3), 10_000, 2)
-        for topic, broker in followers
-    )
-    return encode_record(TelemetryRecord("fleet", "test", t_ms, observations))
-
-
 def test_the_job_polling_few_replicas_a_batch_writes_deltas_and_a_restart_resumes_the_same(spark, tmp_path) -> None:
     """The job on real Spark and a spool, at a fleet's shape in small: one round of 20
     replicas, then batches that each observe two of them. After the second such batch the
@@ -230,7 +225,7 @@ def test_the_job_polling_few_replicas_a_batch_writes_deltas_and_a_restart_resume
     t0 = now_ms() - 60_000
     spool, checkpoint = str(tmp_path / "spool"), str(tmp_path / "ck")
     writer = SpoolWriter(spool)
-    writer.append([_record(t0, everyone)])
+    writer.append([_record(t0, [(t, b, 200) for t, b in everyone], "fleet")])
     expected = {(topic, broker): (1, t0) for topic, broker in everyone}
     settings = JobSettings(spool_dir=spool, checkpoint_dir=checkpoint, metrics_port=0, trigger_seconds=0.5)
 
@@ -247,7 +242,7 @@ def test_the_job_polling_few_replicas_a_batch_writes_deltas_and_a_restart_resume
         for k in range(1, 7):
             t = t0 + k * 1_000
             observed = everyone[2 * k : 2 * k + 2]
-            writer.append([_record(t, observed)])
+            writer.append([_record(t, [(topic, b, 200) for topic, b in observed], "fleet")])
             for key in observed:
                 expected[key] = (expected[key][0] + 1, t)
             batches_done(first, k + 1)
