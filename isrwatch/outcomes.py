@@ -248,8 +248,15 @@ class ShrinkOutcomes:
                 key = (cluster, topic, partition, b)
                 r = self._replicas.setdefault(key, _Replica())
                 r.changes.append((t_ms, False))
+                # Metadata shows a shrink up to ``settle_ms`` after the leader made it (Kafka 0.9
+                # sends ISR changes to metadata 5 s after the last one), so an episode that ended
+                # less than that before ``t_ms`` may have been going at the shrink itself.
                 episode = next(
-                    (e for e in reversed(r.episodes) if e.start_ms < t_ms and (e.end_ms is None or e.end_ms >= t_ms)),
+                    (
+                        e
+                        for e in reversed(r.episodes)
+                        if e.start_ms < t_ms and (e.end_ms is None or e.end_ms >= t_ms - self.settle_ms)
+                    ),
                     None,
                 )
                 out.append((b, *self._count(counts, episode, t_ms)))

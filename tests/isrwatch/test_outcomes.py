@@ -57,6 +57,25 @@ def test_a_shrink_without_a_warning_or_before_it_is_missed() -> None:
     assert o.snapshot()["c1"].shrinks == {"warned": 0, "missed": 4}
 
 
+def test_a_shrink_metadata_showed_soon_after_its_episode_ended_was_warned_by_it() -> None:
+    # A paused follower, warned from 10 s; the broker resumes and the job sees it caught up at
+    # 24 s; the leader had dropped it just before, and metadata showed the new ISR at 24.3 s
+    # (seen in a CI run of tests/e2e/test_broker_pauses.py): the warning was for that shrink.
+    o = ShrinkOutcomes()  # settle_ms 10 s: how late metadata may show a shrink
+    nearing = _alert(AlertName.NEARING)
+    _fire(o, 10_000, nearing)
+    _resolve(o, 24_000, nearing)
+    assert o.isr_change("c1", "orders", 0, 24_300, left=[2]) == [(2, "warned", pytest.approx(14.3))]
+    o.isr_change("c1", "orders", 0, 30_000, left=[], joined=[2])
+    _fire(o, 40_000, nearing)
+    _resolve(o, 44_000, nearing)
+    assert o.isr_change("c1", "orders", 0, 54_001, left=[2]) == [(2, "missed", None)]  # ended > 10 s before
+    o.settle({"c1": 200_000})
+    c = o.snapshot()["c1"]
+    assert c.shrinks == {"warned": 1, "missed": 1}
+    assert c.unfollowed == 1  # the second episode: its shrink came too late to be its
+
+
 def test_an_episode_that_ended_before_the_shrink_did_not_warn_of_it() -> None:
     o = ShrinkOutcomes(settle_ms=0)
     nearing = _alert(AlertName.NEARING)
