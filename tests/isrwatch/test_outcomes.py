@@ -60,7 +60,7 @@ def test_a_shrink_without_a_warning_or_before_it_is_missed() -> None:
 def test_a_shrink_metadata_showed_soon_after_its_episode_ended_was_warned_by_it() -> None:
     # A paused follower, warned from 10 s; the broker resumes and the job sees it caught up at
     # 24 s; the leader had dropped it just before, and metadata showed the new ISR at 24.3 s
-    # (seen in a CI run of tests/e2e/test_broker_pauses.py): the warning was for that shrink.
+    # (seen in a fresh-clone run of tests/e2e/test_broker_pauses.py): the warning was for that shrink.
     o = ShrinkOutcomes()  # settle_ms 10 s: how late metadata may show a shrink
     nearing = _alert(AlertName.NEARING)
     _fire(o, 10_000, nearing)
