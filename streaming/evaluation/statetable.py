@@ -12,8 +12,9 @@ micro-batch (the columns of ``streaming.evaluation.replicas.STATE_COLUMNS``):
 A batch that observes only some of the replicas held (``replicas.split_carried``: a fleet
 polled every few triggers) writes a delta; a full version is written when the batch puts
 every replica through the window, and at least every ``FULL_EVERY`` batches (the deltas
-since the last full one merged in). So an idle replica is not written again at every batch: a batch writes in proportion to
-what it observes, and the whole table once every ``FULL_EVERY`` batches.
+since the last full one merged in). So an idle replica is not written again at every batch:
+a batch writes in proportion to what it observes, and the whole table once every
+``FULL_EVERY`` batches.
 
 The state as of a batch is the newest full version before it with the deltas after that, the
 newest row of each replica (``_merged``), less what those deltas left out. A batch Spark runs
