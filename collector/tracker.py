@@ -9,7 +9,13 @@ Rounds in which the leader did not answer (paused, down, unreachable) say nothin
 about the follower's catch-up, so they do not replace the previous observation:
 the first round after the leader answers again carries the time and leader LEO
 from before its silence, and the job reads that interval as a gap in its
-telemetry (docs/rule.md), not as time out of sync. A leader LEO below the
+telemetry (docs/rule.md), not as time out of sync. A follower that first round shows
+below the leader LEO of before the silence is not observed in it (once, until an
+observation with the leader's answer goes out): a follower's fetch waiting at a
+paused leader is answered only after the leader's backlog of produce requests, so
+for a moment it looks stuck although the leader counts it caught up the instant it
+answers that fetch; the next round's observation, still against the time and LEO of
+before the silence, shows whether it is. A leader LEO below the
 previous one (a new leader truncated its log) leaves nothing to compare against:
 ``prev_*`` are left out then.
 
@@ -90,6 +96,10 @@ class ReplicaTracker:
         self.settings = settings or PartitionSettings(lag_time_max_ms, min_isr)
         # (topic, partition, follower) -> (t_ms, leo, leader_leo) of the newest observation whose leader answered
         self._prev: dict[tuple[str, int, int], tuple[int, int | None, int]] = {}
+        # followers whose leader did not answer in their newest observation
+        self._leader_silent: set[tuple[str, int, int]] = set()
+        # followers whose first observation after a leader's silence was held back (once)
+        self._held: set[tuple[str, int, int]] = set()
         # (topic, partition, follower) -> t_ms of its newest observation
         self._last_t: dict[tuple[str, int, int], int] = {}
         self._isr: dict[tuple[str, int], tuple[int, ...]] = {}
@@ -131,6 +141,8 @@ class ReplicaTracker:
                 prev = self._prev.get(rkey)
                 if prev is not None and leader_leo is not None and leader_leo < prev[2]:
                     prev = None  # the leader's log went backwards: nothing to compare against
+                if self._hold_after_silence(rkey, leo, leader_leo, prev):
+                    continue
                 observations.append(
                     Observation(
                         topic=ps.topic,
@@ -157,9 +169,35 @@ class ReplicaTracker:
         for rkey in set(self._last_t) - seen:
             del self._last_t[rkey]
             self._prev.pop(rkey, None)
+            self._leader_silent.discard(rkey)
+            self._held.discard(rkey)
         for key in set(self._isr) - live:
             del self._isr[key]
         return RoundResult(observations, changes, self._gone(snap) + self._sole_leaders(snap))
+
+    def _hold_after_silence(
+        self,
+        rkey: tuple[str, int, int],
+        leo: int | None,
+        leader_leo: int | None,
+        prev: tuple[int, int | None, int] | None,
+    ) -> bool:
+        """Whether to leave out this round's observation of a follower: the first round its
+        leader answers after a silence, when the follower is still below the leader LEO of
+        before the silence (see the module's docstring). At most once in a row: the next
+        observation with the leader's answer goes out, so a follower really stuck is
+        observed one round later, never hidden."""
+        if leader_leo is None:
+            self._leader_silent.add(rkey)
+            return False
+        after_silence = rkey in self._leader_silent
+        self._leader_silent.discard(rkey)
+        behind = prev is not None and leo is not None and leo < prev[2]
+        if after_silence and behind and rkey not in self._held:
+            self._held.add(rkey)
+            return True
+        self._held.discard(rkey)
+        return False
 
     def _sole_leaders(self, snap: Snapshot) -> list[GoneReplica]:
         """The followers of earlier rounds that fresh metadata now shows as the only replica,

@@ -111,6 +111,68 @@ def test_a_leader_silent_longer_than_the_lag_window_does_not_age_its_followers()
     assert changes == [], [(c.key, c.status.state, c.status.eval_ms) for c in changes]
 
 
+def _silence(tr, follower_leo, back):
+    """Rounds every 500 ms: the leader (broker 1) answering at first, followers a batch
+    behind in its last round, then silent 33 s (lag window 20 s) while the followers
+    answer stuck at ``follower_leo``, then answering again: ``back`` is the followers'
+    LEOs, per round from then on (the leader at 4_800 + 50 a round)."""
+    rows = []
+    for t in range(0, 4_500, 500):
+        rows += tr.observe(snap(t, {1: t, 2: t, 3: t})).observations
+    rows += tr.observe(snap(4_500, {1: 4_500, 2: 4_490, 3: 4_490})).observations
+    for t in range(5_000, 38_000, 500):
+        rows += tr.observe(snap(t, {2: follower_leo, 3: follower_leo}, unreachable=[1])).observations
+    for i, leo in enumerate(back):
+        rows += tr.observe(snap(38_000 + 500 * i, {1: 4_800 + 50 * i, 2: leo, 3: leo})).observations
+    return rows
+
+
+def _changes(rows):
+    return state_changes([("c", o.__dict__) for o in rows], RuleConfig(lag_time_max_ms=20_000), Thresholds(), 10_000)
+
+
+def test_a_follower_a_batch_behind_when_its_leader_paused_is_not_aged_by_the_silence():
+    """As above, but the last round before the pause showed the followers a batch behind the
+    leader (their fetch of it still in flight), and the first round with the leader back shows
+    them there still: their fetch waiting at the leader is answered after its backlog. The
+    leader counts them caught up the instant it answers that fetch; the next round shows them
+    at its LEO. Found by tests/e2e/test_two_clusters.py in CI (2026-12-06): Nearing, Imminent
+    and OutOfSync for a follower of the paused leader, no shrink in the leaders' logs. That
+    first round is left out; without that, the job paged for both followers."""
+    tr = ReplicaTracker()
+    rows = _silence(tr, 4_490, [4_490, 4_850, 4_900])
+    back = [o for o in rows if o.t_ms >= 38_000]
+    assert {(o.t_ms, o.broker_id) for o in back} == {(38_500, 2), (38_500, 3), (39_000, 2), (39_000, 3)}
+    held = next(o for o in back if o.t_ms == 38_500)
+    assert (held.prev_t_ms, held.prev_leo, held.prev_leader_leo) == (4_500, 4_490, 4_500)
+    assert _changes(rows) == [], [(c.key, c.status.state, c.status.eval_ms) for c in _changes(rows)]
+
+
+def test_a_follower_really_stuck_after_its_leader_silence_is_observed_one_round_later():
+    """The same silence, but the followers stay below the leader's LEO of before it: only the
+    first round back is left out, the next goes out and the job finds them out of sync."""
+    tr = ReplicaTracker()
+    rows = _silence(tr, 4_490, [4_490, 4_490, 4_490])
+    assert {o.t_ms for o in rows if o.t_ms >= 38_000} == {38_500, 39_000}
+    states = {(c.key[-1], c.status.state.value) for c in _changes(rows)}
+    assert {(2, "out_of_sync"), (3, "out_of_sync")} <= states, states
+
+
+def test_a_leader_answering_every_other_round_holds_back_every_other_answered_round_at_most():
+    """A follower stuck below its leader's LEO, the leader answering every other round: the
+    hold is once in a row, so half of the leader's answered rounds still observe it."""
+    tr = ReplicaTracker()
+    tr.observe(snap(0, {1: 100, 2: 90, 3: 90}))
+    answered, silent = [], []
+    for i in range(1, 12):
+        if i % 2 == 0:
+            answered.append(len(tr.observe(snap(500 * i, {1: 100 + i, 2: 90, 3: 90})).observations))
+        else:
+            silent.append(len(tr.observe(snap(500 * i, {2: 90, 3: 90}, unreachable=[1])).observations))
+    assert answered == [0, 2, 0, 2, 0], answered
+    assert silent == [2] * 6, silent
+
+
 def test_isr_changes_only_from_fresh_metadata_and_set_based():
     tr = ReplicaTracker()
     assert tr.observe(snap(1000, {1: 1, 2: 1, 3: 1})).isr_changes == []
