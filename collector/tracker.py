@@ -10,8 +10,8 @@ about the follower's catch-up, so they do not replace the previous observation:
 the first round after the leader answers again carries the time and leader LEO
 from before its silence, and the job reads that interval as a gap in its
 telemetry (docs/rule.md), not as time out of sync. A follower that first round shows
-below the leader LEO of before the silence is not observed in it (once, until an
-observation with the leader's answer goes out): a follower's fetch waiting at a
+below the leader LEO of before the silence is not observed in it (at most once in a
+row: the next round observes it whatever it shows): a follower's fetch waiting at a
 paused leader is answered only after the leader's backlog of produce requests, so
 for a moment it looks stuck although the leader counts it caught up the instant it
 answers that fetch; the next round's observation, still against the time and LEO of
