@@ -96,8 +96,6 @@ class ReplicaTracker:
         self.settings = settings or PartitionSettings(lag_time_max_ms, min_isr)
         # (topic, partition, follower) -> (t_ms, leo, leader_leo) of the newest observation whose leader answered
         self._prev: dict[tuple[str, int, int], tuple[int, int | None, int]] = {}
-        # followers whose leader did not answer in their newest observation
-        self._leader_silent: set[tuple[str, int, int]] = set()
         # followers whose first observation after a leader's silence was held back (once)
         self._held: set[tuple[str, int, int]] = set()
         # (topic, partition, follower) -> t_ms of its newest observation
@@ -135,13 +133,14 @@ class ReplicaTracker:
                 seen.add(rkey)
                 self._followers.add(rkey)
                 leo = snap.leo.get((follower, ps.topic, ps.partition))
-                if self._last_t.get(rkey, -1) >= snap.t_ms:
+                last_t = self._last_t.get(rkey, -1)
+                if last_t >= snap.t_ms:
                     continue  # no new answer since the last round: nothing new to say
                 self._last_t[rkey] = snap.t_ms
                 prev = self._prev.get(rkey)
                 if prev is not None and leader_leo is not None and leader_leo < prev[2]:
                     prev = None  # the leader's log went backwards: nothing to compare against
-                if self._hold_after_silence(rkey, leo, leader_leo, prev):
+                if self._hold_after_silence(rkey, last_t, leo, leader_leo, prev):
                     continue
                 observations.append(
                     Observation(
@@ -169,7 +168,6 @@ class ReplicaTracker:
         for rkey in set(self._last_t) - seen:
             del self._last_t[rkey]
             self._prev.pop(rkey, None)
-            self._leader_silent.discard(rkey)
             self._held.discard(rkey)
         for key in set(self._isr) - live:
             del self._isr[key]
@@ -178,6 +176,7 @@ class ReplicaTracker:
     def _hold_after_silence(
         self,
         rkey: tuple[str, int, int],
+        last_t: int,
         leo: int | None,
         leader_leo: int | None,
         prev: tuple[int, int | None, int] | None,
@@ -186,12 +185,12 @@ class ReplicaTracker:
         leader answers after a silence, when the follower is still below the leader LEO of
         before the silence (see the module's docstring). At most once in a row: the next
         observation with the leader's answer goes out, so a follower really stuck is
-        observed one round later, never hidden."""
+        observed one round later, never hidden. ``last_t``: the follower's previous observation;
+        newer than ``prev`` (the previous one at which its leader answered) when the leader was
+        silent then, or that observation was held."""
         if leader_leo is None:
-            self._leader_silent.add(rkey)
             return False
-        after_silence = rkey in self._leader_silent
-        self._leader_silent.discard(rkey)
+        after_silence = prev is not None and last_t > prev[0]
         behind = prev is not None and leo is not None and leo < prev[2]
         if after_silence and behind and rkey not in self._held:
             self._held.add(rkey)
