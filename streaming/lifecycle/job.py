@@ -32,6 +32,7 @@ from streaming.lifecycle.assembly import make_monitor, make_outputs, rule_config
 from streaming.lifecycle.origin import check_checkpoint, default_checkpoint_dir
 from streaming.lifecycle.restarts import RestartPolicy
 from streaming.lifecycle.stopping import (
+    BatchGate,
     install_signals,
     out_of_space,
     quiet_spark,
@@ -141,7 +142,8 @@ class Job:
         self.monitor: Monitor | None = None
         self.telemetry_cluster_id: str | None = None  # where its brokers give one (streaming.driver.identity)
         self.fatal: str | None = None  # why a batch failed, when the job knows it better than Spark
-        self._stopping_query = threading.Event()  # set just before the job stops its query
+        # closed when the job stops its query: the batch under way finishes, no other starts
+        self._batches = BatchGate()
         self.feeder: Feeder | None = None
         # starts the job's query (again) from its checkpoint
         self._start_query: Callable[[], StreamingQuery] | None = None
@@ -328,6 +330,8 @@ class Job:
         line the job stops with (``await_stop``) and quiets Spark's repeats of it."""
 
         def handle(batch: DataFrame, batch_id: int) -> None:
+            if not self._batches.enter():  # the job is stopping: this batch runs at the next start
+                raise self._batches.park(self.query, batch_id) from None
             try:
                 handler(batch, batch_id)
             except Exception as e:
@@ -335,9 +339,11 @@ class Job:
                 if reason is not None and self.fatal is None:
                     self.fatal = reason
                     quiet_spark(self.spark)
-                if reason is None and self._stopping_query.is_set():
+                if reason is None and self._batches.stopping.is_set():
                     raise stopped_batch(batch_id, e) from None
                 raise
+            finally:
+                self._batches.leave()
 
         return handle
 
@@ -404,7 +410,7 @@ class Job:
 
     def _stop_query(self, drain_s: float) -> None:
         if self.query is not None:
-            stop_query(self.query, drain_s, self._stopping_query)
+            stop_query(self.query, drain_s, self._batches)
 
 
 def _stopped(checkpoint_dir: str, temporary: bool) -> None:

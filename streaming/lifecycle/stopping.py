@@ -1,4 +1,4 @@
-"""How the job stops: the signals that ask it to, and the query let finish what it has.
+"""How the job stops: the signals that ask it to, and the micro-batch under way let finish.
 
 SIGTERM and Ctrl-C end in the job's one clean-up (``Job.close``), like ``--duration``.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from isrwatch.logs import kv
@@ -24,6 +25,7 @@ __all__ = [
     "install_signals",
     "restore_signals",
     "stop_query",
+    "BatchGate",
     "stopped_batch",
     "BatchStopped",
     "out_of_space",
@@ -33,25 +35,79 @@ __all__ = [
 log = logging.getLogger("streaming.stopping")
 
 
-def stop_query(q: StreamingQuery, drain_s: float, stopping: threading.Event | None = None) -> None:
-    """Let the query finish what is already available (a stop does not cut a batch
-    halfway: a restart would redo it, harmlessly but noisily), then stop it;
-    ``stopping`` is set just before (``stopped_batch``)."""
-    if q.isActive:
-        name = q.name
-        waiter = threading.Thread(target=_process_available, args=(q, name), name=f"drain-{name}", daemon=True)
-        waiter.start()
-        waiter.join(drain_s)
-    if stopping is not None:
-        stopping.set()
+def stop_query(q: StreamingQuery, drain_s: float, gate: BatchGate | None = None) -> None:
+    """Let the micro-batch under way finish, for up to ``drain_s`` (a stop does not cut a
+    batch halfway: a restart would redo it, harmlessly but noisily), start no other, then
+    stop the query. Only the batch under way: a live feed always has more telemetry
+    available, and waiting for all of it kept every stop waiting the whole ``drain_s`` and
+    then cut the batch after all. A batch that Spark starts meanwhile does nothing and runs
+    again at the next start (``BatchGate``)."""
+    if gate is None:
+        q.stop()
+        return
+    try:
+        if not gate.close(drain_s if q.isActive else 0.0):
+            log.info("batch_still_running %s", kv(query=q.name, waited_s=drain_s))
+    finally:  # a batch held back waits for this, even when the JVM is gone already
+        gate.stopping.set()
     q.stop()
+
+
+class BatchGate:
+    """Whether a micro-batch may start its work: open while the job runs, closed by
+    ``stop_query``. A batch that finds it closed does nothing: it waits for the query's stop
+    and then raises ``stopped_batch`` (Spark reads that as the stop's own interruption, and
+    runs the batch again at the next start). Nothing of such a batch is committed, so no
+    telemetry is lost."""
+
+    # How long a batch that found the gate closed waits for the query's stop before it gives
+    # up and fails (the stop is then under way already: ``stop_query`` closes, then stops).
+    PARKED_WAIT_S = 120.0
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._closed = False
+        self._running = 0  # batches whose work is under way (Spark runs one at a time)
+        self.held_back = 0  # batches that found the gate closed
+        self.stopping = threading.Event()  # set just before the query's stop
+
+    def enter(self) -> bool:
+        """A batch starts: False when the stop was asked (the batch must do nothing)."""
+        with self._cond:
+            if self._closed:
+                self.held_back += 1
+                return False
+            self._running += 1
+            return True
+
+    def leave(self) -> None:
+        with self._cond:
+            self._running -= 1
+            self._cond.notify_all()
+
+    def close(self, timeout_s: float) -> bool:
+        """No batch starts its work from now on; True once the one under way has finished
+        (or none was), False when ``timeout_s`` passed first."""
+        with self._cond:
+            self._closed = True
+            return self._cond.wait_for(lambda: self._running == 0, timeout_s)
+
+    def park(self, q: StreamingQuery | None, batch_id: int) -> BatchStopped:
+        """For a batch that found the gate closed: wait until Spark has begun the query's
+        stop (its pattern for a stop's interruption only counts once the query is no longer
+        active), then the exception the batch raises."""
+        deadline = time.monotonic() + self.PARKED_WAIT_S
+        if self.stopping.wait(self.PARKED_WAIT_S):
+            while q is not None and q.isActive and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return stopped_batch(batch_id, None)
 
 
 class BatchStopped(Exception):
     """A micro-batch the job's stop of its query interrupted; it runs again at the next start."""
 
 
-def stopped_batch(batch_id: int, error: BaseException) -> BatchStopped:
+def stopped_batch(batch_id: int, error: BaseException | None) -> BatchStopped:
     """What the query's ``foreachBatch`` raises for a batch that ``stop_query`` interrupted.
 
     Spark reads a batch's failure during its stop as the stop itself by matching the Python
@@ -62,19 +118,13 @@ def stopped_batch(batch_id: int, error: BaseException) -> BatchStopped:
     stack: a ``StackOverflowError`` of 1,024 frames in the log at a stop during a long batch
     (seen at the 1M-replica benchmark's end). This exception's traceback (raised ``from None``)
     is a few lines, and its text is what the pattern looks for."""
-    log.info("batch_stopped %s", kv(batch_id=batch_id, error=type(error).__name__, runs_again="at the next start"))
+    cause = type(error).__name__ if error is not None else "none"  # none: stopped before it started its work
+    log.info("batch_stopped %s", kv(batch_id=batch_id, error=cause, runs_again="at the next start"))
     return BatchStopped(
         f"batch {batch_id} interrupted by the job's stop: "
         "py4j.protocol.Py4JJavaError: An error occurred while calling the batch's Spark job.\n"
         ": java.lang.InterruptedException"
     )
-
-
-def _process_available(q: StreamingQuery, name: str) -> None:
-    try:
-        q.processAllAvailable()
-    except Exception:  # the query failed meanwhile, or the JVM is gone: stop() says what matters
-        log.debug("drain_failed query=%s", name, exc_info=True)  # no call into the JVM here
 
 
 def install_signals(stop_event: threading.Event, note: Callable[[int], None]) -> StopSignals:
