@@ -65,6 +65,7 @@ class Collector:
             same_cluster=not separate,
         )
         self.rounds = 0
+        self.held = 0  # followers' observations left out after their leader's silence (tracker)
         self._unreachable: set[int] = set()
         self._version_logged: tuple[str | None] | None = None
 
@@ -130,6 +131,16 @@ class Collector:
         snap = snap or self.probe.snapshot()
         self.configs.refresh(self.cluster_probe, self.round_timeout)  # when due (every CONFIG_REFRESH_S)
         result = self.tracker.observe(snap)
+        if result.held:
+            self.held += result.held
+            log.info(
+                kv(
+                    event="observations_held",
+                    followers=result.held,
+                    reason="their leader answers again after a silence, they are still below its LEO of before it",
+                    hint="each is observed at the next round (docs/rule.md)",
+                )
+            )
         records = batch_records(
             self.settings.cluster,
             result.observations,
@@ -175,6 +186,7 @@ class Collector:
                     resent=self.publisher.resent,
                     pending=self.publisher.pending,
                     lost=self.publisher.failed,
+                    held=self.held,
                 )
             )
         return len(result.observations)

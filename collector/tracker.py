@@ -58,6 +58,7 @@ class RoundResult:
     observations: list[Observation]
     isr_changes: list[IsrChange]
     gone: list[GoneReplica]
+    held: int = 0  # followers whose observation this round left out, their leader back from a silence
 
 
 class PartitionSettings:
@@ -115,6 +116,7 @@ class ReplicaTracker:
         changes: list[IsrChange] = []
         seen: set[tuple[str, int, int]] = set()
         live: set[tuple[str, int]] = set()
+        held = 0
         for ps in snap.partitions:
             key = (ps.topic, ps.partition)
             live.add(key)
@@ -141,6 +143,7 @@ class ReplicaTracker:
                 if prev is not None and leader_leo is not None and leader_leo < prev[2]:
                     prev = None  # the leader's log went backwards: nothing to compare against
                 if self._hold_after_silence(rkey, last_t, leo, leader_leo, prev):
+                    held += 1
                     continue
                 observations.append(
                     Observation(
@@ -171,7 +174,7 @@ class ReplicaTracker:
             self._held.discard(rkey)
         for key in set(self._isr) - live:
             del self._isr[key]
-        return RoundResult(observations, changes, self._gone(snap) + self._sole_leaders(snap))
+        return RoundResult(observations, changes, self._gone(snap) + self._sole_leaders(snap), held)
 
     def _hold_after_silence(
         self,

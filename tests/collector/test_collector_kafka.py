@@ -225,3 +225,32 @@ def test_unreachable_modern_cluster_without_compat_settings():
     settings = CollectSettings(bootstrap_servers=f"127.0.0.1:{free_port()}", startup_timeout=1.0)
     with pytest.raises(UnreachableError, match="cannot reach Kafka"):
         Collector(settings).start()
+
+
+def test_a_round_that_holds_back_followers_says_so_and_the_progress_counts_them(kafka_cluster, unique_name, caplog):
+    """The collector's own log of the tracker's hold after a leader's silence
+    (tests/collector/test_tracker.py has the rule): one line for the round, the running count
+    in the progress line. The rounds are given as probe snapshots (the tracker's input, built
+    by that test's ``snap``: a paused leader cannot be timed to a fetch in flight here); the
+    records go to a real telemetry topic through the collector's own publisher."""
+    from tests.collector.test_tracker import snap
+
+    telemetry = unique_name("telemetry")
+    kafka_cluster.create_topic(telemetry, partitions=1, replication_factor=1)
+    settings = CollectSettings(
+        bootstrap_servers=kafka_cluster.bootstrap_servers, kafka_config=COMPAT, telemetry_topic=telemetry
+    )
+    collector = Collector(settings)
+    collector.start()
+    caplog.set_level(logging.INFO, logger="collector.main")
+    try:
+        collector.run_round(snap(0, {1: 100, 2: 100, 3: 100}))
+        collector.run_round(snap(500, {1: 110, 2: 100, 3: 100}))  # a batch in flight to the followers
+        collector.run_round(snap(1_000, {2: 100, 3: 100}, unreachable=[1]))  # the leader silent
+        assert collector.run_round(snap(1_500, {1: 150, 2: 100, 3: 100})) == 0  # back: both held
+        assert collector.run_round(snap(2_000, {1: 160, 2: 160, 3: 160})) == 2
+    finally:
+        collector.close()
+    lines = [r.getMessage() for r in caplog.records if "observations_held" in r.getMessage()]
+    assert len(lines) == 1 and "followers=2 " in lines[0], lines
+    assert collector.held == 2

@@ -140,7 +140,10 @@ def test_a_follower_a_batch_behind_when_its_leader_paused_is_not_aged_by_the_sil
     and OutOfSync for a follower of the paused leader, no shrink in the leaders' logs. That
     first round is left out; without that, the job paged for both followers."""
     tr = ReplicaTracker()
-    rows = _silence(tr, 4_490, [4_490, 4_850, 4_900])
+    rows = _silence(tr, 4_490, [])
+    assert tr.observe(snap(38_000, {1: 4_800, 2: 4_490, 3: 4_490})).held == 2  # both followers, counted
+    for i, leo in enumerate([4_850, 4_900], start=1):
+        rows += tr.observe(snap(38_000 + 500 * i, {1: 4_800 + 50 * i, 2: leo, 3: leo})).observations
     back = [o for o in rows if o.t_ms >= 38_000]
     assert {(o.t_ms, o.broker_id) for o in back} == {(38_500, 2), (38_500, 3), (39_000, 2), (39_000, 3)}
     held = next(o for o in back if o.t_ms == 38_500)
@@ -166,7 +169,9 @@ def test_a_leader_answering_every_other_round_holds_back_every_other_answered_ro
     answered, silent = [], []
     for i in range(1, 12):
         if i % 2 == 0:
-            answered.append(len(tr.observe(snap(500 * i, {1: 100 + i, 2: 90, 3: 90})).observations))
+            result = tr.observe(snap(500 * i, {1: 100 + i, 2: 90, 3: 90}))
+            answered.append(len(result.observations))
+            assert result.held == 2 - len(result.observations), "every follower left out is counted"
         else:
             silent.append(len(tr.observe(snap(500 * i, {2: 90, 3: 90}, unreachable=[1])).observations))
     assert answered == [0, 2, 0, 2, 0], answered
