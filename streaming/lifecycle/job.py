@@ -37,6 +37,7 @@ from streaming.lifecycle.stopping import (
     out_of_space,
     quiet_spark,
     restore_signals,
+    stop_allowance_s,
     stop_query,
     stopped_batch,
 )
@@ -229,7 +230,7 @@ class Job:
         handle = self._guard(handler)
         self._start_query = lambda: query.start_job(raw("aggregates"), checkpoint_dir, settings.trigger_seconds, handle)
         self.query = self._start_query()
-        self._on_close("query", self._stop_query, max(30.0, 10 * settings.trigger_seconds), jvm=True)
+        self._on_close("query", self._stop_query, stop_allowance_s(settings.trigger_seconds), jvm=True)
         log.info(
             "started %s",
             kv(

@@ -25,6 +25,7 @@ __all__ = [
     "install_signals",
     "restore_signals",
     "stop_query",
+    "stop_allowance_s",
     "BatchGate",
     "stopped_batch",
     "BatchStopped",
@@ -33,6 +34,12 @@ __all__ = [
 ]
 
 log = logging.getLogger("streaming.stopping")
+
+
+def stop_allowance_s(trigger_seconds: float) -> float:
+    """How long a stop waits for the micro-batch under way: 30 s, or ten triggers when that is
+    longer (docs/deploy.md, "Stopping the job"; docker-compose.yml's grace period exceeds it)."""
+    return max(30.0, 10 * trigger_seconds)
 
 
 def stop_query(q: StreamingQuery, drain_s: float, gate: BatchGate | None = None) -> None:

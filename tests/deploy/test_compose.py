@@ -313,3 +313,15 @@ def test_the_spark_profile_runs_a_standalone_cluster_the_job_can_use() -> None:
     shared = [v for v in services()["spark-worker"]["volumes"] if v.endswith(f":{checkpoint}")]
     assert shared and shared[0].split(":")[0] in {v.split(":")[0] for v in job["volumes"]}, "same volume, same path"
     assert job.get("hostname") == "job", "the driver's address the workers call back"
+
+
+def test_the_job_is_given_the_time_its_stop_waits_for_a_running_batch() -> None:
+    """``docker stop`` kills after the service's grace period (10 s by default): the job's stop
+    lets the batch under way finish for longer than that (streaming.lifecycle.stopping)."""
+    from streaming.lifecycle.stopping import stop_allowance_s
+
+    job = services()["job"]
+    trigger = _flag(isrwatch_services()["job"], "--trigger-seconds")
+    grace = str(job.get("stop_grace_period", "10s"))
+    assert grace.endswith("s") and grace[:-1].isdigit(), f"a grace period in seconds: {grace}"
+    assert int(grace[:-1]) > stop_allowance_s(float(trigger or 1.0)), grace
