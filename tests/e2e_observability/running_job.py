@@ -1,7 +1,7 @@
 """``isrwatch run`` as a real child process, for the end-to-end tests.
 
 The job runs in its own process group (it starts a JVM for Spark); ``stop()``
-sends SIGTERM (the job drains and stops Spark), then kills the group if it
+sends SIGTERM (the job lets its running batch finish and stops Spark), then kills the group if it
 does not exit in time. Its stdout is the alert events (one JSON object per
 line, from the embedded default's stdout sink), its stderr the logs.
 """
