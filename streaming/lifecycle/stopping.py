@@ -42,16 +42,13 @@ def stop_allowance_s(trigger_seconds: float) -> float:
     return max(30.0, 10 * trigger_seconds)
 
 
-def stop_query(q: StreamingQuery, drain_s: float, gate: BatchGate | None = None) -> None:
+def stop_query(q: StreamingQuery, drain_s: float, gate: BatchGate) -> None:
     """Let the micro-batch under way finish, for up to ``drain_s`` (a stop does not cut a
     batch halfway: a restart would redo it, harmlessly but noisily), start no other, then
     stop the query. Only the batch under way: a live feed always has more telemetry
     available, and waiting for all of it kept every stop waiting the whole ``drain_s`` and
     then cut the batch after all. A batch that Spark starts meanwhile does nothing and runs
     again at the next start (``BatchGate``)."""
-    if gate is None:
-        q.stop()
-        return
     try:
         if not gate.close(drain_s if q.isActive else 0.0):
             log.info("batch_still_running %s", kv(query=q.name, waited_s=drain_s))
