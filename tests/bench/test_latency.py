@@ -15,6 +15,8 @@ import pytest
 from bench import latency
 
 
+# make campaign (~40 s): a benchmark's smoke run; make bench-quick and make bench run the script itself.
+@pytest.mark.campaign
 @pytest.mark.integration
 @pytest.mark.spark
 def test_latency_reports_every_crossing_on_both_paths(kafka_cluster: Any, bench_spark: Any) -> None:

@@ -13,6 +13,8 @@ import pytest
 from bench.read_bound import measure
 
 
+# make campaign (~25 s): a benchmark's smoke run; make bench-quick and make bench run the script itself.
+@pytest.mark.campaign
 @pytest.mark.integration
 @pytest.mark.spark
 def test_read_bound_reads_every_record_in_each_query_and_reports_the_ratio(

@@ -11,6 +11,8 @@ import pytest
 from bench import scale
 
 
+# make campaign (~15 s): a benchmark's smoke run; make bench-quick and make bench run the script itself.
+@pytest.mark.campaign
 @pytest.mark.integration
 @pytest.mark.spark
 def test_scale_reports_each_batch_its_parts_and_the_memory(kafka_cluster: Any, bench_spark: Any) -> None:

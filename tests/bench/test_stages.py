@@ -10,6 +10,8 @@ from pyspark.sql import SparkSession
 from bench import stages
 
 
+# make campaign (~12 s): a benchmark's smoke run; make bench-quick and make bench run the script itself.
+@pytest.mark.campaign
 @pytest.mark.integration
 def test_stages_runs_every_stage_on_a_tiny_fleet(capsys: pytest.CaptureFixture[str]) -> None:
     # Not the shared `spark` fixture: created this early in the run, it would be the session

@@ -16,6 +16,8 @@ import pytest
 from bench.throughput import measure
 
 
+# make campaign (~70 s): a benchmark's smoke run; make bench-quick and make bench run the script itself.
+@pytest.mark.campaign
 @pytest.mark.integration
 @pytest.mark.spark
 def test_throughput_reports_the_job_the_ceilings_and_the_naive_design(kafka_cluster: Any, bench_spark: Any) -> None:

@@ -162,6 +162,10 @@ def _kill_round(cluster: Any, pipe: Pipeline, victim: int) -> KillRound:
     return KillRound(victim, led, first, second, let_go)
 
 
+# make campaign (~3 min, two kill rounds): make test keeps brokers that stop answering on real Kafka
+# (tests/e2e/test_hung_telemetry_broker.py, test_restart.py) and the collector's keeping of a dropped
+# broker's replicas by unit test (tests/isrwatch/test_kafkawire.py).
+@pytest.mark.campaign
 def test_a_killed_broker_stays_out_of_sync_until_it_is_back(kafka_cluster_factory, tmp_path):
     cluster = kafka_cluster_factory(replica_lag_time_max_ms=LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS)
     cluster.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)

@@ -122,9 +122,11 @@ def _state_after_compaction(cluster: Any, pipe: Pipeline, watch: GaugeWatch) -> 
     }
 
 
-# The separate-telemetry deployment (~7.5 min) runs in make campaign, to keep make test inside
-# CI's time: make test keeps the README's deployment, where the faults also reach isrwatch's own
-# topics; the JMX source under a real fault stays in make test through test_slow_follower[jmx].
+# Both deployments run in make campaign (~3 min and ~7.5 min: every broker paused in turn): make
+# test keeps a paused broker alerted before its shrinks on the README's deployment, the faults
+# reaching isrwatch's own topics, through tests/e2e/test_hung_telemetry_broker.py and
+# test_restart.py, and the JMX source on real Kafka through tests/collector/test_jmx_kafka.py.
+@pytest.mark.campaign
 @pytest.mark.parametrize(
     ("deployment", "source"),
     [

@@ -24,6 +24,8 @@ import contextlib
 import time
 import urllib.request
 
+import pytest
+
 from isrwatch.alerts import AlertName
 from tests.e2e.gauges import prometheus_followers, prometheus_scraping
 from tests.e2e.kafka_io import ProduceLoad
@@ -40,6 +42,9 @@ PROMETHEUS_CLEAR_S = 60.0
 TOPIC = "doomed"
 
 
+# make campaign (~65 s): make test keeps the collector's gone replicas and the job's forgetting
+# by unit test (tests/collector/test_tracker.py, tests/streaming/test_monitor.py).
+@pytest.mark.campaign
 def test_a_deleted_topic_s_alerts_resolve_within_seconds(kafka_cluster_factory, tmp_path):
     cluster = slow_followers_cluster(kafka_cluster_factory)
     # the watched topic: broker 1 leads, 2 and 3 follow; isrwatch's own topics are placed by

@@ -117,6 +117,9 @@ def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(
     _check(cluster, pipe, source, heavy_at, sent_heavy)
 
 
+# make campaign (~75 s): make test keeps a follower elected leader forgotten, its alerts resolved
+# (tests/streaming/test_monitor.py).
+@pytest.mark.campaign
 def test_a_nearing_follower_elected_leader_has_its_alerts_resolved(slow: Slow, tmp_path: Path) -> None:
     from tests.e2e.test_nearing_follower_leads import nearing_follower_elected
 

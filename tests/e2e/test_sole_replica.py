@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import time
 
+import pytest
+
 from tests.e2e.gauges import prometheus_followers, prometheus_scraping
 from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pauses import layout
@@ -36,6 +38,9 @@ CLEAR_S = 60.0
 SOLE = 2
 
 
+# make campaign (~40 s): make test keeps a sole replica said gone by unit test
+# (tests/collector/test_tracker.py).
+@pytest.mark.campaign
 def test_a_follower_left_its_partition_s_only_replica_is_no_longer_shown_as_a_follower(
     kafka_cluster, unique_name, tmp_path
 ):

@@ -144,10 +144,16 @@ def test_steady_load_raises_nothing_and_bad_telemetry_goes_to_the_dead_letter_to
     assert injected_at < time.time()
 
 
+# make campaign (~100 s): make test keeps no replica alert under steady load on the same cluster and
+# job (the test above) and leader changes by unit test (tests/streaming/test_replicas.py).
+@pytest.mark.campaign
 def test_leaders_moving_under_load_raise_no_replica_alert(quiet: Quiet) -> None:
     leaders_moved_under_load(quiet.cluster, quiet.pipe, watched_before=WATCHED)
 
 
+# make campaign (~70 s): make test keeps the burst example by unit test (tests/isrwatch/test_rule.py)
+# and on Spark (tests/streaming/test_every_observation.py).
+@pytest.mark.campaign
 @pytest.mark.validation
 def test_burst_absorbed_by_healthy_followers_raises_no_out_of_sync_and_no_shrink(quiet: Quiet) -> None:
     cluster, pipe, topic = quiet.cluster, quiet.pipe, BURSTY_TOPIC

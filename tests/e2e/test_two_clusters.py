@@ -32,6 +32,8 @@ import contextlib
 import time
 from typing import Any
 
+import pytest
+
 from isrwatch.alerts import AlertName
 from tests.e2e.kafka_io import ProduceLoad
 from tests.e2e.pauses import layout, pause_round
@@ -73,6 +75,9 @@ def _explained(e: AlertEvent, cluster: Any, paused_at: float) -> bool:
     return broker == BROKER or Shrinks.read(cluster, topic, paused_at).first(partition, broker) is not None
 
 
+# make campaign (~2.5 min, two clusters): make test keeps clusters numbered alike kept apart in one
+# job (tests/streaming/test_job.py) and a pause's lead on real Kafka (test_hung_telemetry_broker.py).
+@pytest.mark.campaign
 def test_a_pause_on_either_of_two_clusters_numbered_alike_alerts_for_that_cluster_alone(
     kafka_cluster_factory, tmp_path
 ):

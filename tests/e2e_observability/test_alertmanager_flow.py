@@ -31,6 +31,10 @@ from localservices import Alertmanager, alertmanager_binary
 from tests.e2e_observability.running_job import JobProcess, running_job
 
 pytestmark = [
+    # make campaign (~2 min, the scenario at half speed): make test keeps the job's Alertmanager sink
+    # against a real Alertmanager (tests/streaming/test_notify_alertmanager.py: the contract's labels,
+    # an HA pair, Alertmanager down and back, a resolution across the job's restart, TLS and auth).
+    pytest.mark.campaign,
     pytest.mark.services,
     pytest.mark.spark,
     pytest.mark.skipif(alertmanager_binary() is None, reason="alertmanager not installed (Debian package)"),

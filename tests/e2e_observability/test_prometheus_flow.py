@@ -38,6 +38,10 @@ from tests.deploy.panels import DEPLOY, FLAPPING, RULES_FILE, panel_queries, rul
 from tests.e2e_observability.running_job import JobProcess, running_job
 
 pytestmark = [
+    # make campaign (~75 s of scenario after Spark's start): make test keeps a real Prometheus scraping
+    # the job and the exporter (test_secured_endpoints.py) and the shipped rules run by promtool
+    # (tests/deploy/test_prometheus.py).
+    pytest.mark.campaign,
     pytest.mark.services,
     pytest.mark.spark,
     pytest.mark.skipif(binary("prometheus") is None, reason="prometheus not installed (Debian package)"),

@@ -60,7 +60,17 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-@pytest.mark.parametrize("ending", ["duration", "sigint", "sigterm", "sigterm-python"])
+# make test keeps SIGTERM (a service manager's stop); the other three endings (~25-45 s each: a job
+# start each) run in make campaign and make reliability.
+@pytest.mark.parametrize(
+    "ending",
+    [
+        pytest.param("duration", marks=pytest.mark.campaign),
+        pytest.param("sigint", marks=pytest.mark.campaign),
+        "sigterm",
+        pytest.param("sigterm-python", marks=pytest.mark.campaign),
+    ],
+)
 def test_the_embedded_default_leaves_nothing_in_the_temp_directory(tmp_path: Path, ending: str) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
