@@ -54,7 +54,32 @@ def stop_query(q: StreamingQuery, drain_s: float, gate: BatchGate) -> None:
             log.info("batch_still_running %s", kv(query=q.name, waited_s=drain_s))
     finally:  # a batch held back waits for this, even when the JVM is gone already
         gate.stopping.set()
+    _quiet_the_interruption()
     q.stop()
+
+
+# What Spark logs when a stop interrupts its query between batches, as every stop does: the
+# stream thread is most often planning the next trigger, writing its offsets through Hadoop's
+# file system (``Shell`` then warns "Interrupted while joining", with the Java stack), and
+# the stop cancels the query's job group, which has no job then ("Failed to cancel job group").
+# Both said nothing wrong, at every SIGTERM; nothing of an interrupted trigger is committed.
+_INTERRUPTION_LOGGERS = ("org.apache.hadoop.util.Shell", "org.apache.spark.scheduler.DAGScheduler")
+
+
+def _quiet_the_interruption() -> None:
+    """Spark's warnings of the stop's own interruption left out (``_INTERRUPTION_LOGGERS``):
+    the job logs its stop itself. Errors still print."""
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm
+    if jvm is None:  # no JVM (gone already): nothing of Spark's left to print
+        return
+    try:
+        log4j = jvm.org.apache.logging.log4j
+        for name in _INTERRUPTION_LOGGERS:
+            log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)
+    except Exception:  # noqa: BLE001 - best effort: only what is printed depends on it
+        log.debug("interruption_warnings_not_quietened", exc_info=True)
 
 
 class BatchGate:
