@@ -76,7 +76,8 @@ def _explained(e: AlertEvent, cluster: Any, paused_at: float) -> bool:
 
 
 # make campaign (~2.5 min, two clusters): make test keeps clusters numbered alike kept apart in one
-# job (tests/streaming/test_job.py) and a pause's lead on real Kafka (test_hung_telemetry_broker.py).
+# job (tests/streaming/test_job.py), the job's own evidence of its brokers given to the right one of
+# them (tests/streaming/test_lookahead.py) and a pause's lead on real Kafka (test_hung_telemetry_broker.py).
 @pytest.mark.campaign
 def test_a_pause_on_either_of_two_clusters_numbered_alike_alerts_for_that_cluster_alone(
     kafka_cluster_factory, tmp_path
