@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["setup_logging", "kv", "RepeatFilter", "ConfigWarningsOnce", "LIBRARY_LOGGERS"]
+__all__ = ["setup_logging", "worker_logging", "kv", "RepeatFilter", "ConfigWarningsOnce", "LIBRARY_LOGGERS"]
 
 
 def kv(**fields: object) -> str:
@@ -104,3 +104,14 @@ def setup_logging(level: str = "INFO") -> None:
     # Py4J and Spark's Python side are chatty at INFO.
     for noisy in ("py4j", "py4j.clientserver", "kafka", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def worker_logging() -> None:
+    """Logging for isrwatch's code in a Python process Spark starts (the runner of the Kafka
+    source's planning, an executor's Python worker), where ``setup_logging`` never ran: its
+    warnings in the job's own format (time, level, logger) on stderr, where they came out as
+    the bare message of Python's last-resort handler. Nothing changes in a process whose
+    logging is set up already (the job's driver, a test run)."""
+    if logging.getLogger().handlers:
+        return
+    setup_logging("WARNING")

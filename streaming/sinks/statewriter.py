@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyspark.sql.functions as F
 
-from isrwatch.logs import kv
+from isrwatch.logs import kv, worker_logging
 from isrwatch.status import STATUS_FIELDS, GoneKey
 from streaming.evaluation.replicas import LAST
 from streaming.evaluation.statetable import leave_out_gone
@@ -97,7 +97,8 @@ def _producer(conf: Mapping[str, str]) -> Producer:
         for old in _producers.values():
             old.flush(0)  # (nothing pending: each task flushed; drops the connections with it)
         _producers.clear()
-        _producers[key] = Producer({**conf, "client.id": CLIENT_ID})
+        # its log through Python's (isrwatch.logs: librdkafka's configuration warnings once per process)
+        _producers[key] = Producer({**conf, "client.id": CLIENT_ID}, logger=logging.getLogger("librdkafka"))
     return _producers[key]
 
 
@@ -106,6 +107,7 @@ def produce_partition(conf: Mapping[str, str], topic: str, flush_s: float) -> Ca
     them at most ``flush_s``, hand back those not delivered."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        worker_logging()  # an executor's Python worker
         producer = _producer(conf)
         failed: list[tuple[bytes | None, bytes | None, str]] = []
         acknowledged = [0]

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from isrwatch.logs import kv
+from isrwatch.logs import kv, worker_logging
 from streaming.sources.deferred import Deferred, plan_id
 from streaming.sources.range_read import ConsumerConfig, KafkaRange, read_range
 from streaming.sources.source_spool import RAW_SCHEMA
@@ -115,6 +115,7 @@ def cap_offsets(start: Offsets, latest: Offsets, limit: int | None) -> Offsets:
 
 class KafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
+        worker_logging()  # made in the process Spark starts to plan the source's batches
         lower = {k.lower(): v for k, v in options.items()}
         self.config = consumer_config(options)
         topics = [t.strip() for t in lower.get("subscribe", "").split(",") if t.strip()]
@@ -286,6 +287,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
+        worker_logging()  # an executor's Python worker
         yield from read_range(self.config, partition)
 
     def commit(self, end: Offsets) -> None:

@@ -74,3 +74,11 @@ def test_the_broker_holding_the_telemetry_paused_is_alerted_before_its_shrinks(k
             continue  # IsrwatchTelemetryStale: the telemetry did stop
         logged_out = any(c.partition == p and b in c.isr_before and b not in c.isr_after for c in truth.lines)
         assert t == topic and (b == holder or logged_out), f"{e.name} for {t}-{p} broker {b}: no cause"
+
+    # The Kafka source's warnings of the hung leader, logged in the Python process Spark starts
+    # to plan the source's batches, in the job's own format (isrwatch.logs.worker_logging):
+    # they came out as the bare message until 2026-12-06.
+    log = pipe.job_log()
+    assert "WARNING streaming.watermarks event=telemetry_partitions_late" in log, log[-3000:]
+    bare = [line for line in log.splitlines() if line.startswith(("event=", "%"))]  # (%: librdkafka's own)
+    assert not bare, bare[:5]

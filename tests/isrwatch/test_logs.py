@@ -1,10 +1,14 @@
-"""isrwatch.logs: the filter that holds back the Kafka clients' repeated messages."""
+"""isrwatch.logs: the filter that holds back the Kafka clients' repeated messages, and the
+logging of the Python processes Spark starts."""
 
 from __future__ import annotations
 
 import logging
+import re
+import subprocess
+import sys
 
-from isrwatch.logs import RepeatFilter
+from isrwatch.logs import RepeatFilter, worker_logging
 
 
 def _record(name: str, msg: str, *args: object) -> logging.LogRecord:
@@ -80,3 +84,35 @@ def test_other_messages_of_the_clients_are_not_held_by_the_configuration_filter(
     assert f.filter(_record("librdkafka", warn, 1))
     assert not f.filter(_record("librdkafka", warn, 2))  # another client, the same warning
     assert all(f.filter(_record("librdkafka", "FAIL [rdkafka#consumer-%d] connection refused", i)) for i in range(3))
+
+
+def test_a_process_spark_starts_logs_isrwatch_warnings_in_the_job_s_format() -> None:
+    """A fresh interpreter, as Spark starts one for the Kafka source's planning or an executor's
+    Python worker: its warnings with time, level and logger, nothing below WARNING."""
+    code = (
+        "import logging\n"
+        "from isrwatch.logs import worker_logging\n"
+        "worker_logging(); worker_logging()\n"
+        "log = logging.getLogger('streaming.watermarks')\n"
+        "log.warning('event=telemetry_partitions_late partitions=t[0]')\n"
+        "log.info('event=not_shown')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # once: a second call adds no handler
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING streaming.watermarks event=telemetry_partitions_late partitions=t\[0\]",
+        lines[0],
+    ), lines[0]
+
+
+def test_a_process_with_its_logging_set_up_is_left_as_it_is() -> None:
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    marker = logging.NullHandler()
+    root.addHandler(marker)
+    try:
+        worker_logging()
+        assert root.handlers == [*before[0], marker] and root.level == before[1]
+    finally:
+        root.removeHandler(marker)
