@@ -68,7 +68,9 @@ _INTERRUPTION_LOGGERS = ("org.apache.hadoop.util.Shell", "org.apache.spark.sched
 
 def _quiet_the_interruption() -> None:
     """Spark's warnings of the stop's own interruption left out (``_INTERRUPTION_LOGGERS``):
-    the job logs its stop itself. Errors still print."""
+    the job logs its stop itself. Errors still print. For the rest of the JVM's life: the
+    job's JVM ends with the job (a process that embeds the job and goes on, a test run, keeps
+    those two loggers at ERROR)."""
     from pyspark import SparkContext
 
     jvm = SparkContext._jvm
