@@ -9,7 +9,7 @@ import errno
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from isrwatch.logs import kv
 from isrwatch.signals import StopSignals
@@ -73,15 +73,24 @@ def _quiet_the_interruption() -> None:
     those two loggers at ERROR)."""
     from pyspark import SparkContext
 
-    jvm = SparkContext._jvm
-    if jvm is None:  # no JVM (gone already): nothing of Spark's left to print
+    _spark_log_level(SparkContext._jvm, "ERROR", _INTERRUPTION_LOGGERS)
+
+
+def _spark_log_level(jvm: Any, level: str, loggers: tuple[str, ...]) -> None:
+    """Spark's ``loggers`` (log4j's names; "" for every logger) set to ``level`` in the JVM,
+    best effort: only what is printed depends on it."""
+    if jvm is None:  # no session, or its JVM is gone: nothing of Spark's left to print
+        log.debug("spark_log_not_quietened")
         return
     try:
         log4j = jvm.org.apache.logging.log4j
-        for name in _INTERRUPTION_LOGGERS:
-            log4j.core.config.Configurator.setLevel(name, log4j.Level.ERROR)
-    except Exception:  # noqa: BLE001 - best effort: only what is printed depends on it
-        log.debug("interruption_warnings_not_quietened", exc_info=True)
+        for name in loggers:
+            if name:
+                log4j.core.config.Configurator.setLevel(name, getattr(log4j.Level, level))
+            else:  # every logger, not the root alone: streaming/lifecycle/log4j2.properties sets some of its own
+                log4j.core.config.Configurator.setAllLevels("", getattr(log4j.Level, level))
+    except Exception:  # noqa: BLE001 - best effort
+        log.debug("spark_log_not_quietened", exc_info=True)
 
 
 class BatchGate:
@@ -230,12 +239,4 @@ def quiet_spark(spark: SparkSession | None) -> None:
     """Once the job knows why it stops, Spark's log and the bridge's would print the same
     failure again with its Java and Python stacks: both are silenced."""
     _quiet_the_bridge()
-    jvm = spark._jvm if spark is not None else None
-    if jvm is None:  # no session, or its JVM is gone: nothing of Spark's left to print
-        log.debug("spark_log_not_quietened")
-        return
-    try:
-        # every logger, not the root alone: streaming/lifecycle/log4j2.properties sets some of its own
-        jvm.org.apache.logging.log4j.core.config.Configurator.setAllLevels("", jvm.org.apache.logging.log4j.Level.OFF)
-    except Exception:  # noqa: BLE001 - best effort: only what is printed depends on it
-        log.debug("spark_log_not_quietened", exc_info=True)
+    _spark_log_level(spark._jvm if spark is not None else None, "OFF", ("",))
