@@ -87,8 +87,8 @@ bench-quick: install ## reduced throughput comparison (< 5 min)
 bench-bound: install ## the in-memory ceiling against the job's own Kafka read and parse, side by side (~3 min)
 	$(PY) -m bench.read_bound
 
-bench-fleet: install ## the job against a live feed of 100k and 1M replicas observed every 20 s: driver seconds, memory, kept up (~25 min)
-	$(PY) -m bench.fleet
+bench-fleet: install ## the job (--driver-replicas not-ok, the fleet's setting) against a live feed of 100k and 1M replicas observed every 20 s: driver seconds, memory, kept up (~25 min)
+	$(PY) -m bench.fleet --driver-replicas not-ok
 
 bench-scaling: install ## the job on local[2] and on a standalone cluster of 1 and 2 workers (docs/scaling.md)
 	$(PY) -m bench.scaling

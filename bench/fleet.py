@@ -8,7 +8,8 @@ second round on (they fetch at half their leader's pace: Nearing, then OutOfSync
 stay caught up. The feed is built before it starts (``bench.load.Fleet``, in the
 collector's telemetry version) by a separate process, which then only sends each second's
 slice at its second, so the feed's own CPU is not the job's; the job (``streaming.lifecycle.job.run``,
-its defaults: 1 s trigger) runs in this process, which is its driver.
+its defaults: 1 s trigger, but ``--driver-replicas``: ``make bench-fleet`` gives ``not-ok``, the
+fleet's setting) runs in this process, which is its driver.
 
 Per fleet size, from the batches that end after the first round (the state holds the whole fleet
 from then on; the first batches are the JVM's warm-up):
@@ -56,6 +57,7 @@ from bench.load import Fleet, as_version
 from bench.machine import load_average, median_of_measured, print_header, rss_mb
 from bench.throughput import BatchLog, job_settings
 from isrwatch.telemetry import SUPPORTED_VERSIONS, VERSION
+from streaming.settings import DRIVER_REPLICAS
 
 __all__ = ["run_size", "main", "failure_reason", "failed"]
 
@@ -126,7 +128,7 @@ class _Restarts(logging.Handler):
             self.count += 1
 
 
-def run_size(replicas: int, version: int = VERSION) -> dict[str, Any]:
+def run_size(replicas: int, version: int = VERSION, driver_replicas: str = "all") -> dict[str, Any]:
     """One fleet size: the job against the live feed; its batches and the figures above."""
     from streaming.lifecycle import job
     from streaming.lifecycle.session import build_session
@@ -144,7 +146,8 @@ def run_size(replicas: int, version: int = VERSION) -> dict[str, Any]:
     try:
         topic = bkafka.new_topic(kafka, f"bench-fleet-{replicas}")
         cap = JobSettings().max_records_per_trigger  # the job as deployed: its default cap
-        settings = job_settings(kafka, topic, checkpoint, cap, 1.0)  # lag: the feed says 10 s as well
+        # lag: the feed says 10 s as well
+        settings = job_settings(kafka, topic, checkpoint, cap, 1.0, driver_replicas=driver_replicas)
 
         def target() -> None:
             try:
@@ -252,7 +255,7 @@ def _label(replicas: int) -> str:
     return f"{replicas // 1_000_000}m" if replicas % 1_000_000 == 0 else f"{replicas // 1000}k"
 
 
-def _one(replicas: int, version: int, logs: Path) -> dict[str, Any]:
+def _one(replicas: int, version: int, logs: Path, driver_replicas: str = "all") -> dict[str, Any]:
     """``run_size`` in a process of its own (its driver memory is that size's alone); the job's
     log goes to a file under ``logs``."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -262,6 +265,7 @@ def _one(replicas: int, version: int, logs: Path) -> dict[str, Any]:
     print(f"  the job's log: {log_file}", flush=True)
     try:
         cmd = [sys.executable, "-m", "bench.fleet", "--replicas", str(replicas), "--telemetry-version", str(version)]
+        cmd += ["--driver-replicas", driver_replicas]
         with log_file.open("w") as err:
             run = subprocess.run([*cmd, "--json", out], stdout=subprocess.PIPE, stderr=err, text=True)
         lines = run.stdout.splitlines()
@@ -333,11 +337,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--telemetry-version", type=int, default=VERSION, choices=sorted(SUPPORTED_VERSIONS))
     ap.add_argument("--json", help="write the result here")
     ap.add_argument("--logs", default=".cache/bench-fleet", help="where each run's job log goes")
+    ap.add_argument(
+        "--driver-replicas",
+        default="all",
+        choices=DRIVER_REPLICAS,
+        help="the job's --driver-replicas (default: all, the job's default)",
+    )
     args = ap.parse_args(argv)
     if args.replicas is not None:
         if args.replicas < ROUND_S:
             ap.error(f"--replicas must be at least {ROUND_S}")
-        r = run_size(args.replicas, args.telemetry_version)
+        r = run_size(args.replicas, args.telemetry_version, args.driver_replicas)
         print(_line(r), flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(r))
@@ -345,11 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1:
         ap.error("--runs must be at least 1")
     header = print_header("isrwatch fleet: the job against a live feed")
+    print(f"the job's --driver-replicas: {args.driver_replicas}", flush=True)
     results: dict[int, list[dict[str, Any]]] = {n: [] for n in SIZES}
     for run in range(args.runs):
         for n in SIZES:
             print(f"run {run + 1}/{args.runs}: {_label(n)} replicas", flush=True)
-            results[n].append(_one(n, args.telemetry_version, Path(args.logs)))
+            results[n].append(_one(n, args.telemetry_version, Path(args.logs), args.driver_replicas))
     small, large = results[SIZES[0]], results[SIZES[1]]
     a = median_of_measured([r["driver_s"] for r in small])
     b = median_of_measured([r["driver_s"] for r in large])

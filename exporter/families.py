@@ -234,12 +234,16 @@ class MetricsView:
         default, recent = self.default_min_isr, snap.recently_changed
         risky = [(k, v) for k, v in snap.partitions.items() if v.risk_min_isr <= default or k in recent]
         counts: dict[tuple[str, str], int] = {}
-        for cluster, n in snap.cluster_partitions.items():
-            counts[(cluster, "at_risk")] = 0
-            counts[(cluster, "healthy")] = n
+        if snap.every_replica:
+            for cluster, n in snap.cluster_partitions.items():
+                counts[(cluster, "at_risk")] = 0
+                counts[(cluster, "healthy")] = n
+        else:  # a store of the replicas not ok: the at-risk count of every cluster it heard of, no healthy one
+            counts = {(cluster, "at_risk"): 0 for cluster in snap.telemetry_ms}
         for (cluster, _, _), _ in risky:
-            counts[(cluster, "at_risk")] += 1
-            counts[(cluster, "healthy")] -= 1
+            counts[(cluster, "at_risk")] = counts.get((cluster, "at_risk"), 0) + 1
+            if snap.every_replica:
+                counts[(cluster, "healthy")] -= 1
         every = self.partition_series == "all"
         kept = [(k, v, v.newest.min_isr or default) for k, v in (snap.partitions.items() if every else risky)]
         return PartitionSelection(kept, dict(sorted(counts.items())), every)

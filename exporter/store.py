@@ -102,6 +102,9 @@ class StoreSnapshot:
     outcomes: dict[str, OutcomeCounts] = field(default_factory=dict)  # cluster -> shrinks warned or missed
     wall_offset_s: float = 0.0  # the wall clock minus the store's monotonic clock, at its newest update
     unreadable: int | None = None  # state records the exporter skipped (None: not an exporter's store)
+    # False: the store holds only some replicas (the job with --driver-replicas not-ok), so its
+    # partitions are not every partition, and no count of healthy ones can be made from them.
+    every_replica: bool = True
 
     def received_at(self, view: PartitionView, broker_id: int) -> float | None:
         """When the store last received the replica's status, in Unix seconds (its age on the
@@ -155,6 +158,8 @@ class StatusStore:
     _cluster_isr_changes: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
     _changed_at: dict[PartitionKey, float] = field(default_factory=dict, repr=False)  # clock of the last change
     _cluster_partitions: dict[str, int] = field(default_factory=dict, repr=False)
+    # False: fed only the replicas not ok (``StoreSnapshot.every_replica``)
+    every_replica: bool = True
     # how the process feeding this store is doing (exporter.health), served with its data
     health: Health = field(default_factory=Health)
     # whether isrwatch warned before each real shrink (the job feeds it: streaming.driver.monitor, streaming.driver.rare)
@@ -269,4 +274,5 @@ class StatusStore:
                 outcomes=self.outcomes.snapshot(self._telemetry_ms),
                 wall_offset_s=self._wall_offset_s,
                 unreadable=health.unreadable,
+                every_replica=self.every_replica,
             )

@@ -11,7 +11,10 @@ from isrwatch.clientconfig import kafka_config_problem
 from isrwatch.rule import AUTO, Rule
 from isrwatch.settings import Secret, not_negative, option, positive, topic_name
 
-__all__ = ["JobSettings", "AlertingSettings"]
+__all__ = ["JobSettings", "AlertingSettings", "DRIVER_REPLICAS"]
+
+# ``--driver-replicas``: every observed replica's status on the driver, or only those it needs.
+DRIVER_REPLICAS = ("all", "not-ok")
 
 
 def _ratio(v: float) -> str | None:
@@ -131,6 +134,14 @@ class JobSettings:
         check=_refresh_batches,
         metavar="N",
     )
+    driver_replicas: str = option(
+        "all",
+        "which replicas' statuses the driver holds: all (every observed replica, every batch; the job's /metrics "
+        "serve each one) or not-ok (replicas not ok, changing state, without a spare in-sync replica or within "
+        "the lookahead's reach; ok replicas stay in Spark and the state topic: the setting for a large fleet, "
+        "docs/scaling.md; per-replica series of ok replicas then come from isrwatch exporter)",
+        choices=DRIVER_REPLICAS,
+    )
     duration: float | None = option(
         None, "stop after this many seconds (default: run until stopped)", check=positive, metavar="SECONDS"
     )
@@ -183,6 +194,11 @@ class JobSettings:
             return "--spool-dir and --bootstrap-servers exclude each other: pick one telemetry source"
         if self.nearing_ratio > self.critical_ratio:
             return f"--nearing-ratio ({self.nearing_ratio}) must not exceed --critical-ratio ({self.critical_ratio})"
+        if self.driver_replicas == "not-ok" and self.ok_refresh_batches > 1:
+            return (
+                "--ok-refresh-batches and --driver-replicas not-ok exclude each other: with not-ok, replicas "
+                "that stay ok never reach the driver (pick one)"
+            )
         if self.bootstrap_servers:  # the source's planner asks the brokers through kafka-python
             return kafka_config_problem(self.kafka_config)
         return None

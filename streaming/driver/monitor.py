@@ -51,6 +51,7 @@ from streaming.sinks.outputs import KafkaStates
 
 if TYPE_CHECKING:
     from exporter.store import StatusStore
+    from streaming.evaluation.batch import BatchTotals
 
 __all__ = ["Monitor", "BatchReport", "REPLICA_SCOPE", "STALE_SCOPE"]
 
@@ -80,6 +81,11 @@ class BatchReport:
     clusters: dict[str, int] = field(default_factory=dict)  # cluster -> telemetry clock
 
 
+def _no_spare(s: ReplicaStatus, default_min_isr: int) -> bool:
+    """``streaming.evaluation.evaluate.no_spare`` for one status."""
+    return 0 < s.isr_size <= (s.min_isr or default_min_isr)
+
+
 def _cluster_of(alert: Alert) -> str | None:
     for k, v in alert.labels:
         if k == "cluster":
@@ -103,8 +109,12 @@ class Monitor:
         lookahead: Lookahead | None = None,
         broker_watch: BrokerWatch | None = None,
         identities: Identities | None = None,
+        holds_ok: bool = True,
     ) -> None:
         self.cfg = cfg
+        # False (``--driver-replicas not-ok``): ok replicas are let go after each batch
+        # (``_release_ok``); Spark counts the batch and keeps the clocks (``apply_statuses``' totals).
+        self.holds_ok = holds_ok
         self.thresholds = thresholds
         self.default_min_isr = default_min_isr
         self.stale_after_ms = int(stale_after_s * 1000)
@@ -161,6 +171,8 @@ class Monitor:
             if self.lookahead is not None:
                 statuses = self._resume_carried(statuses)
             self.store.update(statuses)
+            if not self.holds_ok:
+                self._release_ok()
             for c, now in self.cluster_now.items():
                 self.store.set_telemetry_time(c, now)
         return len(statuses)
@@ -191,13 +203,31 @@ class Monitor:
             h = self._observed(key, s)
             held.append(h)
             touched.add(self._hold(h, key))
-            if last_t > self.cluster_now.get(s.cluster, -1):
-                self.cluster_now[s.cluster] = last_t
-                self._advanced_wall_ms[s.cluster] = wall
-            self._advanced_wall_ms.setdefault(s.cluster, wall)
+            self._advance(s.cluster, last_t, wall)
         for pkey in touched:
             self._update_partition_alert(pkey)
         return held, statuses, n, leaders
+
+    def _advance(self, cluster: str, t_ms: int, wall_ms: int) -> None:
+        """Under the lock: ``cluster``'s telemetry clock to ``t_ms`` if that is newer."""
+        if t_ms > self.cluster_now.get(cluster, -1):
+            self.cluster_now[cluster] = t_ms
+            self._advanced_wall_ms[cluster] = wall_ms
+        self._advanced_wall_ms.setdefault(cluster, wall_ms)
+
+    def _release_ok(self) -> None:
+        """Under the lock, with ``holds_ok`` off: let go of the replicas held as ok (off
+        ``/metrics`` too; their state-topic records stay), but for the followers the
+        lookahead watches and those of partitions without a spare in-sync replica
+        (``streaming.evaluation.evaluate.held_rows`` sends those every batch)."""
+        watched = self.lookahead.watched() if self.lookahead is not None else set()
+        ok = [
+            k
+            for k, s in self.statuses.items()
+            if s.state is State.OK and k not in watched and not _no_spare(s, self.default_min_isr)
+        ]
+        if ok:
+            self.store.remove(self._drop(ok))
 
     def _late(self, key: ReplicaKey, t_ms: int) -> bool:
         """Whether telemetry of ``key`` at ``t_ms`` comes from before the replica was forgotten
@@ -281,6 +311,18 @@ class Monitor:
             ahead = self.lookahead.watched() if self.lookahead is not None else ()
             return self.not_ok_keys() | {f"{c}/{t}/{p}/{b}" for c, t, p, b in ahead}
 
+    def clusters(self) -> list[str]:
+        """The clusters whose telemetry the monitor has read."""
+        with self._lock:
+            return list(self.cluster_now)
+
+    def held_keys(self) -> frozenset[str]:
+        """Status keys of every replica held: with ``holds_ok`` off, those whose every
+        observation the driver needs (a held status is never left stale: one held for its
+        partition's missing spare is let go once a newer row shows the spare back)."""
+        with self._lock:
+            return frozenset(f"{c}/{t}/{p}/{b}" for c, t, p, b in self.statuses)
+
     # -- per batch --------------------------------------------------------
 
     def apply_statuses(
@@ -289,6 +331,7 @@ class Monitor:
         items: Iterable[Evaluated],
         changes: Sequence[ReplicaStatus] = (),
         gone: Iterable[GoneKey] = (),
+        totals: BatchTotals | None = None,
     ) -> BatchReport:
         """Take in one batch: ``changes``, the statuses at which replicas changed state
         within it (``streaming.evaluation.replicas``), then ``items``, each observed replica's
@@ -296,7 +339,9 @@ class Monitor:
         longer has (each with the time it said so: one observed after it stays).
         Each change moves the alerts at its own telemetry time, so an
         episode that began and ended inside the batch is announced, fired and
-        resolved, with both times; a gone replica's alerts resolve with the batch."""
+        resolved, with both times; a gone replica's alerts resolve with the batch.
+        ``totals``: the batch's counts and each cluster's newest telemetry time, from Spark,
+        when ``items`` are not every observed replica (``holds_ok`` off)."""
         report = BatchReport(batch_id)
         with self._lock:
             self._late_in_batch = {}
@@ -306,6 +351,12 @@ class Monitor:
             report.rows = report.replicas = len(statuses)
             report.statuses = len(self.statuses)
             clusters = {s.cluster for s in statuses}
+            if totals is not None:
+                wall = int(self._wall() * 1000)
+                for cluster, t_ms in totals.clocks.items():
+                    self._advance(cluster, t_ms, wall)
+                report.observations, report.replicas = totals.observations, totals.replicas
+                clusters |= set(totals.clocks)
             report.clusters = {c: self.cluster_now[c] for c in clusters}
             self.store.update(held, telemetry=False)  # (the telemetry time: just below)
             for c in clusters:
@@ -314,7 +365,9 @@ class Monitor:
             # only its tombstones come from here.)
             said = [g for g in gone if self._last_t.get(g[:4], g[4]) <= g[4]]  # (not observed after)
             dropped = [g[:4] for g in said]
-            removed = self._drop(dropped)
+            # (Not held: an ok replica with holds_ok off. Its state-topic record still needs the tombstone.)
+            unheld = [] if self.holds_ok else ["/".join(map(str, k)) for k in dropped if k not in self._last_t]
+            removed = self._drop(dropped) + unheld
             # A follower its partition's other replicas now name as their leader, whose newest
             # telemetry as a follower came before: elected. The collector observes followers only,
             # so nothing else would ever end its status (and its alerts) as a follower.
@@ -332,6 +385,9 @@ class Monitor:
                     kv(batch_id=batch_id, count=len(report.late), first="/".join(map(str, report.late[0][:4]))),
                 )
             self._remove(removed + led)  # (after the batch's own records: the tombstone is the last word)
+            if not self.holds_ok:
+                self._release_ok()
+                report.statuses = len(self.statuses)
             if removed:
                 log.info("replicas_gone %s", kv(batch_id=batch_id, count=len(removed), first=removed[0]))
             if led:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 import pyarrow.compute as pc
 import pyspark.sql.functions as F
 from pyspark import StorageLevel
-from pyspark.sql import Column
+from pyspark.sql import Column, Observation
 
 from isrwatch.rule import RuleConfig
 from isrwatch.status import GoneKey, Thresholds
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from streaming.evaluation.evaluate import Reach
 
-__all__ = ["BatchOutput", "IsrChange", "BrokerCount", "evaluate_records"]
+__all__ = ["BatchOutput", "BatchTotals", "IsrChange", "BrokerCount", "evaluate_records"]
 
 SIDE = "_side"  # a rare row (dead letter, ISR change, broker count, replica gone) as JSON, among the driver's rows
 
@@ -64,6 +64,16 @@ class BrokerCount(TypedDict):
     shrinks_total: int
 
 
+@dataclass
+class BatchTotals:
+    """What a batch observed, counted in Spark (``replicas.totals_exprs``) when the driver
+    takes only some of its replicas' rows (``--driver-replicas not-ok``)."""
+
+    observations: int = 0
+    replicas: int = 0
+    clocks: dict[str, int] = field(default_factory=dict)  # cluster -> its newest telemetry time
+
+
 ISR_CHANGE_KEYS = tuple(IsrChange.__annotations__)
 COUNTER_KEYS = tuple(BrokerCount.__annotations__)
 
@@ -78,14 +88,17 @@ class BatchOutput:
     # what collectors said of the clusters they poll: (cluster, {"cluster_id", "endpoints"})
     identities: list[tuple[str, Mapping[str, object]]] = field(default_factory=list)
     table: pa.Table | None = None  # replicas.for_the_driver's rows
+    # With ``hold_ok`` off (``--driver-replicas not-ok``): the batch's counts, from Spark.
+    totals: BatchTotals | None = None
     spark_s: float = 0.0
     # What the batch's state writes take once the driver has its rows
     # (``streaming.sinks.statewriter.write_batch_state``), planned here, run there: the state's
-    # next version, the driver's rows (the state topic's records are their newest), what this
-    # batch read of the state (its full version, whether the batch writes a delta), and the
-    # data held for the batch (``release``).
+    # next version, the rows the state topic's records are the newest of (the driver's rows;
+    # every observed replica's when the driver holds only some), what this batch read of the
+    # state (its full version, whether the batch writes a delta), and the data held for the
+    # batch (``release``).
     next_state: DataFrame | None = None
-    driver_rows: DataFrame | None = None
+    state_rows: DataFrame | None = None
     carried: statetable.Carried | None = None
     held: list[DataFrame] = field(default_factory=list)
     # Where the time went: parse and the rare rows; the state's new version; the driver's rows.
@@ -110,6 +123,17 @@ def _side_column() -> tuple[Column, Column]:
     )
 
 
+def _totals(metrics: Mapping[str, object], evaluated: DataFrame, known: Collection[str]) -> BatchTotals:
+    """``replicas.totals_exprs``' values as ``BatchTotals``; the clock of a cluster new to
+    the driver asked of Spark apart (``replicas.newest_times``: a batch that brings one)."""
+    order = sorted(known)
+    clocks = {c: int(cast("int", metrics[f"t_{i}"])) for i, c in enumerate(order) if metrics.get(f"t_{i}") is not None}
+    new = set(cast("list[str]", metrics.get("clusters") or [])) - set(order)
+    if new:
+        clocks.update(replicas.newest_times(evaluated, new))
+    return BatchTotals(int(cast("int", metrics["observations"])), int(cast("int", metrics["replicas"])), clocks)
+
+
 def _held(records: DataFrame) -> DataFrame:
     """The parsed records as the batch's two uses need them (``parse.bad_records_kept``: the
     raw bytes and text of bad records only, big ones cut), held."""
@@ -129,14 +153,20 @@ def evaluate_records(
     refresh_batches: int = 1,
     lookahead: Reach | None = None,
     observed_only: bool = False,
+    hold_ok: bool = True,
+    default_min_isr: int = 1,
+    clusters: Collection[str] = (),
 ) -> BatchOutput:
     """Everything the driver needs from one batch of raw records (the Kafka
     source's columns), and what the batch's state writes take once it has them
-    (``BatchOutput.next_state``, ``driver_rows``: ``streaming.sinks.statewriter.write_batch_state``).
+    (``BatchOutput.next_state``, ``state_rows``: ``streaming.sinks.statewriter.write_batch_state``).
     ``observed_only``: only the replicas the batch observes go through the window
     (``replicas.split_carried``), for a batch that observes few of the replicas held, and
     its version of the state is then mostly a delta of those replicas
-    (``statetable.StateTable.read``); same state, same rows."""
+    (``statetable.StateTable.read``); same state, same rows. ``hold_ok`` off
+    (``--driver-replicas not-ok``): the driver's rows are only those it holds
+    (``replicas.held_for_the_driver``), and ``BatchOutput.totals`` carries the batch's counts
+    and clocks (``clusters``: those the driver knows, whose clocks Spark gathers as the rows pass)."""
     t0 = time.monotonic()
     now_ms = int(time.time() * 1000)
     out = BatchOutput()
@@ -160,7 +190,13 @@ def evaluate_records(
         )
         out.held.append(evaluated)
         # One Spark job for everything the driver reads: the replicas' rows and the rare ones.
-        driver = replicas.for_the_driver(evaluated, watched_keys, refresh_batches, lookahead)
+        observed = Observation() if not hold_ok else None
+        if observed is None:
+            driver = replicas.for_the_driver(evaluated, watched_keys, refresh_batches, lookahead)
+        else:
+            driver = replicas.held_for_the_driver(
+                evaluated, watched_keys, default_min_isr, lookahead, observed, clusters
+            )
         no_side, side_json = _side_column()
         both = projection.select(driver, "*", no_side).unionByName(
             projection.select(side, side_json), allowMissingColumns=True
@@ -182,7 +218,11 @@ def evaluate_records(
             else:
                 out.isr_changes.append(cast("IsrChange", {k: row.get(k) for k in ISR_CHANGE_KEYS}))
         # What the state writes take, planned here (Spark runs it there).
-        out.next_state, out.driver_rows, out.carried = replicas.next_state(evaluated, carried.idle), driver, carried
+        if observed is not None:
+            out.totals = _totals(observed.get, evaluated, clusters)
+        # The state topic has every observed replica's newest row even when the driver takes fewer.
+        state_rows = driver if hold_ok else replicas.for_the_driver(evaluated, (), 1)
+        out.next_state, out.state_rows, out.carried = replicas.next_state(evaluated, carried.idle), state_rows, carried
     except BaseException:
         out.release()
         raise

@@ -33,7 +33,17 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-__all__ = ["Reach", "STATUS_COLUMNS", "EXTRA_COLUMNS", "status_columns", "for_the_driver", "within_reach"]
+__all__ = [
+    "Reach",
+    "STATUS_COLUMNS",
+    "EXTRA_COLUMNS",
+    "status_columns",
+    "for_the_driver",
+    "held_rows",
+    "held",
+    "no_spare",
+    "within_reach",
+]
 
 STATUS_COLUMNS = STATUS_FIELDS
 # Carried beside each status for the driver: the replica's newest telemetry
@@ -226,6 +236,40 @@ def for_the_driver(
     if watched_keys:
         keep = keep | key.isin(sorted(watched_keys))
     return statuses.withColumn("_rank", rank).where(keep).drop("_rank")
+
+
+def held_rows(
+    statuses: DataFrame, watched_keys: Collection[str], default_min_isr: int, lookahead: Reach | None = None
+) -> DataFrame:
+    """The rows of ``status_columns``' output the driver holds with ``--driver-replicas not-ok``
+    (``Monitor`` with ``holds_ok`` off): a replica not ok (its alerts, its gauges); one the driver
+    holds (``watched_keys``, ``Monitor.held_keys``: a return to ok resolves its alerts, a catch-up
+    cancels the lookahead's crossing, a spare back lets it go); an ok follower ``lookahead`` may carry (``within_reach``); and a follower
+    of a partition without a spare in-sync replica (``no_spare``: its partition's alert and
+    at-risk count need it). An ok replica that stays ok is none of these: it stays in Spark."""
+    return statuses.where(held(watched_keys, default_min_isr, lookahead))
+
+
+def held(watched_keys: Collection[str], default_min_isr: int, lookahead: Reach | None = None) -> Column:
+    """``held_rows``' test of a row."""
+    keep = (F.col("state") != State.OK.value) | no_spare(default_min_isr)
+    if lookahead is not None and lookahead.enabled:
+        keep = keep | within_reach(lookahead)
+    if watched_keys:
+        key = F.concat_ws(
+            "/", F.col("cluster"), F.col("topic"), F.col("partition").cast("string"), F.col("broker_id").cast("string")
+        )
+        keep = keep | key.isin(sorted(watched_keys))
+    return keep
+
+
+def no_spare(default_min_isr: int) -> Column:
+    """A follower whose partition's ISR is no larger than its min ISR (``min_isr``, else
+    ``default_min_isr``): ``isrwatch.alerts.partition_alert`` and the at-risk count
+    (``exporter.families``) speak of its partition even while every follower is ok."""
+    min_isr = F.col("min_isr")
+    floor = F.when(min_isr.isNull() | (min_isr == 0), F.lit(default_min_isr)).otherwise(min_isr)
+    return (F.col("isr_size") > 0) & (F.col("isr_size") <= floor)
 
 
 def within_reach(lookahead: Reach) -> Column:

@@ -36,7 +36,7 @@ from streaming.evaluation import evaluate, projection
 from streaming.evaluation.state import KEY_COLUMNS, LATEST_COLUMNS, caught_up_time_expr, variant_exprs
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, WindowSpec
+    from pyspark.sql import DataFrame, Observation, WindowSpec
 
     from streaming.evaluation.evaluate import Reach
 
@@ -48,6 +48,9 @@ __all__ = [
     "next_state",
     "evaluate_batch",
     "for_the_driver",
+    "held_for_the_driver",
+    "totals_exprs",
+    "newest_times",
 ]
 
 log = logging.getLogger("streaming.replicas")
@@ -383,6 +386,51 @@ def for_the_driver(
     finals = evaluated.where(F.col(LAST) & (F.col(IN_BATCH) > 0) & ~F.col(CHANGE))
     finals = evaluate.for_the_driver(finals, watched_keys, refresh_batches, lookahead)
     return changes.select(*columns).unionByName(finals.select(*columns))
+
+
+def held_for_the_driver(
+    evaluated: DataFrame,
+    watched_keys: Collection[str],
+    default_min_isr: int,
+    lookahead: Reach | None,
+    totals: Observation,
+    clusters: Collection[str],
+) -> DataFrame:
+    """``for_the_driver`` with ``--driver-replicas not-ok``: every change, and of the newest
+    rows only those ``evaluate.held_rows`` keeps. What the driver would have counted from
+    the rest comes in ``totals`` (``totals_exprs``: Spark's observed metrics, gathered as the
+    rows pass, without a stage of their own) once the rows are taken."""
+    columns = [*evaluate.STATUS_COLUMNS, *evaluate.EXTRA_COLUMNS, CHANGE, LAST]
+    rows = evaluated.where(_driver_rows()).observe(totals, *totals_exprs(tuple(sorted(clusters))))
+    kept = rows.where(F.col(CHANGE) | evaluate.held(watched_keys, default_min_isr, lookahead))
+    return projection.select(kept, *columns)
+
+
+def totals_exprs(clusters: tuple[str, ...]) -> list[Column]:
+    """What a batch observed (over ``evaluate_batch``'s rows with ``_change`` or ``_last``):
+    ``observations``, ``replicas`` observed, ``clusters`` (their names) and, for each of the
+    ``clusters`` given (those the driver knows), ``t_<i>``: its newest telemetry time (its
+    clock). A cluster new to the driver has no clock here: ``newest_times`` gives it."""
+    newest = F.col(LAST) & (F.col(IN_BATCH) > 0)
+    out = [
+        F.coalesce(F.sum(F.when(newest, F.col(IN_BATCH))), F.lit(0)).cast("long").alias("observations"),
+        F.count(F.when(newest, F.lit(1))).cast("long").alias("replicas"),
+        F.collect_set("cluster").alias("clusters"),
+    ]
+    out += [F.max(F.when(F.col("cluster") == c, F.col("last_t_ms"))).alias(f"t_{i}") for i, c in enumerate(clusters)]
+    return out
+
+
+def newest_times(evaluated: DataFrame, clusters: Collection[str]) -> dict[str, int]:
+    """Each of ``clusters``' newest telemetry time in ``evaluated`` (a Spark job of its own:
+    only for a cluster new to the driver, ``totals_exprs``)."""
+    rows = (
+        evaluated.where(F.col(LAST) & (F.col(IN_BATCH) > 0) & F.col("cluster").isin(sorted(clusters)))
+        .groupBy("cluster")
+        .agg(F.max("last_t_ms").alias("t"))
+        .collect()
+    )
+    return {r["cluster"]: int(r["t"]) for r in rows}
 
 
 @functools.cache

@@ -100,6 +100,7 @@ class StateTable:
     def __init__(self, spark: SparkSession, checkpoint_dir: str) -> None:
         self.spark = spark
         self.dir = os.path.join(checkpoint_dir, "replicas")
+        self._rows_of: tuple[int, int] | None = None  # (full version, its rows): full_rows' last answer
 
     def _complete(self, kind: str) -> list[int]:
         """The batch ids of the complete versions of ``kind`` ("v" full, "d" delta: Spark's
@@ -118,6 +119,21 @@ class StateTable:
     def versions(self) -> list[int]:
         """Complete full versions, oldest first."""
         return self._complete("v")
+
+    def full_rows(self) -> int:
+        """The replicas in the newest complete full version (0: none yet), from its Parquet
+        files' footers: the fleet's size as the state last held it, for the driver to tell a
+        batch that observes few of them (``streaming.lifecycle.handler``), without a Spark job."""
+        full = self.versions()
+        if not full:
+            return 0
+        if self._rows_of is None or self._rows_of[0] != full[-1]:
+            import pyarrow.parquet as pq
+
+            where = self.path(full[-1])
+            files = [os.path.join(where, n) for n in os.listdir(where) if n.endswith(".parquet")]
+            self._rows_of = (full[-1], sum(pq.ParquetFile(f).metadata.num_rows for f in files))
+        return self._rows_of[1]
 
     def path(self, version: int, *, delta: bool = False) -> str:
         return os.path.join(self.dir, f"{'d' if delta else 'v'}{version}")

@@ -109,7 +109,10 @@ def make_outputs(
             latest_wins={settings.state_topic},
         )
     # the lag-time evidence's margin: one collector round (its default interval) plus the stall time
-    store = StatusStore(outcomes=ShrinkOutcomes(lag_margin_ms=COLLECTOR_ROUND_MS + settings.stall_after_ms))
+    store = StatusStore(
+        outcomes=ShrinkOutcomes(lag_margin_ms=COLLECTOR_ROUND_MS + settings.stall_after_ms),
+        every_replica=settings.driver_replicas == "all",
+    )
     store.health.declare_deadletter_reasons(REASONS)  # the counter by reason starts at 0
     if producer is not None:
         out = producer
@@ -182,8 +185,12 @@ def make_monitor(
         lookahead=lookahead,
         broker_watch=_broker_watch(settings, on_close, telemetry_cluster_id) if live else None,
         identities=Identities(settings.telemetry_cluster),
+        holds_ok=settings.driver_replicas == "all",
     )
-    restored = query.restore_statuses(spark, checkpoint_dir, cfg, th)
+    # With --driver-replicas not-ok, only the replicas the driver would hold after a batch (and each
+    # cluster's newest, its clock) leave Spark: a fleet's ok replicas never become Python objects.
+    held = None if monitor.holds_ok else (settings.min_insync_replicas, lookahead)
+    restored = query.restore_statuses(spark, checkpoint_dir, cfg, th, held=held)
     if restored:
         monitor.restore(restored)
         log.info(

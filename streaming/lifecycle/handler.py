@@ -60,6 +60,9 @@ class BatchHandler:
     forget_after_ms: int  # the state table leaves out replicas the monitor forgets
     side_counts: dict[str, int]  # dead letters by reason, for the embedder (JobHandles)
     states: StateWriter | None = None  # the state topic's records (Kafka mode; None: not written)
+    # --driver-replicas not-ok: the driver takes only the replicas it holds (``Monitor.holds_ok``)
+    hold_ok: bool = True
+    default_min_isr: int = 1
     side_done: int = field(init=False)  # the last batch whose rare rows were written
     _clock_warned: dict[str, float] = field(init=False, default_factory=dict)  # cluster -> monotonic
     # The batch before's replicas observed (estimated: its rows to the driver, times the
@@ -87,11 +90,13 @@ class BatchHandler:
             self.th,
             future_tolerance_ms=self.future_tolerance_ms,
             max_gap_ms=self.max_gap_ms,
-            # only the periodic refresh (N > 1) reads them: at N = 1 every replica's row goes
-            watched_keys=self.monitor.watched_keys() if self.refresh_batches > 1 else frozenset(),
+            watched_keys=self._watched(),
             refresh_batches=self.refresh_batches,
             lookahead=self.monitor.lookahead,
             observed_only=observed_only,
+            hold_ok=self.hold_ok,
+            default_min_isr=self.default_min_isr,
+            clusters=self.monitor.clusters(),
         )
         try:
             assert out.table is not None
@@ -99,12 +104,15 @@ class BatchHandler:
             if out.identities:
                 self.monitor.identify(out.identities)
                 self.variants.stated(out.identities)
-            report = self.monitor.apply_statuses(batch_id, finals, changes, out.gone)
+            report = self.monitor.apply_statuses(batch_id, finals, changes, out.gone, out.totals)
             self.variants.seen(report.clusters)
             # the state's next version leaves them out too
             out.gone.extend(report.leading)
             out.gone.extend(report.late)
-            self._observed_before, self._held_before = report.rows * self.refresh_batches, report.statuses
+            if self.hold_ok:
+                self._observed_before, self._held_before = report.rows * self.refresh_batches, report.statuses
+            else:
+                self._observed_before, self._held_before = report.replicas, self.table.full_rows()
             dead = self.rare.write(out, batch_id, self.monitor.cluster_now) if batch_id > self.side_done else {}
         finally:
             write_batch_state(out, self.table, batch_id, forget_before=forget_before, states=self.states)
@@ -135,13 +143,23 @@ class BatchHandler:
             ),
         )
 
+    def _watched(self) -> frozenset[str]:
+        """The replicas whose rows Spark must send whatever their state: with ``hold_ok`` off
+        every one the driver holds; with the periodic refresh (N > 1) those not ok and the
+        lookahead's; none at N = 1 (every observed replica's row goes)."""
+        if not self.hold_ok:
+            return self.monitor.held_keys()
+        return self.monitor.watched_keys() if self.refresh_batches > 1 else frozenset()
+
     def _observed_only(self) -> bool:
         """Whether to put only the batch's observed replicas through the window
         (``replicas.split_carried``): when the batch before observed fewer than half the
         replicas held, as a large fleet polled every few triggers does (1M replicas every
         5 s at a 1 s trigger: one in five). Matching the carried rows to the batch's costs
         more than it saves when most replicas are in every batch (docs/benchmarks.md).
-        Either way the state and the driver's rows are the same."""
+        Either way the state and the driver's rows are the same. With ``hold_ok`` off the
+        driver holds too few replicas to tell: the replicas held are then the state table's
+        newest full version's (``StateTable.full_rows``) and those observed Spark's count."""
         return 0 < self._observed_before * 2 < self._held_before
 
     def _check_clocks(self, clusters: dict[str, int], wall_ms: int) -> None:

@@ -220,6 +220,8 @@ class Job:
             future_tolerance_ms=None if (not self.kafka_mode and self.simulator.speed > 1) else FUTURE_TOLERANCE_MS,
             max_gap_ms=settings.observation_gap_ms or self.cfg.lag_time_max_ms // 2,
             refresh_batches=settings.ok_refresh_batches,
+            hold_ok=settings.driver_replicas == "all",
+            default_min_isr=settings.min_insync_replicas,
             forget_after_ms=FORGET_AFTER_MS,
             states=outputs.state_writer,
             side_counts=self.handles.side_counts,

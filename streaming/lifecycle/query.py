@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pyspark.sql.functions as F
+from pyspark.sql import Window
 
 from isrwatch.logs import kv
 from isrwatch.rule import RuleConfig
@@ -117,12 +118,27 @@ def restore_aggregates(spark: SparkSession, checkpoint_dir: str) -> list[dict[st
 
 
 def restore_statuses(
-    spark: SparkSession, checkpoint_dir: str, cfg: RuleConfig, th: Thresholds
+    spark: SparkSession,
+    checkpoint_dir: str,
+    cfg: RuleConfig,
+    th: Thresholds,
+    held: tuple[int, evaluate.Reach | None] | None = None,
 ) -> list[tuple[ReplicaStatus, int, int]]:
     """The replicas' state as of the last committed batch, evaluated
-    (``streaming.evaluation.evaluate``): what ``Monitor.restore`` takes."""
+    (``streaming.evaluation.evaluate``): what ``Monitor.restore`` takes. ``held``
+    (``--driver-replicas not-ok``: the default min ISR and the lookahead): only the replicas
+    ``evaluate.held_rows`` keeps, and the newest of each cluster (its telemetry clock)."""
     df = restore_state(spark, checkpoint_dir)
-    return [] if df is None else list(statuses_from_arrow(evaluate.status_columns(df, cfg, th).toArrow()))
+    if df is None:
+        return []
+    statuses = evaluate.status_columns(df, cfg, th)
+    if held is not None:
+        default_min_isr, lookahead = held
+        newest = F.row_number().over(Window.partitionBy("cluster").orderBy(F.col("last_t_ms").desc()))
+        statuses = statuses.withColumn("_newest", newest)
+        keep = evaluate.held((), default_min_isr, lookahead) | (F.col("_newest") == 1)
+        statuses = statuses.where(keep).drop("_newest")
+    return list(statuses_from_arrow(statuses.toArrow()))
 
 
 def _restored(spark: SparkSession, checkpoint_dir: str) -> DataFrame | None:

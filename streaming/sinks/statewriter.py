@@ -279,8 +279,8 @@ def write_batch_state(
     one the batch read pruned; the batch's held data released whatever happens."""
     t1 = time.monotonic()
     try:
-        if states is not None and out.driver_rows is not None:
-            out.state_writer, out.state_records = states.write_statuses(out.driver_rows.where(F.col(LAST)), out.gone)
+        if states is not None and out.state_rows is not None:
+            out.state_writer, out.state_records = states.write_statuses(out.state_rows.where(F.col(LAST)), out.gone)
             out.stages["state_topic_s"] = time.monotonic() - t1
             t1 = time.monotonic()
         if out.next_state is not None:

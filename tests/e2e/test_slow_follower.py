@@ -83,8 +83,17 @@ def slow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slow]:
 
 # jmx in make campaign: make test keeps the slow follower predicted ([fetch]) and, on real Kafka, the
 # JMX source's offsets equal to fetch's and its telemetry read by the job (tests/collector/test_jmx_kafka.py).
+# fetch-driver-not-ok (the job with --driver-replicas not-ok) in make campaign too: make test keeps its
+# alerts equal to the default's, batch for batch on Spark (tests/streaming/test_driver_replicas.py).
 @pytest.mark.validation
-@pytest.mark.parametrize("source", ["fetch", pytest.param("jmx", marks=pytest.mark.campaign)])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "fetch",
+        pytest.param("jmx", marks=pytest.mark.campaign),
+        pytest.param("fetch-driver-not-ok", marks=pytest.mark.campaign),
+    ],
+)
 def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(
     source, request, kafka_cluster_factory, tmp_path
 ):
@@ -106,12 +115,15 @@ def test_follower_that_cannot_keep_up_is_predicted_before_the_real_shrink(
         return
     cluster = slow_followers_cluster(kafka_cluster_factory)
     cluster.create_topic(TOPIC, assignment=[[1, 2, 3]])
+    collector, job_args = ("jmx", []) if source == "jmx" else ("fetch", ["--driver-replicas", "not-ok"])
     with (
         ProduceLoad(cluster, TOPIC, 1, rate=LIGHT[0], size=LIGHT[1]),
         # (a JMX round is slower to start: at a load of 9 the job's first batch took 37 s and a
         # telemetry-stale alert fired and resolved in the warm-up; the staleness bound widened,
         # as the steady module does, since "no alert while the followers keep up" is about replicas)
-        Pipeline(cluster, tmp_path, collector_source=source, job_args=["--stale-after-seconds", "60"]) as pipe,
+        Pipeline(
+            cluster, tmp_path, collector_source=collector, job_args=["--stale-after-seconds", "60", *job_args]
+        ) as pipe,
     ):
         heavy_at, sent_heavy = _heavy_until_shrunk(cluster, pipe)
     _check(cluster, pipe, source, heavy_at, sent_heavy)

@@ -59,6 +59,24 @@ def _raw(spark, batch_id: int, observations: list[Observation]):
     return spark.createDataFrame(rows, RAW_SCHEMA)
 
 
+def handler_on(spark, tmp_path, monitor, **extra) -> BatchHandler:
+    """The job's batch handler for ``monitor`` (its rule), its state and checkpoint under ``tmp_path``."""
+    return BatchHandler(
+        cfg=monitor.cfg,
+        th=monitor.thresholds,
+        table=StateTable(spark, str(tmp_path / "state")),
+        monitor=monitor,
+        store=monitor.store,
+        deadletters=DeadLetterFile(str(tmp_path / "deadletters.jsonl")),
+        checkpoint=DriverCheckpoint(tmp_path / "ck"),
+        future_tolerance_ms=None,
+        max_gap_ms=None,
+        forget_after_ms=15 * 60_000,
+        side_counts={},
+        **extra,
+    )
+
+
 def _run(spark, handler, batch_id: int, observations: list[Observation]) -> set[int]:
     """One batch through the job's own handler; returns the brokers whose status the batch
     moved on (their newest row reached the driver)."""
@@ -73,20 +91,7 @@ def test_a_follower_the_lookahead_may_carry_reaches_the_driver_at_every_observat
     clock, sink = Clock(), Collect()
     monitor = _monitor(tmp_path / "ck", clock, sink, lookahead=Lookahead(cfg, th, live_ms=15_000))
     monitor.cfg = cfg
-    handler = BatchHandler(
-        cfg=cfg,
-        th=th,
-        table=StateTable(spark, str(tmp_path / "state")),
-        monitor=monitor,
-        store=monitor.store,
-        deadletters=DeadLetterFile(str(tmp_path / "deadletters.jsonl")),
-        checkpoint=DriverCheckpoint(tmp_path / "ck"),
-        future_tolerance_ms=None,
-        max_gap_ms=None,
-        refresh_batches=REFRESH,
-        forget_after_ms=15 * 60_000,
-        side_counts={},
-    )
+    handler = handler_on(spark, tmp_path, monitor, refresh_batches=REFRESH)
     # Batch 0, every replica's first observations (each goes to the driver): all caught up at
     # T0; then 2 and 3 behind 3 s (a ratio of 0.3, ok, crossing at T0 + 5 s: within the 2.5 s
     # horizon of T0 + 3 s), 4 behind 1 s (not within it), 5 to 8 in sync. The leader's row is

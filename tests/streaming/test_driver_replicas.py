@@ -1,0 +1,201 @@
+"""``--driver-replicas not-ok``: only the replicas the driver needs leave Spark.
+
+With it the driver holds the replicas not ok, those changing state, those of partitions
+without a spare in-sync replica and the lookahead's; an ok replica that stays ok never
+becomes a Python object there, and the batch's counts and each cluster's clock come from
+Spark. The alerts must be exactly those of the default (``all``): the job's own path
+(``BatchHandler`` on raw telemetry, real Spark) runs the same batches both ways and the
+transitions are compared, time for time. The monitor's part (letting go of ok replicas,
+tombstones for gone ones it does not hold, the counts) has its own tests without Spark.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.families import MetricsView
+from exporter.store import StatusStore
+from isrwatch.rule import RuleConfig
+from isrwatch.status import ReplicaStatus, State, Thresholds
+from isrwatch.telemetry import Observation
+from streaming.evaluation.batch import BatchTotals
+from streaming.lifecycle.handler import BatchHandler
+
+from .test_monitor import Clock, Collect, _monitor
+from .test_refresh_lookahead import _raw, handler_on
+
+LAG_MS = 10_000
+T0 = 1_700_000_000_000
+
+
+def _status(broker: int, state: State, *, t_ms: int = T0, partition: int = 0, isr_size: int = 3) -> ReplicaStatus:
+    ratio = {State.OK: 0.1, State.NEARING: 0.6, State.CRITICAL: 0.9, State.OUT_OF_SYNC: 1.0}[state]
+    return ReplicaStatus(
+        cluster="c", topic="t", partition=partition, broker_id=broker, leader_id=1, eval_ms=t_ms, state=state,
+        time_since_caught_up_s=ratio * 10, lag_ratio=ratio, time_to_shrink_s=10 - ratio * 10, offset_lag=5,
+        in_isr=True, isr_size=isr_size, min_isr=2, lag_time_max_ms=LAG_MS,
+        shrink_window_start_ms=t_ms + 1_000, shrink_window_end_ms=t_ms + 6_000,
+    )  # fmt: skip
+
+
+class Tombstones:
+    """The state topic's tombstones the monitor sends (``KafkaStates.remove``)."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    def remove(self, keys) -> None:
+        self.keys.extend(keys)
+
+
+def test_the_monitor_lets_go_of_a_replica_back_to_ok_and_counts_from_spark(tmp_path) -> None:
+    clock, sink = Clock(), Collect()
+    m = _monitor(tmp_path, clock, sink, holds_ok=False)
+    totals = BatchTotals(observations=120, replicas=40, clocks={"c": T0 + 500})
+    report = m.apply_statuses(0, [(_status(2, State.CRITICAL), T0, 3)], [], (), totals)
+    assert (report.observations, report.replicas, report.rows, report.statuses) == (120, 40, 1, 1)
+    assert m.cluster_now == {"c": T0 + 500}, "the clock is Spark's newest telemetry time, not the rows'"
+    assert {a.name.value for t in sink.transitions for a in t.started} >= {"KafkaReplicaIsrShrinkImminent"}
+    back = _status(2, State.OK, t_ms=T0 + 1_000)
+    report = m.apply_statuses(1, [(back, T0 + 1_000, 4)], [back], (), BatchTotals(40, 40, {"c": T0 + 1_000}))
+    assert report.resolved, "its return to ok resolves its alerts"
+    assert m.statuses == {} and report.statuses == 0, "then the driver lets go of it"
+    assert len(m.store.snapshot()) == 0, "and /metrics no longer serves it"
+
+
+def test_the_default_monitor_keeps_the_replica_back_to_ok(tmp_path) -> None:
+    """The same batches with ``holds_ok`` (the default): the replica stays held (the test
+    above is not passing for want of a replica to hold)."""
+    m = _monitor(tmp_path, Clock(), Collect())
+    m.apply_statuses(0, [(_status(2, State.CRITICAL), T0, 3)])
+    back = _status(2, State.OK, t_ms=T0 + 1_000)
+    m.apply_statuses(1, [(back, T0 + 1_000, 4)], [back])
+    assert list(m.statuses) == [("c", "t", 0, 2)]
+
+
+def test_an_ok_follower_without_a_spare_in_sync_replica_stays_held(tmp_path) -> None:
+    """ISR 2 at min ISR 2: its partition's at-risk count needs it even while ok."""
+    m = _monitor(tmp_path, Clock(), Collect(), holds_ok=False)
+    m.apply_statuses(0, [(_status(2, State.OK, isr_size=2), T0, 1), (_status(3, State.OK, partition=1), T0, 1)])
+    assert list(m.statuses) == [("c", "t", 0, 2)]
+
+
+def test_a_gone_replica_the_driver_does_not_hold_still_gets_its_tombstone(tmp_path) -> None:
+    tombstones = Tombstones()
+    m = _monitor(tmp_path, Clock(), Collect(), holds_ok=False, state_topic=tombstones)
+    m.apply_statuses(0, [(_status(2, State.NEARING), T0, 1)], [], (), BatchTotals(9, 9, {"c": T0}))
+    gone = [("c", "t", 7, 3, T0 + 100), ("c", "t", 0, 2, T0 + 100)]  # one not held (ok), one held
+    m.apply_statuses(1, [], [], gone, BatchTotals(9, 9, {"c": T0 + 100}))
+    assert sorted(tombstones.keys) == ["c/t/0/2", "c/t/7/3"]
+    assert m.statuses == {}
+
+
+def test_a_store_of_the_replicas_not_ok_counts_partitions_at_risk_only() -> None:
+    """No healthy count from a store that holds only some replicas (it would count the held
+    ones); the at-risk count for every cluster heard of, 0 where none is at risk."""
+    store = StatusStore(every_replica=False)
+    store.update([_status(2, State.CRITICAL)])
+    store.set_telemetry_time("d", T0)
+    counts = MetricsView(default_min_isr=2).partitions(store.snapshot()).counts
+    assert counts == {("c", "at_risk"): 1, ("d", "at_risk"): 0}
+    full = StatusStore()
+    full.update([_status(2, State.CRITICAL), _status(3, State.OK, partition=1)])
+    assert MetricsView(default_min_isr=2).partitions(full.snapshot()).counts == {
+        ("c", "at_risk"): 1,
+        ("c", "healthy"): 1,
+    }
+
+
+# -- the job's path, on Spark ----------------------------------------------------------
+
+FOLLOWERS = 24  # partitions 0..11, followers 2 and 3 of each
+
+
+def _obs(partition: int, broker: int, t_ms: int, leo: int, leader_leo: int, isr: tuple[int, ...]) -> Observation:
+    return Observation(
+        "orders", partition, broker, 1, t_ms, leo, leader_leo, hw=min(leo, leader_leo),
+        isr=isr, replicas=(1, 2, 3), lag_time_max_ms=LAG_MS, min_isr=2,
+    )  # fmt: skip
+
+
+def _batch(b: int) -> list[Observation]:
+    """Batch ``b``'s observations, one round a second: every follower caught up, but
+    partition 0's follower 2, which stops fetching from batch 2 and catches up at batch 14
+    (nearing, critical, out of sync on the way), partition 1's follower 3, whose partition
+    has left it out of the ISR (out of sync until batch 8, then back), and partition 2,
+    whose ISR is at min ISR (no spare) throughout."""
+    out = []
+    for s in range(2):
+        t = T0 + b * 2_000 + s * 1_000
+        leader_leo = 1_000 * (b * 2 + s + 1)
+        for p in range(FOLLOWERS // 2):
+            for broker in (2, 3):
+                isr: tuple[int, ...] = (1, 2, 3)
+                leo = leader_leo
+                if (p, broker) == (0, 2) and 2 <= b < 14:
+                    leo = 4_000
+                if p == 1 and b < 8:
+                    isr = (1, 2)
+                    leo = leader_leo - 500 if broker == 3 else leo
+                if p == 2:
+                    isr = (1, 2)
+                out.append(_obs(p, broker, t, leo, leader_leo, isr))
+    return out
+
+
+def _handler(spark, tmp_path, hold_ok: bool) -> BatchHandler:
+    monitor = _monitor(tmp_path / "ck", Clock(), Collect(), holds_ok=hold_ok)
+    monitor.store.every_replica = hold_ok
+    return handler_on(spark, tmp_path, monitor, refresh_batches=1, hold_ok=hold_ok, default_min_isr=2)
+
+
+def _said(sink: Collect) -> list[tuple[str, str, int, int | None, str]]:
+    """Every alert transition sent, in order: (started or resolved, alert, time, replica)."""
+    out = []
+    for t in sink.transitions:
+        for kind, alerts in (("started", t.started), ("resolved", t.resolved)):
+            for a in alerts:
+                labels = dict(a.labels)
+                where = f"{labels.get('partition')}/{labels.get('broker_id', '-')}"
+                out.append((kind, a.name.value, a.starts_ms, a.ends_ms, where))
+    return out
+
+
+@pytest.mark.spark
+def test_not_ok_gives_the_default_s_alerts_and_holds_only_what_it_needs(spark, tmp_path) -> None:
+    default, not_ok = _handler(spark, tmp_path / "all", True), _handler(spark, tmp_path / "not-ok", False)
+    held_after: list[set[tuple[int, int]]] = []
+    for b in range(18):
+        for handler in (default, not_ok):
+            handler(_raw(spark, b, _batch(b)), b)
+        assert not_ok.monitor.cluster_now == default.monitor.cluster_now, b
+        held_after.append({(k[2], k[3]) for k in not_ok.monitor.statuses})
+        # every replica the default holds as not ok, the other holds too, with the same status
+        for key, s in default.monitor.statuses.items():
+            if s.state is not State.OK:
+                assert not_ok.monitor.statuses[key] == s, (b, key)
+    said = _said(default.monitor.sinks[0])
+    assert said == _said(not_ok.monitor.sinks[0])
+    names = {(kind, name, where) for kind, name, _, _, where in said}
+    assert {("started", "KafkaReplicaOutOfSync", "0/2"), ("resolved", "KafkaReplicaOutOfSync", "0/2")} <= names
+    assert ("resolved", "KafkaReplicaOutOfSync", "1/3") in names
+    assert len(default.monitor.statuses) == FOLLOWERS
+    # After the last batch: the two followers of partition 2 (no spare in-sync replica) only.
+    assert held_after[-1] == {(2, 2), (2, 3)}
+    assert (0, 2) in held_after[8] and (1, 3) in held_after[5], held_after
+    # Both counted every observation (the store's health: Spark's totals against the driver's rows).
+    assert not_ok.store.snapshot().observations == default.store.snapshot().observations == 18 * 2 * FOLLOWERS
+    # A restart restores what the driver held, and each cluster's newest row (its clock).
+    from streaming.lifecycle import query
+
+    checkpoint = tmp_path / "not-ok" / "state"
+    (checkpoint / query.AGG_DIR / "commits").mkdir(parents=True)
+    (checkpoint / query.AGG_DIR / "commits" / "17").write_text("v1\n")
+    cfg, th = RuleConfig(lag_time_max_ms=LAG_MS), Thresholds()
+    restored = query.restore_statuses(spark, str(checkpoint), cfg, th, held=(2, None))
+    got = {(s.partition, s.broker_id): last_t for s, last_t, _ in restored}
+    assert held_after[-1] <= set(got), got
+    extra = set(got) - held_after[-1]
+    assert len(extra) <= 1, extra  # the cluster's newest row, for its clock
+    assert max(got.values()) == default.monitor.cluster_now["c"]
+    assert len(query.restore_statuses(spark, str(checkpoint), cfg, th)) == FOLLOWERS
