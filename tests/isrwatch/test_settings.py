@@ -48,6 +48,8 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
         (["--simulate", "steady", "--spool-dir", "/tmp"], {}, "exclude each other"),
         (["--replica-series-top", "-1"], {}, "--replica-series-top: -1 must be 0 or more"),  # the exporter's group
         (["--lookahead-ms", "-1"], {}, "--lookahead-ms: -1 must be 0 or more"),  # the job's: the same check
+        (["--driver-replicas", "some"], {}, "--driver-replicas: 'some' is not one of: all, not-ok"),
+        (["--driver-replicas", "not-ok", "--ok-refresh-batches", "5"], {}, "--ok-refresh-batches and --driver-r"),
         (["--speed", "0"], {}, "--speed: 0.0 must be greater than 0"),  # the simulator's group
         (["--cluster", "c" * 256], {}, "--cluster: 256 characters, at most 255"),  # the job would refuse it
         (["--cluster", ""], {}, "--cluster: must not be empty"),
