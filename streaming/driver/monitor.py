@@ -3,9 +3,12 @@
 Spark evaluates each updated replica (``streaming.evaluation.evaluate``); ``Monitor``
 receives the batch's statuses and keeps the newest one of every replica, each
 cluster's telemetry clock (the newest telemetry time seen from it) and the
-alert book. Per batch it hands the statuses to the store and alert
-transitions to the sinks (the state topic's records come from the executors,
-``streaming.sinks.statewriter``; only its tombstones from here). A replica without new
+alert book. With ``holds_ok`` off (``--driver-replicas not-ok``, a large fleet) it is
+given only the replicas it needs and keeps only those not ok (``_release_ok``); Spark
+counts the batch and gives the clocks (``apply_statuses``' ``totals``). Per batch it
+hands the statuses to the store and alert transitions to the sinks (the state topic's
+records come from the executors, ``streaming.sinks.statewriter``; only its tombstones
+from here). A replica without new
 telemetry keeps its status: it is evaluated at the last time its leader answered, which
 its cluster clock passed already, so nothing about it can change
 (tests/isrwatch/test_status.py proves it), and it costs nothing per batch.

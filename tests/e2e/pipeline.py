@@ -402,10 +402,12 @@ class Pipeline:
         return "".join(self._old_job_logs) + (self.job.log() if self.job else "")
 
     def wait_watching(self, replicas: int, timeout_s: float = JOB_START_S) -> None:
-        """Until the job has evaluated ``replicas`` follower replicas from fresh telemetry."""
+        """Until the job has evaluated ``replicas`` follower replicas from fresh telemetry: held
+        (``states=``), or observed in one batch (``replicas=``: a job with ``--driver-replicas
+        not-ok`` holds only the replicas not ok)."""
 
         def ready() -> bool:
-            return any(states >= replicas and obs > 0 for _, obs, _, states in self.batches())
+            return any(max(states, seen) >= replicas and obs > 0 for _, obs, seen, states in self.batches())
 
         until(f"the job to watch {replicas} replicas", ready, timeout_s, self)
         # ... and has caught up with the telemetry published meanwhile (a batch after this instant).
