@@ -222,7 +222,7 @@ class Monitor:
         """Under the lock, with ``holds_ok`` off: let go of the replicas held as ok (off
         ``/metrics`` too; their state-topic records stay), but for the followers the
         lookahead watches and those of partitions without a spare in-sync replica
-        (``streaming.evaluation.evaluate.held_rows`` sends those every batch)."""
+        (``streaming.evaluation.evaluate.held`` sends those every batch)."""
         watched = self.lookahead.watched() if self.lookahead is not None else set()
         ok = [
             k

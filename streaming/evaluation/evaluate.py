@@ -39,7 +39,6 @@ __all__ = [
     "EXTRA_COLUMNS",
     "status_columns",
     "for_the_driver",
-    "held_rows",
     "held",
     "no_spare",
     "within_reach",
@@ -238,20 +237,14 @@ def for_the_driver(
     return statuses.withColumn("_rank", rank).where(keep).drop("_rank")
 
 
-def held_rows(
-    statuses: DataFrame, watched_keys: Collection[str], default_min_isr: int, lookahead: Reach | None = None
-) -> DataFrame:
-    """The rows of ``status_columns``' output the driver holds with ``--driver-replicas not-ok``
-    (``Monitor`` with ``holds_ok`` off): a replica not ok (its alerts, its gauges); one the driver
-    holds (``watched_keys``, ``Monitor.held_keys``: a return to ok resolves its alerts, a catch-up
-    cancels the lookahead's crossing, a spare back lets it go); an ok follower ``lookahead`` may carry (``within_reach``); and a follower
-    of a partition without a spare in-sync replica (``no_spare``: its partition's alert and
-    at-risk count need it). An ok replica that stays ok is none of these: it stays in Spark."""
-    return statuses.where(held(watched_keys, default_min_isr, lookahead))
-
-
 def held(watched_keys: Collection[str], default_min_isr: int, lookahead: Reach | None = None) -> Column:
-    """``held_rows``' test of a row."""
+    """Whether the driver holds a row of ``status_columns``' output with ``--driver-replicas
+    not-ok`` (``Monitor`` with ``holds_ok`` off): a replica not ok (its alerts, its gauges); one
+    the driver holds (``watched_keys``, ``Monitor.held_keys``: a return to ok resolves its alerts,
+    a catch-up cancels the lookahead's crossing, a spare back lets it go); an ok follower
+    ``lookahead`` may carry (``within_reach``); and a follower of a partition without a spare
+    in-sync replica (``no_spare``: its partition's alert and at-risk count need it). An ok
+    replica that stays ok is none of these: it stays in Spark."""
     keep = (F.col("state") != State.OK.value) | no_spare(default_min_isr)
     if lookahead is not None and lookahead.enabled:
         keep = keep | within_reach(lookahead)

@@ -397,7 +397,7 @@ def held_for_the_driver(
     clusters: Collection[str],
 ) -> DataFrame:
     """``for_the_driver`` with ``--driver-replicas not-ok``: every change, and of the newest
-    rows only those ``evaluate.held_rows`` keeps. What the driver would have counted from
+    rows only those ``evaluate.held`` keeps. What the driver would have counted from
     the rest comes in ``totals`` (``totals_exprs``: Spark's observed metrics, gathered as the
     rows pass, without a stage of their own) once the rows are taken."""
     columns = [*evaluate.STATUS_COLUMNS, *evaluate.EXTRA_COLUMNS, CHANGE, LAST]

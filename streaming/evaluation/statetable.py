@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow.parquet as pq
 import pyspark.sql.functions as F
 from pyspark.sql import Column, Window
 
@@ -128,8 +129,6 @@ class StateTable:
         if not full:
             return 0
         if self._rows_of is None or self._rows_of[0] != full[-1]:
-            import pyarrow.parquet as pq
-
             where = self.path(full[-1])
             files = [os.path.join(where, n) for n in os.listdir(where) if n.endswith(".parquet")]
             self._rows_of = (full[-1], sum(pq.ParquetFile(f).metadata.num_rows for f in files))

@@ -127,7 +127,7 @@ def restore_statuses(
     """The replicas' state as of the last committed batch, evaluated
     (``streaming.evaluation.evaluate``): what ``Monitor.restore`` takes. ``held``
     (``--driver-replicas not-ok``: the default min ISR and the lookahead): only the replicas
-    ``evaluate.held_rows`` keeps, and the newest of each cluster (its telemetry clock)."""
+    ``evaluate.held`` keeps, and the newest of each cluster (its telemetry clock)."""
     df = restore_state(spark, checkpoint_dir)
     if df is None:
         return []
