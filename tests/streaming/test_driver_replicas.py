@@ -109,6 +109,7 @@ def test_a_store_of_the_replicas_not_ok_counts_partitions_at_risk_only() -> None
 # -- the job's path, on Spark ----------------------------------------------------------
 
 FOLLOWERS = 24  # partitions 0..11, followers 2 and 3 of each
+BATCHES = 12
 
 
 def _obs(partition: int, broker: int, t_ms: int, leo: int, leader_leo: int, isr: tuple[int, ...]) -> Observation:
@@ -120,9 +121,9 @@ def _obs(partition: int, broker: int, t_ms: int, leo: int, leader_leo: int, isr:
 
 def _batch(b: int) -> list[Observation]:
     """Batch ``b``'s observations, one round a second: every follower caught up, but
-    partition 0's follower 2, which stops fetching from batch 2 and catches up at batch 14
+    partition 0's follower 2, which stops fetching from batch 2 and catches up at batch 10
     (nearing, critical, out of sync on the way), partition 1's follower 3, whose partition
-    has left it out of the ISR (out of sync until batch 8, then back), and partition 2,
+    has left it out of the ISR (out of sync until batch 5, then back), and partition 2,
     whose ISR is at min ISR (no spare) throughout."""
     out = []
     for s in range(2):
@@ -132,9 +133,9 @@ def _batch(b: int) -> list[Observation]:
             for broker in (2, 3):
                 isr: tuple[int, ...] = (1, 2, 3)
                 leo = leader_leo
-                if (p, broker) == (0, 2) and 2 <= b < 14:
+                if (p, broker) == (0, 2) and 2 <= b < 10:
                     leo = 4_000
-                if p == 1 and b < 8:
+                if p == 1 and b < 5:
                     isr = (1, 2)
                     leo = leader_leo - 500 if broker == 3 else leo
                 if p == 2:
@@ -165,7 +166,7 @@ def _said(sink: Collect) -> list[tuple[str, str, int, int | None, str]]:
 def test_not_ok_gives_the_default_s_alerts_and_holds_only_what_it_needs(spark, tmp_path) -> None:
     default, not_ok = _handler(spark, tmp_path / "all", True), _handler(spark, tmp_path / "not-ok", False)
     held_after: list[set[tuple[int, int]]] = []
-    for b in range(18):
+    for b in range(BATCHES):
         for handler in (default, not_ok):
             handler(_raw(spark, b, _batch(b)), b)
         assert not_ok.monitor.cluster_now == default.monitor.cluster_now, b
@@ -182,9 +183,9 @@ def test_not_ok_gives_the_default_s_alerts_and_holds_only_what_it_needs(spark, t
     assert len(default.monitor.statuses) == FOLLOWERS
     # After the last batch: the two followers of partition 2 (no spare in-sync replica) only.
     assert held_after[-1] == {(2, 2), (2, 3)}
-    assert (0, 2) in held_after[8] and (1, 3) in held_after[5], held_after
+    assert (0, 2) in held_after[8] and (1, 3) in held_after[3], held_after
     # Both counted every observation (the store's health: Spark's totals against the driver's rows).
-    assert not_ok.store.snapshot().observations == default.store.snapshot().observations == 18 * 2 * FOLLOWERS
+    assert not_ok.store.snapshot().observations == default.store.snapshot().observations == BATCHES * 2 * FOLLOWERS
     # A restart restores what the driver held, and each cluster's newest row (its clock).
     from streaming.lifecycle import query
 
