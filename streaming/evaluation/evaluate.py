@@ -21,6 +21,7 @@ import functools
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+import pyarrow as pa
 import pyspark.sql.functions as F
 from pyspark.sql import Column, Window
 
@@ -39,6 +40,8 @@ __all__ = [
     "EXTRA_COLUMNS",
     "status_columns",
     "for_the_driver",
+    "KEYS_INLINE",
+    "with_key_flag",
     "held",
     "no_spare",
     "within_reach",
@@ -221,38 +224,63 @@ def for_the_driver(
     if refresh_batches <= 1:
         return statuses
     n = F.lit(refresh_batches)
-    key = F.concat_ws(
-        "/", F.col("cluster"), F.col("topic"), F.col("partition").cast("string"), F.col("broker_id").cast("string")
-    )
-    offset = F.pmod(F.xxhash64(key), n)
+    offset = F.pmod(F.xxhash64(replica_key()), n)
     total = F.coalesce(F.col("observations"), F.col(IN_BATCH))
     before = total - F.col(IN_BATCH)
     due = (before <= 0) | (F.floor((total + offset) / n) > F.floor((before + offset) / n))
     rank = F.row_number().over(Window.partitionBy("cluster").orderBy(F.col("last_t_ms").desc()))
-    keep = (F.col("state") != State.OK.value) | due | (F.col("_rank") == 1)
+    keep = (F.col("state") != State.OK.value) | due | (F.col("_rank") == 1) | F.col(_WATCHED)
     if lookahead is not None and lookahead.enabled:
         keep = keep | within_reach(lookahead)
-    if watched_keys:
-        keep = keep | key.isin(sorted(watched_keys))
-    return statuses.withColumn("_rank", rank).where(keep).drop("_rank")
+    flagged = with_key_flag(statuses, watched_keys, _WATCHED)
+    return flagged.withColumn("_rank", rank).where(keep).drop("_rank", _WATCHED)
 
 
-def held(watched_keys: Collection[str], default_min_isr: int, lookahead: Reach | None = None) -> Column:
+# Up to this many keys, ``with_key_flag`` tests a row's key against a literal set in the plan;
+# beyond it, against a broadcast table of them. Spark analyses and optimises a literal set
+# in time that grows faster than its size (a filter over 100,000 rows: 0.35 s with 1,000 keys,
+# 5.3 s with 10,000, 25.5 s with 50,000; the broadcast table 0.20-0.42 s at each size, `bench.held_keys`:
+# docs/benchmarks.md, "The driver's held replicas in an incident").
+KEYS_INLINE = 256
+_WATCHED = "_watched"
+
+
+def replica_key() -> Column:
+    """A row's replica as ``Monitor.watched_keys`` / ``Monitor.held_keys`` name it:
+    ``cluster/topic/partition/broker_id``."""
+    return F.concat_ws(
+        "/", F.col("cluster"), F.col("topic"), F.col("partition").cast("string"), F.col("broker_id").cast("string")
+    )
+
+
+def with_key_flag(rows: DataFrame, keys: Collection[str], name: str, inline: int | None = None) -> DataFrame:
+    """``rows`` with a boolean column ``name``: whether the row's replica (``replica_key``) is one
+    of ``keys``. At most ``inline`` (default ``KEYS_INLINE``) keys are a literal set in the plan;
+    more are a table of their own, broadcast and joined (its keys are distinct, so no row is
+    repeated): in an incident the driver holds thousands of replicas, and a literal set that
+    size costs seconds a batch."""
+    if len(keys) <= (KEYS_INLINE if inline is None else inline):
+        flag = replica_key().isin(sorted(keys)) if keys else F.lit(False)
+        return rows.withColumn(name, flag)
+    keys_table = pa.table({"_flag_key": pa.array(sorted(keys), pa.string())})
+    table = rows.sparkSession.createDataFrame(keys_table).withColumn(name, F.lit(True))
+    joined = rows.join(F.broadcast(table), replica_key() == F.col("_flag_key"), "left")
+    return joined.withColumn(name, F.coalesce(F.col(name), F.lit(False))).drop("_flag_key")
+
+
+def held(default_min_isr: int, lookahead: Reach | None = None, watched: Column | None = None) -> Column:
     """Whether the driver holds a row of ``status_columns``' output with ``--driver-replicas
     not-ok`` (``Monitor`` with ``holds_ok`` off): a replica not ok (its alerts, its gauges); one
-    the driver holds (``watched_keys``, ``Monitor.held_keys``: a return to ok resolves its alerts,
-    a catch-up cancels the lookahead's crossing, a spare back lets it go); an ok follower
-    ``lookahead`` may carry (``within_reach``); and a follower of a partition without a spare
-    in-sync replica (``no_spare``: its partition's alert and at-risk count need it). An ok
-    replica that stays ok is none of these: it stays in Spark."""
+    the driver holds (``watched``, a flag of ``Monitor.held_keys`` made by ``with_key_flag``: a
+    return to ok resolves its alerts, a catch-up cancels the lookahead's crossing, a spare back
+    lets it go); an ok follower ``lookahead`` may carry (``within_reach``); and a follower of a
+    partition without a spare in-sync replica (``no_spare``: its partition's alert and at-risk
+    count need it). An ok replica that stays ok is none of these: it stays in Spark."""
     keep = (F.col("state") != State.OK.value) | no_spare(default_min_isr)
     if lookahead is not None and lookahead.enabled:
         keep = keep | within_reach(lookahead)
-    if watched_keys:
-        key = F.concat_ws(
-            "/", F.col("cluster"), F.col("topic"), F.col("partition").cast("string"), F.col("broker_id").cast("string")
-        )
-        keep = keep | key.isin(sorted(watched_keys))
+    if watched is not None:
+        keep = keep | watched
     return keep
 
 

@@ -101,6 +101,8 @@ CHANGE, LAST, SEED = "_change", "_last", "_seed"
 IN_BATCH = evaluate.IN_BATCH
 # An observation row's flag: the collector sent no ``prev_*`` fields with it.
 NO_PREV = "_no_prev"
+# A driver's row's flag: the driver holds its replica (``held_for_the_driver``).
+_HELD = "_held"
 
 
 def observation_rows(obs: DataFrame, cfg: RuleConfig, max_gap_ms: int | None) -> DataFrame:
@@ -402,7 +404,8 @@ def held_for_the_driver(
     rows pass, without a stage of their own) once the rows are taken."""
     columns = [*evaluate.STATUS_COLUMNS, *evaluate.EXTRA_COLUMNS, CHANGE, LAST]
     rows = evaluated.where(_driver_rows()).observe(totals, *totals_exprs(tuple(sorted(clusters))))
-    kept = rows.where(F.col(CHANGE) | evaluate.held(watched_keys, default_min_isr, lookahead))
+    rows = evaluate.with_key_flag(rows, watched_keys, _HELD)
+    kept = rows.where(F.col(CHANGE) | evaluate.held(default_min_isr, lookahead, F.col(_HELD)))
     return projection.select(kept, *columns)
 
 

@@ -136,7 +136,7 @@ def restore_statuses(
         default_min_isr, lookahead = held
         newest = F.row_number().over(Window.partitionBy("cluster").orderBy(F.col("last_t_ms").desc()))
         statuses = statuses.withColumn("_newest", newest)
-        keep = evaluate.held((), default_min_isr, lookahead) | (F.col("_newest") == 1)
+        keep = evaluate.held(default_min_isr, lookahead) | (F.col("_newest") == 1)
         statuses = statuses.where(keep).drop("_newest")
     return list(statuses_from_arrow(statuses.toArrow()))
 

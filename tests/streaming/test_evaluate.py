@@ -191,3 +191,34 @@ def test_one_row_carries_a_clusters_clock_when_a_round_shares_its_time(spark) ->
     kept = for_the_driver(_statuses(spark, rows), set(), 10**6).collect()
     assert sorted(r["cluster"] for r in kept) == ["a", "b"]
     assert {r["last_t_ms"] for r in kept} == {5000, 7000}
+
+
+@pytest.mark.parametrize("inline", [0, 10_000], ids=["broadcast-table", "literal-set"])
+def test_a_rows_replica_is_flagged_the_same_from_a_literal_set_or_a_table(spark, inline: int) -> None:
+    """``with_key_flag`` past its literal-set size joins a broadcast table of the keys (an
+    incident's thousands of held replicas): the same flags as the literal set, no row
+    repeated or lost, keys of replicas not in the batch ignored."""
+    from streaming.evaluation.evaluate import with_key_flag
+
+    rows = [("a", p, "ok", 1000 + p) for p in range(40)] + [("b", p, "ok", 2000 + p) for p in range(40)]
+    keys = {f"a/t/{p}/2" for p in range(0, 40, 3)} | {"b/t/7/2", "b/t/99/2", "c/t/1/2", "a/t/1/3"}
+    flagged = with_key_flag(_statuses(spark, rows), keys, "_k", inline=inline).collect()
+    assert len(flagged) == len(rows)
+    assert {(r["cluster"], r["partition"]) for r in flagged if r["_k"]} == {("a", p) for p in range(0, 40, 3)} | {
+        ("b", 7)
+    }
+    assert all(r["_k"] is not None for r in flagged)  # false, never null, for the others
+    assert with_key_flag(_statuses(spark, rows), set(), "_k", inline=inline).where("_k").count() == 0
+
+
+def test_watched_replicas_past_the_literal_set_size_still_reach_the_driver(spark, monkeypatch) -> None:
+    """``for_the_driver`` with more watched replicas than ``KEYS_INLINE`` (the broadcast table):
+    each watched replica's return to ok passes, as with a few."""
+    from streaming.evaluation import evaluate
+
+    monkeypatch.setattr(evaluate, "KEYS_INLINE", 2)
+    rows = [("a", p, "ok", 1000 + p, 7, 1) for p in range(30)]
+    watched = {f"a/t/{p}/2" for p in (4, 9, 15, 21)}
+    kept = {r["partition"] for r in evaluate.for_the_driver(_statuses(spark, rows), watched, 10**6).collect()}
+    assert {4, 9, 15, 21} <= kept
+    assert len(kept) <= 4 + 1  # and the cluster's newest row: no ok replica that is not due
