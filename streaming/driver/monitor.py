@@ -533,12 +533,20 @@ class Monitor:
     def _announce(self, transitions: Sequence[tuple[Transition, int]], batch_id: int) -> None:
         """Under the lock: stage the transitions with the sinks that keep an outbox, save the
         book that says they were announced, then send them. A sink that cannot stage (a full
-        disk) fails the batch as the book would: what is not kept is not announced."""
+        disk) fails the batch as the book would: what is not kept is not announced.
+
+        The book is saved only when an alert started or resolved: a batch that changes no
+        alert's firing leaves the saved book as it is (its ``handled_batch`` then the last batch
+        that did: a batch run again after a restart that starts or resolves nothing has nothing
+        to repeat). In an incident the book holds thousands of firing alerts, and writing it
+        every batch was the driver's largest cost (docs/benchmarks.md, "The driver's held
+        replicas in an incident"). The saved descriptions of alerts still firing are then those
+        of the batch that last changed the book; the next batch after a restart refreshes them."""
         for sink in self.sinks:
             stage = getattr(sink, "stage", None)
             if stage is not None:
                 stage([t for t, _ in transitions])
-        if self.checkpoint is not None:
+        if self.checkpoint is not None and any(t.started or t.resolved for t, _ in transitions):
             self.checkpoint.save_book(self.book, batch_id)
         for t, now in transitions:
             self._send(t, now)

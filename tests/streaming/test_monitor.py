@@ -101,6 +101,27 @@ def test_a_replayed_batch_announces_nothing_again(tmp_path) -> None:
     assert nxt.started == 1 and nxt.observations == 2
 
 
+def test_a_batch_that_changes_no_alert_leaves_the_saved_book_and_a_restart_repeats_nothing(tmp_path) -> None:
+    """The book is written when an alert starts or resolves, not at every batch (in an incident
+    it holds thousands of alerts): a batch whose alerts hold leaves the file alone, and a job
+    restarted after it, running that batch again, sends nothing new."""
+    clock, sink = Clock(), Collect()
+    m = _monitor(tmp_path, clock, sink)
+    assert _apply(m, 0, [_row(100_000, 91_000, 5)]).started == 2  # nearing + imminent
+    saved = m.checkpoint.alerts_path.read_bytes()
+    held = _apply(m, 1, [_row(100_500, 91_000, 6)])  # the same two alerts hold
+    assert held.started == held.resolved == 0
+    assert m.checkpoint.alerts_path.read_bytes() == saved  # not written again
+    again = _monitor(tmp_path, clock, Collect())  # a restarted job: batch 1 was not committed
+    assert len(again.book.active) == 2 and again.handled_batch == 0
+    replay = _apply(again, 1, [_row(100_500, 91_000, 6)])
+    assert replay.started == replay.resolved == 0
+    assert not any(t.started or t.resolved for t in again.sinks[0].transitions)
+    resolved = _apply(again, 2, [_row(101_000, 101_000, 7)])  # caught up: both resolve, and the book is saved
+    assert resolved.resolved == 2
+    assert again.checkpoint.alerts_path.read_bytes() != saved
+
+
 class Producer:
     """A confluent-kafka producer's surface, recording what is produced."""
 
