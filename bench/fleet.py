@@ -71,13 +71,21 @@ SIZES = (100_000, 1_000_000)
 LAG_TIME_MAX_MS = 10_000
 
 
-def _feed(producer_config: dict[str, Any], topic: str, replicas: int, version: int, conn: Any) -> None:
+def _feed(
+    producer_config: dict[str, Any],
+    topic: str,
+    replicas: int,
+    version: int,
+    conn: Any,
+    not_ok_every: int = NOT_OK_EVERY,
+    rounds: int = ROUNDS,
+) -> None:
     """The feeder process: builds every slice of every round, says when the first is due
     (``t0``), sends each slice at its second; reports how late it ran."""
     from confluent_kafka import Producer
 
     fleet = Fleet(replicas, interval_ms=ROUND_S * 1000, lag_time_max_ms=LAG_TIME_MAX_MS)
-    slow = {i: 1 for i in range(0, replicas, NOT_OK_EVERY)}
+    slow = {i: 1 for i in range(0, replicas, not_ok_every)}
     slices = int(ROUND_S / SLICE_S)
     per_slice = -(-replicas // slices)
 
@@ -89,7 +97,7 @@ def _feed(producer_config: dict[str, Any], topic: str, replicas: int, version: i
     started = time.monotonic()
     build(0, time.time())
     per = time.monotonic() - started
-    total = ROUNDS * slices
+    total = rounds * slices
     t0 = time.time() + per * total * 1.5 + 10  # room to build them all before the first is due
     feed = [build(k, t0) for k in range(total)]
     conn.send(
@@ -128,8 +136,16 @@ class _Restarts(logging.Handler):
             self.count += 1
 
 
-def run_size(replicas: int, version: int = VERSION, driver_replicas: str = "all") -> dict[str, Any]:
-    """One fleet size: the job against the live feed; its batches and the figures above."""
+def run_size(
+    replicas: int,
+    version: int = VERSION,
+    driver_replicas: str = "all",
+    not_ok_every: int = NOT_OK_EVERY,
+    rounds: int = ROUNDS,
+) -> dict[str, Any]:
+    """One fleet size: the job against the live feed; its batches and the figures above.
+    ``not_ok_every``: one replica in this many falls behind (10: an incident's 10 %);
+    ``rounds``: the feed's length in rounds (an incident's replicas are not ok from the third on)."""
     from streaming.lifecycle import job
     from streaming.lifecycle.session import build_session
     from streaming.settings import JobSettings
@@ -157,7 +173,9 @@ def run_size(replicas: int, version: int = VERSION, driver_replicas: str = "all"
 
         ctx = mp.get_context("spawn")
         ours, theirs = ctx.Pipe()
-        feeder = ctx.Process(target=_feed, args=(bkafka.producer_config(kafka), topic, replicas, version, theirs))
+        feeder = ctx.Process(
+            target=_feed, args=(bkafka.producer_config(kafka), topic, replicas, version, theirs, not_ok_every, rounds)
+        )
         feeder.start()
         th = threading.Thread(target=target, name="bench-fleet-job", daemon=True)
         th.start()
@@ -167,14 +185,14 @@ def run_size(replicas: int, version: int = VERSION, driver_replicas: str = "all"
         t0 = ready["t0"]
         print(
             f"fleet: replicas={replicas} every {ROUND_S}s = {replicas // ROUND_S} obs/s, not ok 1 in "
-            f"{NOT_OK_EVERY}; telemetry_version={version}; feed built in {ready['build_s']}s "
+            f"{not_ok_every}; telemetry_version={version}; feed built in {ready['build_s']}s "
             f"({ready['bytes'] / 1e6:.0f} MB), starts in {t0 - time.time():.0f}s; load_average={load_average()}",
             flush=True,
         )
         time.sleep(max(0.0, t0 - time.time() - 1))
         before = rss_mb()
         wall0 = time.time() - time.perf_counter()  # perf_counter -> wall clock
-        end = t0 + ROUNDS * ROUND_S
+        end = t0 + rounds * ROUND_S
         while time.time() < end + DRAIN_S and not errors and not _reached(log, end - SLICE_S, wall0):
             time.sleep(0.5)
         after, peak = rss_mb(), rss_mb(field="VmHWM")
@@ -204,6 +222,7 @@ def run_size(replicas: int, version: int = VERSION, driver_replicas: str = "all"
                 "driver_ms": ms["batch_ms"] - ms["spark_ms"] - ms["state_topic_ms"] - ms["state_ms"],
                 "lag_s": float(f.get("telemetry_lag_s", 0.0)),
                 "changes": int(f.get("changes", 0)),
+                "states": int(f.get("states", 0)),
             }
         )
     return summarize(replicas, batches, t0, before, after, peak, done, restarts.count)
@@ -343,11 +362,31 @@ def main(argv: list[str] | None = None) -> int:
         choices=DRIVER_REPLICAS,
         help="the job's --driver-replicas (default: all, the job's default)",
     )
+    ap.add_argument(
+        "--not-ok-every",
+        type=int,
+        default=NOT_OK_EVERY,
+        help=f"with --replicas: one replica in this many falls behind (default {NOT_OK_EVERY}; 10: an incident)",
+    )
+    ap.add_argument(
+        "--keys-inline",
+        type=int,
+        help="with --replicas: the job's literal-set size for the held replicas' keys "
+        "(streaming.evaluation.evaluate.KEYS_INLINE; a large number: always the literal set, the baseline)",
+    )
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"with --replicas: the feed's rounds (default {ROUNDS})")
     args = ap.parse_args(argv)
     if args.replicas is not None:
         if args.replicas < ROUND_S:
             ap.error(f"--replicas must be at least {ROUND_S}")
-        r = run_size(args.replicas, args.telemetry_version, args.driver_replicas)
+        if args.not_ok_every < 1 or args.rounds < 2:
+            ap.error("--not-ok-every must be at least 1, --rounds at least 2")
+        if args.keys_inline is not None:
+            from streaming.evaluation import evaluate
+
+            evaluate.KEYS_INLINE = args.keys_inline  # the job runs in this process
+            print(f"keys_inline={args.keys_inline}", flush=True)
+        r = run_size(args.replicas, args.telemetry_version, args.driver_replicas, args.not_ok_every, args.rounds)
         print(_line(r), flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(r))
