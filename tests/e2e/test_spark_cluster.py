@@ -114,8 +114,12 @@ def state_writers(pipe: Pipeline) -> list[int]:
     return alive
 
 
+# --driver-replicas not-ok in make campaign (~230 s): make test keeps it on real Spark in one JVM
+# (tests/streaming/test_driver_replicas.py) and the job's defaults here; this one shows the batch's
+# counts gathered by executors in other JVMs (Spark's observed metrics) and its alerts as sure.
+@pytest.mark.parametrize("driver_replicas", ["all", pytest.param("not-ok", marks=pytest.mark.campaign)])
 def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_worker(
-    kafka_cluster_factory, tmp_path, spark_reader
+    kafka_cluster_factory, tmp_path, spark_reader, driver_replicas
 ):
     cluster = kafka_cluster_factory(
         replica_lag_time_max_ms=STANDALONE_LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS
@@ -132,6 +136,7 @@ def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_work
             "--spark-master", spark.master_url,
             "--spark-conf", f"spark.ui.port={ui_port}",
             "--stale-after-seconds", "600",  # the collector is stopped at the end
+            "--driver-replicas", driver_replicas,
         ]  # fmt: skip
         pipe = stack.enter_context(Pipeline(cluster, tmp_path, job_args=job_args))
         pipe.wait_watching(2 * DATA_PARTITIONS)
@@ -154,6 +159,7 @@ def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_work
         "spark_standalone",
         {
             "scenario": "job on a standalone cluster of 2 workers; a broker paused, a worker killed, another paused",
+            "driver_replicas": driver_replicas,
             "lag_time_max_ms": STANDALONE_LAG_MS,
             "tasks_per_worker_before_kill": before_kill,
             "tasks_per_worker_after_kill": after_kill,
@@ -174,6 +180,9 @@ def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_work
         _check_round(r)
     assert not repeated_transitions(pipe.alerts()), repeated_transitions(pipe.alerts())
     assert got == expected, "observations lost or counted twice with a worker lost"
+    # The batch lines count every observation once (a batch run again after a restart: its last line).
+    counted = {int(b): int(n) for b, n in re.findall(r"\bbatch batch_id=(\d+) observations=(\d+)", pipe.job_log())}
+    assert sum(counted.values()) == sum(expected.values()), (sum(counted.values()), sum(expected.values()))
 
 
 # In make campaign (~190 s): make test keeps the standalone cluster's fault test above, and

@@ -121,6 +121,9 @@ def test_latest_starts_after_what_is_already_there(spark, kafka_cluster, unique_
     assert keys == list(range(50, 80))
 
 
+# make campaign (~35 s): make test keeps the source's reader going back to a partition's new,
+# lower end on real Kafka (tests/streaming/test_source_kafka_behind.py, with and without the stateDir).
+@pytest.mark.campaign
 def test_a_topic_created_again_is_read_again_while_running_and_after_a_restart(
     spark, kafka_cluster, unique_name, tmp_path
 ):
