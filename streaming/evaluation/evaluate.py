@@ -246,7 +246,8 @@ _WATCHED = "_watched"
 
 
 def replica_key() -> Column:
-    """A row's replica as ``Monitor.watched_keys`` / ``Monitor.held_keys`` name it:
+    """A row's replica as ``Monitor.watched_keys`` / ``Monitor.held_keys`` name it and the state
+    topic keys its records (``isrwatch.status.status_key``):
     ``cluster/topic/partition/broker_id``."""
     return F.concat_ws(
         "/", F.col("cluster"), F.col("topic"), F.col("partition").cast("string"), F.col("broker_id").cast("string")

@@ -36,6 +36,7 @@ import pyspark.sql.functions as F
 
 from isrwatch.logs import kv, worker_logging
 from isrwatch.status import STATUS_FIELDS, GoneKey
+from streaming.evaluation.evaluate import replica_key
 from streaming.evaluation.replicas import LAST
 from streaming.evaluation.statetable import leave_out_gone
 
@@ -77,7 +78,7 @@ def state_records(rows: DataFrame, gone: Collection[GoneKey] = ()) -> DataFrame:
     rows = leave_out_gone(rows, gone)
     fields = [F.col(c) for c in STATUS_FIELDS if c != "lag_state"]
     fields.insert(STATUS_FIELDS.index("lag_state"), F.coalesce("lag_state", "state").alias("lag_state"))
-    key = F.concat_ws("/", "cluster", "topic", "partition", "broker_id")
+    key = replica_key()
     value = F.to_json(F.struct(*fields), {"ignoreNullFields": "false"})
     return rows.select(key.cast("binary").alias("key"), value.cast("binary").alias("value"))
 
