@@ -50,7 +50,7 @@ campaign: install ## the long runs left out of make test: the job down through a
 reliability: install ## issue 14's reliability campaign on real Kafka: 10,000 fuzzed telemetry records, the telemetry cluster down 2 min, Alertmanager down 5 min, the checkpoint disk full, the job, the collector and the exporter kill -9'd 20 times each, the four ways of stopping, the collector's clock ±30 s, the lag time set wrong both ways, secrets (~40 min); prints the goals table with make soak's last run, fails on a missed goal (ISRWATCH_FUZZ_SEED, ISRWATCH_FUZZ_RECORDS, ISRWATCH_KILLS, ISRWATCH_KILL_SEED)
 	mkdir -p .cache/validation && $(PY) tools/reliability_table.py --clear .cache/validation
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests/e2e/test_fuzz_campaign.py tests/e2e/test_outages.py tests/e2e/test_kill_campaign.py tests/e2e/test_kill_others.py tests/streaming/test_disk_full.py \
-	  tests/streaming/test_nothing_left_behind.py tests/e2e/test_clock_skew.py tests/e2e/test_wrong_lag.py tests/isrwatch/test_secrets.py -s; rc=$$?; \
+	  tests/streaming/test_nothing_left_behind.py tests/e2e/test_clock_skew.py tests/e2e/test_wrong_lag.py tests/isrwatch/test_secrets.py tests/streaming/test_query_restart.py -s; rc=$$?; \
 	$(PY) tools/reliability_table.py .cache/validation || rc=1; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 soak: install ## issue 14's soak on real Kafka: an hour of produce load with churn (topics created, deleted, reassigned, brokers restarted); memory slope, checkpoint size, deleted topics forgotten, no alert without a cause (ISRWATCH_SOAK_S, ISRWATCH_SOAK_CHURN_S; ~65 min)
@@ -75,7 +75,7 @@ local-spark: install ## start a real Spark standalone master and 2 workers on lo
 # (marked `validation`; the reliability campaigns are marked `reliability`).
 validation: install ## re-run the real-Kafka validation (the fault scenarios of tests/e2e, alerts held to the lead floor; ~55 min) and print the lead-time table
 	rm -rf .cache/validation && mkdir -p .cache/validation
-	ISRWATCH_VALIDATION_OUT=.cache/validation ISRWATCH_STRICT_LEAD=1 $(PY) -m pytest tests -m validation -q
+	ISRWATCH_VALIDATION_OUT=.cache/validation ISRWATCH_STRICT_LEAD=1 ISRWATCH_STEADY_S=120 $(PY) -m pytest tests -m validation -q
 	$(PY) tools/validation_table.py .cache/validation
 
 bench: install ## all benchmarks (minutes); results go to docs/benchmarks.md by hand

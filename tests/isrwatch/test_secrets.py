@@ -26,7 +26,11 @@ from localkafka import free_port
 from tests.e2e.kafka_io import read_records
 from tests.e2e.results import write_result
 
-pytestmark = [pytest.mark.spark, pytest.mark.reliability]
+# make reliability and make campaign (~50 s: every command run with the secrets given); make test
+# keeps secrets out of settings' text and the JMX flags' errors by unit test
+# (tests/isrwatch/test_settings.py, tests/collector/test_jmx.py) and the secured endpoints on real
+# Prometheus (tests/e2e_observability/test_secured_endpoints.py).
+pytestmark = [pytest.mark.spark, pytest.mark.reliability, pytest.mark.campaign]
 
 SECRET = f"s3cr3t-{uuid.uuid4().hex[:12]}"
 ISRWATCH = [sys.executable, "-m", "isrwatch", "--log-level", "DEBUG"]

@@ -23,7 +23,11 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.spark
+# make campaign and make reliability (~65 s: a worker started 15 s late, then the query restarted
+# from its checkpoint); make test keeps the restart's policy by unit test
+# (tests/streaming/test_restarts.py) and a real query failed and restarted in the job's process
+# (tests/streaming/test_lifecycle.py).
+pytestmark = [pytest.mark.spark, pytest.mark.campaign, pytest.mark.reliability]
 
 ISRWATCH = str(Path(sys.executable).with_name("isrwatch"))
 LATE_S = 15  # past Spark's 10 s for a worker to connect back

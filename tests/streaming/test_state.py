@@ -65,7 +65,7 @@ def fetch_histories(draw, gaps: bool = False, unanswered: bool = False, leaders:
     return out
 
 
-def _rows(history):
+def _rows(history, partition: int = 0):
     rows = []
     for broker, fetches in history:
         prev = None
@@ -78,7 +78,7 @@ def _rows(history):
                 {
                     "cluster": "c",
                     "topic": "t",
-                    "partition": 0,
+                    "partition": partition,
                     "broker_id": broker,
                     "leader_id": leader_id,
                     "t_ms": t,
@@ -100,22 +100,26 @@ def _rows(history):
 
 
 @pytest.mark.parametrize("rule", [Rule.KIP16_REFINED, Rule.KIP16])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(history=fetch_histories())
-def test_spark_aggregate_equals_python_fold(spark, rule, history) -> None:
-    rows = _rows(history)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(histories=st.lists(fetch_histories(), min_size=1, max_size=6))
+def test_spark_aggregate_equals_python_fold(spark, rule, histories) -> None:
+    """Each replica's Spark aggregate is the pure rule folded over its observations. An example
+    holds up to six partitions' histories, all in one Spark job."""
+    rows = [row for p, history in enumerate(histories) for row in _rows(history, partition=p)]
     df = spark.createDataFrame(rows, OBS_SCHEMA)
-    got = {r["broker_id"]: r.asDict(recursive=True) for r in state.replica_aggregates(df, rule).collect()}
+    aggregates = state.replica_aggregates(df, rule).collect()
+    got = {(r["partition"], r["broker_id"]): r.asDict(recursive=True) for r in aggregates}
+    assert len(got) == len(aggregates) == sum(len(h) for h in histories)
     cfg = RuleConfig(rule=rule, lag_time_max_ms=10_000)
-    for broker, fetches in history:
-        mine = [r for r in rows if r["broker_id"] == broker]
+    for p, broker, fetches in [(p, b, f) for p, history in enumerate(histories) for b, f in history]:
+        mine = [r for r in rows if (r["partition"], r["broker_id"]) == (p, broker)]
         # The fold of the pure rule over the observations.
         seen = [
             caught_up_time(rule, r["t_ms"], r["leo"], r["leader_leo"], r["prev_t_ms"], r["prev_leader_leo"])
             for r in mine
         ]
         expected_lcu = max((s for s in seen if s is not None), default=None)
-        agg = state.row_to_aggregate(got[broker])
+        agg = state.row_to_aggregate(got[(p, broker)])
         assert agg.last_caught_up_ms == expected_lcu
         # ...and the broker's own state machine agrees wherever it moved lcu.
         follower = FollowerState.new(0, fetches[0][1])
@@ -125,17 +129,19 @@ def test_spark_aggregate_equals_python_fold(spark, rule, history) -> None:
         assert agg.first_t_ms == fetches[0][0] and agg.last_t_ms == fetches[-1][0]
         assert (agg.leo, agg.leader_leo) == (fetches[-1][1], fetches[-1][2])
         assert agg.known_leo == fetches[-1][1]
-        assert got[broker]["observations"] == len(fetches)
+        assert got[(p, broker)]["observations"] == len(fetches)
 
 
 @pytest.mark.parametrize("max_gap_ms", [5_000, None])
 @pytest.mark.parametrize("rule", list(Rule))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(history=fetch_histories(gaps=True, unanswered=True))
-def test_spark_caught_up_time_equals_the_observed_rule_across_gaps(spark, rule, max_gap_ms, history) -> None:
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(histories=st.lists(fetch_histories(gaps=True, unanswered=True), min_size=1, max_size=6))
+def test_spark_caught_up_time_equals_the_observed_rule_across_gaps(spark, rule, max_gap_ms, histories) -> None:
     """Per observation and folded: ``caught_up_time_expr(rule, max_gap_ms)`` is
-    ``observed_caught_up_time``, on observations with gaps and missing answers."""
-    rows = _rows(history)
+    ``observed_caught_up_time``, on observations with gaps and missing answers. An example holds
+    up to six partitions' histories, all in one Spark job (eight examples: about as many
+    histories as 25 examples of one each, in a third of the Spark jobs)."""
+    rows = [row for p, history in enumerate(histories) for row in _rows(history, partition=p)]
     df = spark.createDataFrame(rows, OBS_SCHEMA)
     expected = [
         observed_caught_up_time(
@@ -145,10 +151,13 @@ def test_spark_caught_up_time_equals_the_observed_rule_across_gaps(spark, rule, 
     ]
     per_row = df.select(state.caught_up_time_expr(rule, max_gap_ms).alias("cu")).collect()
     assert [r["cu"] for r in per_row] == expected
-    got = {r["broker_id"]: r for r in state.replica_aggregates(df, rule, max_gap_ms=max_gap_ms).collect()}
-    for broker, _ in history:
-        mine = [cu for r, cu in zip(rows, expected, strict=True) if r["broker_id"] == broker]
-        assert got[broker]["last_caught_up_ms"] == max((cu for cu in mine if cu is not None), default=None)
+    aggregates = state.replica_aggregates(df, rule, max_gap_ms=max_gap_ms).collect()
+    got = {(r["partition"], r["broker_id"]): r for r in aggregates}
+    assert len(got) == len(aggregates) == sum(len(h) for h in histories)
+    for p, history in enumerate(histories):
+        for broker, _ in history:
+            mine = [cu for r, cu in zip(rows, expected, strict=True) if (r["partition"], r["broker_id"]) == (p, broker)]
+            assert got[(p, broker)]["last_caught_up_ms"] == max((cu for cu in mine if cu is not None), default=None)
 
 
 def test_known_offsets_skip_unanswered_observations(spark) -> None:
