@@ -6,12 +6,13 @@ Standalone: a master and two workers started from the pyspark package's jars
 telemetry partitions and holding the state store. Real 3-broker Kafka 0.9, the
 real collector, produce load, isrwatch's topics placed by Kafka as everywhere.
 
-* a follower broker paused: every real shrink alerted first, with the lead bound of
-  local mode (tests/e2e/test_broker_pauses.py; at Kafka's default lag of 30 s, see
-  ``STANDALONE_LAG_MS``), and Spark's REST API shows tasks run
-  by executors of both workers;
+* Spark's REST API shows tasks run by executors of both workers, and the state records
+  written by Python workers under the executors' JVMs;
 * one worker killed (kill -9, with its executor) under load: the job goes on on the
-  other; a second broker paused afterwards is alerted first just the same;
+  other; a follower broker paused afterwards: every real shrink alerted first, with the
+  lead bound of local mode (tests/e2e/test_broker_pauses.py; at Kafka's default lag of
+  30 s, see ``STANDALONE_LAG_MS``); in make campaign (``all-paused-twice``, ``not-ok``)
+  another broker is paused before the kill too, alerted first just the same;
 * nothing lost or counted twice: once the collector stops and the job has committed
   the end of the telemetry topic, the observations in its state store equal those on
   the topic; no alert transition repeated.
@@ -114,12 +115,21 @@ def state_writers(pipe: Pipeline) -> list[int]:
     return alive
 
 
-# --driver-replicas not-ok in make campaign (~230 s): make test keeps it on real Spark in one JVM
-# (tests/streaming/test_driver_replicas.py) and the job's defaults here; this one shows the batch's
-# counts gathered by executors in other JVMs (Spark's observed metrics) and its alerts as sure.
-@pytest.mark.parametrize("driver_replicas", ["all", pytest.param("not-ok", marks=pytest.mark.campaign)])
+# make test pauses one broker, after the worker is killed: the job on the surviving worker alone
+# alerts first. make campaign (~230 s each) pauses a broker before the kill too, with the job's
+# defaults and with --driver-replicas not-ok (make test keeps not-ok on real Spark in one JVM,
+# tests/streaming/test_driver_replicas.py; this one shows the batch's counts gathered by executors
+# in other JVMs, Spark's observed metrics, and its alerts as sure).
+@pytest.mark.parametrize(
+    ("driver_replicas", "pause_before_kill"),
+    [
+        pytest.param("all", False, id="all"),
+        pytest.param("all", True, id="all-paused-twice", marks=pytest.mark.campaign),
+        pytest.param("not-ok", True, id="not-ok", marks=pytest.mark.campaign),
+    ],
+)
 def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_worker(
-    kafka_cluster_factory, tmp_path, spark_reader, driver_replicas
+    kafka_cluster_factory, tmp_path, spark_reader, driver_replicas, pause_before_kill
 ):
     cluster = kafka_cluster_factory(
         replica_lag_time_max_ms=STANDALONE_LAG_MS, zookeeper_session_timeout_ms=ZK_SESSION_MS
@@ -143,7 +153,13 @@ def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_work
         controller = cluster.controller_id()
         first, second = [b for b in cluster.broker_ids if b != controller][:2]
 
-        rounds = [pause_round(cluster, pipe, topic, first, placed, None)]
+        rounds = [pause_round(cluster, pipe, topic, first, placed, None)] if pause_before_kill else []
+
+        def both_worked() -> bool:
+            tasks = tasks_per_worker(ui_port, spark)
+            return len(tasks) == 2 and min(tasks.values()) > 0
+
+        until("tasks run on both workers", both_worked, 120, pipe)
         before_kill = tasks_per_worker(ui_port, spark)
         writers = state_writers(pipe)
 
