@@ -174,7 +174,12 @@ def test_the_job_on_a_standalone_cluster_alerts_first_and_goes_on_without_a_work
     write_result(
         "spark_standalone",
         {
-            "scenario": "job on a standalone cluster of 2 workers; a broker paused, a worker killed, another paused",
+            "scenario": "job on a standalone cluster of 2 workers; "
+            + (
+                "a broker paused, a worker killed, another paused"
+                if pause_before_kill
+                else "a worker killed, a broker paused"
+            ),
             "driver_replicas": driver_replicas,
             "lag_time_max_ms": STANDALONE_LAG_MS,
             "tasks_per_worker_before_kill": before_kill,
