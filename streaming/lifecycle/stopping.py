@@ -138,9 +138,18 @@ class BatchGate:
         active), then the exception the batch raises."""
         deadline = time.monotonic() + self.PARKED_WAIT_S
         if self.stopping.wait(self.PARKED_WAIT_S):
-            while q is not None and q.isActive and time.monotonic() < deadline:
+            while q is not None and _active(q) and time.monotonic() < deadline:
                 time.sleep(0.05)
         return stopped_batch(batch_id, None)
+
+
+def _active(q: StreamingQuery) -> bool:
+    """``q.isActive``; False once the JVM cannot be asked (it is gone, or going: the stop is
+    over for this batch either way, and its error must stay the stop's)."""
+    try:
+        return bool(q.isActive)
+    except Exception:  # noqa: BLE001 - py4j's errors for a JVM gone are of several kinds
+        return False
 
 
 class BatchStopped(Exception):
