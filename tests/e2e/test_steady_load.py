@@ -6,8 +6,7 @@ RF 3, each broker leading or following each; the leader changes' three, pinned);
 topics placed by Kafka. In order: the steady run, the leaders moved under load
 (tests/e2e/test_leader_changes.py, the scenario and its checks), the burst.
 
-Steady load over two partitions for a minute in ``make test`` (three lag windows), two in
-``make validation`` (``ISRWATCH_STEADY_S``, seconds):
+Steady load over two partitions for two minutes:
 
 * the job prints no alert at all, and the leaders log no shrink;
 * halfway, records that are not valid telemetry are written to the telemetry
@@ -33,7 +32,6 @@ collector round catches them there: recorded at 4000, 1000 and 250 messages, not
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,7 +51,7 @@ from tests.e2e.test_leader_changes import leaders_moved_under_load
 pytestmark = pytest.mark.kafka
 
 STEADY_TOPIC, BURSTY_TOPIC = "steady", "bursty"
-STEADY_S = int(os.environ.get("ISRWATCH_STEADY_S", "60"))
+STEADY_S = 120
 RATE = 200
 # value -> the reason the job must give (docs/streaming.md, "Parsing and validation")
 BAD_RECORDS = {
@@ -99,6 +97,10 @@ def read_all(cluster, topic: str) -> list[dict]:
     return [json.loads(v or b"null") for v in read_topic(cluster, topic)]
 
 
+# make campaign (~160 s with the module's set-up): make test keeps no replica alert under produce
+# load without a broker fault, and the same bad records dead-lettered on real Kafka while the job
+# goes on, in tests/e2e/test_telemetry_gap.py (whose followers are kept behind on purpose).
+@pytest.mark.campaign
 @pytest.mark.validation
 def test_steady_load_raises_nothing_and_bad_telemetry_goes_to_the_dead_letter_topic(quiet: Quiet) -> None:
     cluster, pipe = quiet.cluster, quiet.pipe

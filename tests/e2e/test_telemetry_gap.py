@@ -7,6 +7,9 @@ in the campaign run (``make campaign``: 4 more minutes) it is later paused again
 
 * the job raises ``IsrwatchTelemetryStale`` exactly once per pause, and it
   resolves after the collector is resumed;
+* four records that are not telemetry, written beside the collector's before the first
+  gap, each on the dead-letter topic with its reason, and the job goes on (the poison
+  records' make test case on real Kafka);
 * no replica alert at all (no alert with a ``broker_id`` label), during or after
   either gap, from the job nor from a real Prometheus scraping the job and the exporter
   with the shipped rules (whose ``IsrwatchTelemetryStale`` must fire in each gap instead):
@@ -31,6 +34,7 @@ warns instead of failing).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -38,15 +42,16 @@ import time
 import warnings
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from isrwatch.alerts import AlertName
 from isrwatch.rule import Rule
 from isrwatch.telemetry import Observation, decode_record
 from tests.e2e.gauges import prometheus_fired, prometheus_followers, prometheus_scraping
-from tests.e2e.kafka_io import ProduceLoad
+from tests.e2e.kafka_io import ProduceLoad, read_topic
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import stale_episodes, stale_firing, write_result
+from tests.e2e.test_steady_load import BAD_RECORDS
 from tests.simulator.replay import RuleReplay
 
 pytestmark = [pytest.mark.slow, pytest.mark.validation]
@@ -88,8 +93,11 @@ def telemetry(cluster, topic: str) -> list[Observation]:
         while left > 0 and time.monotonic() < deadline:
             m = c.poll(1.0)
             if m is not None and m.error() is None:
-                out.extend(decode_record(m.value() or b"").observations)
                 left -= 1
+                try:
+                    out.extend(decode_record(m.value() or b"").observations)
+                except ValueError:  # one of BAD_RECORDS: the dead letters' part of the test
+                    continue
         assert left == 0, f"{left} telemetry records not read back"
     finally:
         c.close()
@@ -196,6 +204,19 @@ def test_collector_gaps_raise_one_stale_alert_each_and_no_replica_alert(
         # catches up: that episode must be over before the first gap.
         until("no IsrwatchTelemetryStale firing before the first gap", lambda: stale_firing(pipe) is None, 120, pipe)
         assert not [e for e in pipe.alerts() if "broker_id" in e.labels], "no replica alert before the first gap"
+        # Records that are not telemetry, beside the collector's: each goes to the dead-letter
+        # topic with its reason and the job goes on (make test's poison records on real Kafka;
+        # tests/e2e/test_steady_load.py does it under steady load in make campaign).
+        bad = Producer(cluster.client_config())
+        for value in BAD_RECORDS:
+            bad.produce(pipe.telemetry_topic, value=value, key=b"e2e")
+        assert bad.flush(30) == 0
+        until(
+            "the dead letters",
+            lambda: len(read_topic(cluster, pipe.deadletter_topic)) >= len(BAD_RECORDS),
+            120,
+            pipe,
+        )
         started_at = time.time()
         for pause_s, run_s in gaps:
             pauses.append(collector_gap(pipe, pause_s, run_s))
@@ -215,6 +236,7 @@ def test_collector_gaps_raise_one_stale_alert_each_and_no_replica_alert(
     worst_broker_rule = max(broker_rule.values(), default=0) / LAG_MS
     worst_job_rule = max(job_rule.values(), default=0) / LAG_MS
 
+    letters = [json.loads(v or b"null") for v in read_topic(cluster, pipe.deadletter_topic)]
     events = pipe.alerts()
     episodes = stale_episodes(events)
     replica_alerts = [e for e in events if "broker_id" in e.labels]
@@ -252,6 +274,7 @@ def test_collector_gaps_raise_one_stale_alert_each_and_no_replica_alert(
             "gap_inference_exercised": worst_broker_rule >= NEARING,
             "replay_worst_lag_ratio": {"broker_rule_alone": worst_broker_rule, "job": worst_job_rule},
             "batches": len(batches),
+            "deadletters": [d.get("reason") for d in letters],
             "alerts": [[e.arrived, e.name, e.status, *e.replica, e.offset_lag, e.starts_at, e.window] for e in events],
         },
     )
@@ -266,6 +289,7 @@ def test_collector_gaps_raise_one_stale_alert_each_and_no_replica_alert(
             f"{worst_broker_rule:.2f}): this run did not exercise the gap inference",
             stacklevel=1,
         )
+    assert sorted(d.get("reason") for d in letters) == sorted(BAD_RECORDS.values()), letters
     assert worst_job_rule < NEARING, f"replayed round by round, a follower reached lag ratio {worst_job_rule:.2f}"
     for paused_at, resumed_at in pauses:
         mine = [(f, r) for f, r in episodes if paused_at < f <= resumed_at]
