@@ -57,7 +57,7 @@ soak: install ## issue 14's soak on real Kafka: an hour of produce load with chu
 	ISRWATCH_VALIDATION_OUT=.cache/validation $(PY) -m pytest tests -m soak -s; rc=$$?; if [ $$rc = 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 # lint and test-unit need only the virtualenv (no apt-get, no npm): nothing they run starts a service.
-test-unit: $(STAMP) ## fast tests only: no Kafka, Spark, Prometheus or Alertmanager, nothing slow (under a minute)
+test-unit: $(STAMP) ## fast tests only: no Kafka, Spark, Prometheus or Alertmanager, nothing slow (about two minutes)
 	$(PY) -m pytest tests -m "not integration and not slow"
 
 lint: $(STAMP) ## ruff (lint + format check) and mypy

@@ -32,7 +32,7 @@ SHARED_BROKER_SETTINGS: dict[str, Any] = {
 
 
 TIERS = ("kafka", "spark", "services")
-TIER_FIXTURES = {"kafka": KAFKA_FIXTURES, "spark": {"spark"}}
+TIER_FIXTURES = {"kafka": KAFKA_FIXTURES, "spark": {"spark", "bench_spark"}}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

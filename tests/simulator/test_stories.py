@@ -119,6 +119,7 @@ def test_healthy_scenarios_never_shrink_nor_come_near_the_threshold(scenario):
     assert max(replay.max_age_ms.values()) / LAG < 0.3
 
 
+@pytest.mark.slow  # ~15 s of simulated load (make test runs it; make test-unit leaves it)
 def test_burst_is_absorbed_by_every_follower_well_under_five_seconds():
     sim, records = run("burst", 130, seed=4, mode="fetch")
     assert sim.truth == []
