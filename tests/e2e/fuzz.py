@@ -1,4 +1,6 @@
-"""Seeded malformed telemetry for the fuzz campaign (tests/e2e/test_fuzz_campaign.py).
+"""Malformed telemetry: four bad records with the reasons the job must give them
+(``BAD_RECORDS``, written beside the collector's by tests/e2e/test_telemetry_gap.py and
+test_steady_load.py), and seeded generators for the fuzz campaign (tests/e2e/test_fuzz_campaign.py).
 
 ``Fuzz(rng, bases, now_ms).records(count, headers)``: ``count`` (kind, (key, value, headers))
 records, each kind a generator over ``bases`` (valid telemetry shaped like the collector's,
@@ -16,12 +18,20 @@ from typing import Any
 
 from isrwatch.telemetry import IsrChange, Observation, TelemetryRecord, encode_record
 
-__all__ = ["Fuzz", "Record", "telemetry_bases", "FUZZ_CLUSTER", "ODD_TOPIC"]
+__all__ = ["BAD_RECORDS", "Fuzz", "Record", "telemetry_bases", "FUZZ_CLUSTER", "ODD_TOPIC"]
 
 FUZZ_CLUSTER = "fuzz"  # the cluster the fuzzed telemetry claims to be from: never the watched one
 ODD_TOPIC = "fuzz-odd"
 YEAR_MS = 365 * 86_400_000
 Record = tuple[bytes | None, bytes | None, list[tuple[str, str | bytes | None]] | None]  # key, value, headers
+
+# value -> the reason the job must give (docs/streaming.md, "Parsing and validation")
+BAD_RECORDS = {
+    b"this is not json": "not_json",
+    b"[1, 2, 3]": "not_object",
+    json.dumps({"version": 99, "cluster": "e2e", "observations": []}).encode(): "unknown_version",
+    json.dumps({"version": 1, "source": "test", "sent_ms": 1, "observations": []}).encode(): "missing_cluster",
+}
 
 
 class Fuzz:

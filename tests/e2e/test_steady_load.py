@@ -41,6 +41,7 @@ import pytest
 from confluent_kafka import Producer
 
 from isrwatch.alerts import AlertName
+from tests.e2e.fuzz import BAD_RECORDS
 from tests.e2e.kafka_io import ProduceLoad, read_topic
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import replay_telemetry, write_result
@@ -53,13 +54,6 @@ pytestmark = pytest.mark.kafka
 STEADY_TOPIC, BURSTY_TOPIC = "steady", "bursty"
 STEADY_S = 120
 RATE = 200
-# value -> the reason the job must give (docs/streaming.md, "Parsing and validation")
-BAD_RECORDS = {
-    b"this is not json": "not_json",
-    b"[1, 2, 3]": "not_object",
-    json.dumps({"version": 99, "cluster": "e2e", "observations": []}).encode(): "unknown_version",
-    json.dumps({"version": 1, "source": "test", "sent_ms": 1, "observations": []}).encode(): "missing_cluster",
-}
 BURST = 50_000
 MESSAGE_BYTES = 1000
 MESSAGE_LIMITS = (4000, 1000, 250)  # replica.lag.max.messages replayed: the seeds' 4000, and lower

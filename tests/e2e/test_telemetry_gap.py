@@ -47,11 +47,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from isrwatch.alerts import AlertName
 from isrwatch.rule import Rule
 from isrwatch.telemetry import Observation, decode_record
+from tests.e2e.fuzz import BAD_RECORDS
 from tests.e2e.gauges import prometheus_fired, prometheus_followers, prometheus_scraping
 from tests.e2e.kafka_io import ProduceLoad, read_topic
 from tests.e2e.pipeline import COLLECT_INTERVAL_S, LAG_MS, ZK_SESSION_MS, Pipeline, until
 from tests.e2e.results import stale_episodes, stale_firing, write_result
-from tests.e2e.test_steady_load import BAD_RECORDS
 from tests.simulator.replay import RuleReplay
 
 pytestmark = [pytest.mark.slow, pytest.mark.validation]
