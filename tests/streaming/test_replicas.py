@@ -23,6 +23,12 @@ pytestmark = pytest.mark.spark
 TH = Thresholds(nearing_ratio=0.5, critical_ratio=0.8, stall_after_ms=3000)
 
 
+def _partitions(histories):
+    """Each history as one partition's rows (partitions 0, 1, ...): an example of the
+    property tests below holds several replicas' histories, each batch one Spark job."""
+    return [row for p, history in enumerate(histories) for row in _rows(history, partition=p)]
+
+
 def _batches(rows, cuts):
     """``rows`` in time order, cut at ``cuts`` (indexes): the non-empty batches."""
     rows = sorted(rows, key=lambda r: r["t_ms"])
@@ -64,21 +70,25 @@ def _sig(s):
     return (s.cluster, s.topic, s.partition, s.broker_id, s.eval_ms, s.state, s.lag_state)
 
 
+# The property tests hold up to three partitions' histories an example, four examples: about
+# as many histories as eight examples of one each, in half the Spark jobs (make test's time).
 @pytest.mark.parametrize("rule", [Rule.KIP16_REFINED, Rule.KIP16, Rule.LEGACY_MESSAGES])
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    history=fetch_histories(gaps=True, unanswered=True, leaders=True, epochs=True),
-    cuts=st.lists(st.integers(0, 40), max_size=3),
+    histories=st.lists(fetch_histories(gaps=True, unanswered=True, leaders=True, epochs=True), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 120), max_size=3),
 )
-def test_changes_at_every_observation_equal_the_reference_however_batched(spark, rule, history, cuts) -> None:
+def test_changes_at_every_observation_equal_the_reference_however_batched(spark, rule, histories, cuts) -> None:
     cfg = RuleConfig(rule, 10_000, lag_max_messages=40)
-    rows = _rows(history)
+    rows = _partitions(histories)
     expected = state_changes([("c", r) for r in rows], cfg, TH, 5_000)
     got, finals = _spark_changes(spark, rows, cfg, 5_000, cuts)
     assert [_sig(s) for s in got] == [_sig(c.status) for c in expected]
     # The newest row of each replica counts every observation of it.
-    for broker, fetches in history:
-        assert finals[("c", "t", 0, broker)][1] == len(fetches)
+    assert len(finals) == sum(len(history) for history in histories)
+    for p, history in enumerate(histories):
+        for broker, fetches in history:
+            assert finals[("c", "t", p, broker)][1] == len(fetches)
 
 
 # Clusters at Kafka versions of every variant, one stating none and one stating what is no version.
@@ -149,14 +159,17 @@ def test_a_follower_one_fetch_behind_is_dropped_by_0_10_1s_rule_and_kept_from_0_
     ]
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(history=fetch_histories(gaps=True, unanswered=True), cuts=st.lists(st.integers(0, 40), max_size=3))
-def test_peak_ratio_and_out_of_sync_episodes_equal_the_reference_however_batched(spark, history, cuts) -> None:
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    histories=st.lists(fetch_histories(gaps=True, unanswered=True), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 120), max_size=3),
+)
+def test_peak_ratio_and_out_of_sync_episodes_equal_the_reference_however_batched(spark, histories, cuts) -> None:
     """Each batch's newest status of a replica carries the largest lag ratio of
     the batch's observations of it and the out-of-sync episodes so far, carried
     from batch to batch (the state table's count)."""
     cfg = RuleConfig(Rule.KIP16_REFINED, 10_000)
-    rows = _rows(history)
+    rows = _partitions(histories)
     # The reference's status right after each observation, and the observation's place in its walk.
     after = {id(o): (i, s) for i, (o, s) in enumerate(walk([("c", r) for r in rows], cfg, TH, 5_000))}
     per_batch = []
@@ -290,18 +303,18 @@ def test_a_newer_leader_epoch_under_the_same_leader_resets_like_a_new_leader_and
         assert final.shrink_window_start_ms - final.lag_time_max_ms == t0, name
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    history=fetch_histories(gaps=True, unanswered=True, leaders=True, epochs=True),
-    cuts=st.lists(st.integers(0, 40), max_size=3),
+    histories=st.lists(fetch_histories(gaps=True, unanswered=True, leaders=True, epochs=True), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 120), max_size=3),
 )
-def test_the_jobs_rows_only_equal_every_row_filtered_to_the_jobs_rows(spark, history, cuts) -> None:
+def test_the_jobs_rows_only_equal_every_row_filtered_to_the_jobs_rows(spark, histories, cuts) -> None:
     """``driver_rows_only`` (the job's path: the episodes counted and the full status
     computed after the filter) gives exactly the rows, every column, of the whole
     evaluation (replay's path) filtered to the changes and newest rows."""
     cfg = RuleConfig(Rule.KIP16_REFINED, 10_000)
     carried = None
-    for batch_rows in _batches(_rows(history), cuts):
+    for batch_rows in _batches(_partitions(histories), cuts):
         batch = replicas.observation_rows(spark.createDataFrame(batch_rows, OBS_SCHEMA), cfg, 5_000)
         if carried is None:
             carried = batch.select(*replicas.STATE_COLUMNS).limit(0)
