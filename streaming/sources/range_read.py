@@ -40,8 +40,11 @@ log = logging.getLogger("streaming.source_kafka")
 # librdkafka's own messages (isrwatch.logs holds back its repeats)
 rdlog = logging.getLogger("librdkafka")
 
-# Records per Arrow batch handed to Spark.
+# Records per Arrow batch handed to Spark, and the bytes of their keys and values: a batch is
+# handed over at whichever comes first. Records of ~1 MB (bad records, a producer writing big
+# ones to the topic) made batches of up to 4 GB: 600 of 900 KB ran a 1 GiB JVM out of memory.
 _ARROW_ROWS = 4096
+_ARROW_BYTES = 16 << 20
 # Seconds one read() waits for a record before it calls the broker gone. A range is
 # planned only from offsets its leader has just reported, so this waits out a leader
 # that hangs in the moment between planning and reading (the batch then waits for it)
@@ -133,6 +136,7 @@ class _Read:
         self.values: list[bytes | None] = []
         self.offsets: list[int] = []
         self.stamps: list[int | None] = []
+        self.bytes = 0  # of the keys and values held
         self.nxt = r.start  # the next offset to read
         self.handed = r.start  # the records before this offset are with Spark
         found = deferred.decided(r.plan, r.key) if deferred is not None and r.plan else None
@@ -144,7 +148,13 @@ class _Read:
         self.values.append(value)
         self.offsets.append(offset)
         self.stamps.append(stamp)
+        self.bytes += len(key or b"") + len(value or b"")
         self.nxt = offset + 1
+
+    @property
+    def full(self) -> bool:
+        """Enough held to hand Spark an Arrow batch (``_ARROW_ROWS`` records or ``_ARROW_BYTES``)."""
+        return len(self.offsets) >= _ARROW_ROWS or self.bytes >= _ARROW_BYTES
 
     def take(self) -> pa.RecordBatch:
         """The records held, as an Arrow batch with the Kafka source's columns (handed to Spark)."""
@@ -163,6 +173,7 @@ class _Read:
             schema=raw_arrow_schema(),
         )
         self.keys, self.values, self.offsets, self.stamps = [], [], [], []
+        self.bytes = 0
         self.handed = self.nxt
         return batch
 
@@ -191,6 +202,7 @@ class _Read:
             )
         keep = bisect.bisect_left(self.offsets, upto)
         del self.keys[keep:], self.values[keep:], self.offsets[keep:], self.stamps[keep:]
+        self.bytes = sum(len(k or b"") + len(v or b"") for k, v in zip(self.keys, self.values, strict=True))
         self.nxt = upto
 
 
@@ -257,7 +269,7 @@ def read_range(config: ConsumerConfig, r: KafkaRange) -> Iterator[pa.RecordBatch
                 last_progress, warned = time.monotonic(), 0.0
                 ts_type, ts = m.timestamp()
                 read.add(off, m.key(), m.value(), ts * 1000 if ts_type != 0 and ts >= 0 else None)
-                if len(read.offsets) >= _ARROW_ROWS:
+                if read.full:
                     read.check()
                     if read.offsets:
                         yield read.take()

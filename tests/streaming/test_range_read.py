@@ -49,6 +49,26 @@ def test_a_read_behind_another_reads_decision_reads_on_to_it(tmp_path):
     assert _Read(r, Deferred(str(tmp_path))).upto == 60  # and a read after both, the same
 
 
+def test_big_records_are_handed_to_spark_in_batches_of_bounded_bytes(tmp_path):
+    """Records of 1 MB fill an Arrow batch at ``_ARROW_BYTES``, not at ``_ARROW_ROWS`` records
+    (4,096 of them were one 4 GB batch: the JVM ran out of memory); small ones at the count."""
+    from streaming.sources.range_read import _ARROW_BYTES, _ARROW_ROWS
+
+    read = _Read(KafkaRange("t", 0, 0, 10_000, None, None), None)
+    big = b"x" * 1_000_000
+    off = 0
+    while not read.full:
+        read.add(off, b"k", big, None)
+        off += 1
+    assert off == -(-_ARROW_BYTES // (len(big) + 1)) < _ARROW_ROWS
+    assert read.take().num_rows == off and read.bytes == 0 and not read.full
+    for i in range(_ARROW_ROWS - 1):
+        read.add(off + i, None, b"small", None)
+    assert not read.full
+    read.add(off + _ARROW_ROWS, None, b"small", None)
+    assert read.full and read.take().num_rows == _ARROW_ROWS
+
+
 @pytest.mark.kafka
 def test_every_read_of_a_range_in_its_batch_gets_what_the_first_got_on_real_kafka(kafka_cluster, unique_name, tmp_path):
     """The first read finds 30 of the range's 40 records (its leader answers no more: here the
@@ -93,3 +113,40 @@ def test_every_read_of_a_range_in_its_batch_gets_what_the_first_got_on_real_kafk
         assert offsets(KafkaRange(topic, 0, 0, 40)) == list(range(40))  # no state directory: whole
     finally:
         close_kept_consumers()
+
+
+@pytest.mark.kafka
+def test_a_range_of_big_records_reaches_spark_in_batches_of_bounded_bytes_on_real_kafka(kafka_cluster, unique_name):
+    """100 records of 900,000 bytes (a producer writing big records, bad ones, to the telemetry
+    topic): every record read once, in order, in Arrow batches of at most ``_ARROW_BYTES`` and one
+    record. Before, such records came in batches of 4,096: 1,200 of them on two partitions ran the
+    job's JVM out of memory at every start (docs/benchmarks.md, "A flood of big records")."""
+    from confluent_kafka import Producer
+
+    from localkafka import COMPAT_CONFIG
+    from streaming.sources.range_read import _ARROW_BYTES, close_kept_consumers, read_range
+    from streaming.sources.source_kafka import consumer_config
+
+    topic = unique_name("big-records")
+    kafka_cluster.create_topic(topic, partitions=1, replication_factor=3)
+    producer = Producer(kafka_cluster.client_config(acks="all"))
+    size, count = 900_000, 100
+    for i in range(count):
+        producer.produce(topic, value=bytes([i]) * size, partition=0)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    config = consumer_config(
+        {
+            "kafka.bootstrap.servers": kafka_cluster.bootstrap_servers,
+            **{f"kafka.{k}": v for k, v in COMPAT_CONFIG.items()},
+        }
+    )
+    try:
+        batches = list(read_range(config, KafkaRange(topic, 0, 0, count)))
+    finally:
+        close_kept_consumers()
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(count))
+    assert [v[0] for b in batches for v in b.column("value").to_pylist()] == list(range(count))
+    assert len(batches) > 1
+    for b in batches:
+        assert sum(len(v) for v in b.column("value").to_pylist()) < _ARROW_BYTES + size
