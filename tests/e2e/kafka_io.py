@@ -1,6 +1,7 @@
 """Kafka traffic for the e2e tests: produce load, and reading a topic back.
 
 * ``ProduceLoad``: a producer thread (confluent-kafka, acks=1) at a given rate.
+* ``produce_waiting``: one record, waiting while the producer's queue is full.
 * ``read_records`` / ``read_topic``: every record of a topic up to its end offsets now.
 """
 
@@ -11,7 +12,18 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["ProduceLoad", "end_offsets", "read_records", "read_topic"]
+__all__ = ["ProduceLoad", "end_offsets", "produce_waiting", "read_records", "read_topic"]
+
+
+def produce_waiting(producer: Any, topic: str, **record: Any) -> None:
+    """``producer.produce(topic, **record)``, polling while its queue is full (``BufferError``:
+    a burst or a flood of big records outruns the brokers) instead of failing."""
+    while True:
+        try:
+            producer.produce(topic, **record)
+            return
+        except BufferError:
+            producer.poll(0.05)
 
 
 class ProduceLoad(threading.Thread):
@@ -41,11 +53,7 @@ class ProduceLoad(threading.Thread):
         while not self.stop_event.is_set():
             owed += self.rate * tick
             while owed >= 1:
-                try:
-                    self.producer.produce(self.topic, self.payload, partition=self.sent % self.partitions)
-                except BufferError:
-                    self.producer.poll(0.05)
-                    continue
+                produce_waiting(self.producer, self.topic, value=self.payload, partition=self.sent % self.partitions)
                 self.sent += 1
                 owed -= 1
             self.producer.poll(0)
@@ -57,12 +65,7 @@ class ProduceLoad(threading.Thread):
     def burst(self, count: int) -> None:
         """``count`` messages at once, from the caller's thread."""
         for i in range(count):
-            while True:
-                try:
-                    self.producer.produce(self.topic, self.payload, partition=i % self.partitions)
-                    break
-                except BufferError:
-                    self.producer.poll(0.05)
+            produce_waiting(self.producer, self.topic, value=self.payload, partition=i % self.partitions)
         self.producer.flush(60)
 
     def stop(self) -> None:

@@ -37,7 +37,7 @@ from streaming.evaluation.parse import RECORD_REASONS
 from streaming.lifecycle.origin import QUERY_DIR
 from streaming.sources.source_spool import RAW_SCHEMA
 from tests.e2e.fuzz import Fuzz, Record, telemetry_bases
-from tests.e2e.kafka_io import ProduceLoad, read_records
+from tests.e2e.kafka_io import ProduceLoad, produce_waiting, read_records
 from tests.e2e.pipeline import CLUSTER, TOPIC_PARTITIONS, Pipeline, until
 from tests.e2e.results import write_result
 from tests.e2e.test_poison_records import check_letter
@@ -80,13 +80,8 @@ class Bursts:
                 else:
                     self.failed[(kind, str(err))] += 1
 
-            while True:
-                try:
-                    self.producer.produce(self.topic, value=value, key=key, headers=headers,
-                                          partition=i % TOPIC_PARTITIONS, on_delivery=delivered)  # fmt: skip
-                    break
-                except BufferError:
-                    self.producer.poll(0.05)
+            produce_waiting(self.producer, self.topic, value=value, key=key, headers=headers,
+                            partition=i % TOPIC_PARTITIONS, on_delivery=delivered)  # fmt: skip
             self.producer.poll(0)
         assert self.producer.flush(120) == 0
 

@@ -36,10 +36,10 @@ from confluent_kafka import Producer
 from streaming.evaluation.parse import PAYLOAD_KEPT_BYTES, REASONS, RECORD_REASONS
 from streaming.lifecycle.origin import QUERY_DIR
 from streaming.sinks.outputs import payload_bytes
-from tests.e2e.kafka_io import read_topic
+from tests.e2e.kafka_io import produce_waiting, read_topic
 from tests.e2e.pipeline import TOPIC_PARTITIONS, Pipeline, until
 
-# A campaign (two job starts on real Kafka, 5-8 min): make test keeps poison records on real Kafka
+# A campaign (three job starts on real Kafka, 5-8 min): make test keeps poison records on real Kafka
 # through tests/e2e/test_steady_load.py (bad telemetry on the real topic, dead-lettered).
 pytestmark = pytest.mark.campaign
 
@@ -81,12 +81,7 @@ def produce(cluster, topic: str, records, partitions: int = TOPIC_PARTITIONS) ->
         where[(msg.partition(), msg.offset())] = msg.value()
 
     for i, (key, value) in enumerate(records):
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value, partition=i % partitions, on_delivery=delivered)
-                break
-            except BufferError:  # the producer's queue is full (a flood of big records): let it drain
-                producer.poll(0.5)
+        produce_waiting(producer, topic, key=key, value=value, partition=i % partitions, on_delivery=delivered)
         producer.poll(0)
     assert producer.flush(60) == 0
     assert len(where) == len(records)

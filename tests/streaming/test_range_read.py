@@ -9,6 +9,19 @@ from streaming.sources.deferred import Deferred
 from streaming.sources.range_read import KafkaRange, _Read
 
 
+def _consumer_config(kafka_cluster):
+    """The source's consumer settings for the test cluster, as the job builds them."""
+    from localkafka import COMPAT_CONFIG
+    from streaming.sources.source_kafka import consumer_config
+
+    return consumer_config(
+        {
+            "kafka.bootstrap.servers": kafka_cluster.bootstrap_servers,
+            **{f"kafka.{k}": v for k, v in COMPAT_CONFIG.items()},
+        }
+    )
+
+
 def _records(read: _Read, first: int, last: int) -> None:
     for off in range(first, last):
         read.add(off, None, b"v%d" % off, None)
@@ -79,9 +92,7 @@ def test_every_read_of_a_range_in_its_batch_gets_what_the_first_got_on_real_kafk
     again: one telemetry record counted twice (tests/e2e/test_spark_cluster.py)."""
     from confluent_kafka import Producer
 
-    from localkafka import COMPAT_CONFIG
     from streaming.sources.range_read import close_kept_consumers, read_range
-    from streaming.sources.source_kafka import consumer_config
 
     topic = unique_name("ranges")
     kafka_cluster.create_topic(topic, partitions=1, replication_factor=3)
@@ -95,12 +106,7 @@ def test_every_read_of_a_range_in_its_batch_gets_what_the_first_got_on_real_kafk
     def offsets(r: KafkaRange) -> list[int]:
         return [o for batch in read_range(config, r) for o in batch.column("offset").to_pylist()]
 
-    config = consumer_config(
-        {
-            "kafka.bootstrap.servers": kafka_cluster.bootstrap_servers,
-            **{f"kafka.{k}": v for k, v in COMPAT_CONFIG.items()},
-        }
-    )
+    config = _consumer_config(kafka_cluster)
     state = str(tmp_path)
     try:
         produce(0, 30)
@@ -123,9 +129,7 @@ def test_a_range_of_big_records_reaches_spark_in_batches_of_bounded_bytes_on_rea
     job's JVM out of memory at every start (docs/benchmarks.md, "A flood of big records")."""
     from confluent_kafka import Producer
 
-    from localkafka import COMPAT_CONFIG
     from streaming.sources.range_read import _ARROW_BYTES, close_kept_consumers, read_range
-    from streaming.sources.source_kafka import consumer_config
 
     topic = unique_name("big-records")
     kafka_cluster.create_topic(topic, partitions=1, replication_factor=3)
@@ -135,12 +139,7 @@ def test_a_range_of_big_records_reaches_spark_in_batches_of_bounded_bytes_on_rea
         producer.produce(topic, value=bytes([i]) * size, partition=0)
         producer.poll(0)
     assert producer.flush(60) == 0
-    config = consumer_config(
-        {
-            "kafka.bootstrap.servers": kafka_cluster.bootstrap_servers,
-            **{f"kafka.{k}": v for k, v in COMPAT_CONFIG.items()},
-        }
-    )
+    config = _consumer_config(kafka_cluster)
     try:
         batches = list(read_range(config, KafkaRange(topic, 0, 0, count)))
     finally:
