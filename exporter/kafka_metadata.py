@@ -46,7 +46,7 @@ from isrwatch.kafkawire import (
     request_version,
 )
 
-__all__ = ["first_metadata", "bootstrap_list"]
+__all__ = ["first_metadata", "first_answer", "bootstrap_list"]
 
 log = logging.getLogger("librdkafka")
 
@@ -86,10 +86,16 @@ def first_metadata(config: Mapping[str, Any], timeout_s: float, topic: str | Non
     Raises a ``KafkaException`` (librdkafka's error when one answered with one) when none
     answers within ``timeout_s``.
     """
+    return first_answer(config, timeout_s, topic)[0]
+
+
+def first_answer(config: Mapping[str, Any], timeout_s: float, topic: str | None = None) -> tuple[Any, str]:
+    """``first_metadata``, and the bootstrap server that gave it ("" when ``config`` names
+    none): a client started on that server alone does not wait out a hung one first."""
     from confluent_kafka import KafkaError, KafkaException, Producer
 
     servers = bootstrap_list(str(config.get("bootstrap.servers", ""))) or [""]
-    answers: queue.Queue[tuple[Any, BaseException | None, bool]] = queue.Queue()
+    answers: queue.Queue[tuple[Any, BaseException | None, bool, str]] = queue.Queue()
     base = {k: v for k, v in config.items() if not k.startswith(_CONSUMER_ONLY)}
     base["logger"] = log
 
@@ -97,19 +103,19 @@ def first_metadata(config: Mapping[str, Any], timeout_s: float, topic: str | Non
         try:
             client = Producer({**base, "bootstrap.servers": server})
         except (KafkaException, ValueError) as e:  # a bad setting: the caller's own check names it
-            answers.put((None, KafkaException(KafkaError(KafkaError._INVALID_ARG, str(e))), True))
+            answers.put((None, KafkaException(KafkaError(KafkaError._INVALID_ARG, str(e))), True, server))
             return
         try:
             md = client.list_topics(topic, timeout=timeout_s) if topic else client.list_topics(timeout=timeout_s)
-            answers.put((md, None, True))
+            answers.put((md, None, True, server))
         except KafkaException as e:
-            answers.put((None, e, True))
+            answers.put((None, e, True, server))
 
     def ask_directly(server: str) -> None:
         try:
-            answers.put((direct_metadata(config, server, timeout_s, topic), None, False))
+            answers.put((direct_metadata(config, server, timeout_s, topic), None, False, server))
         except Exception as e:  # noqa: BLE001 - any failure of this way is the other way's to cover
-            answers.put((None, e, False))
+            answers.put((None, e, False, server))
 
     for server in servers:
         threading.Thread(target=ask, args=(server,), name=f"metadata-{server}", daemon=True).start()
@@ -121,11 +127,11 @@ def first_metadata(config: Mapping[str, Any], timeout_s: float, topic: str | Non
     deadline = time.monotonic() + timeout_s + 5.0
     for _ in range(asked):
         try:
-            md, err, from_librdkafka = answers.get(timeout=max(0.0, deadline - time.monotonic()))
+            md, err, from_librdkafka, server = answers.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
             break
         if err is None:
-            return md
+            return md, server
         if from_librdkafka:
             librdkafka_error = err
         else:

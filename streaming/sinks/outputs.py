@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, cast
 
-from exporter.kafka_metadata import first_metadata
+from exporter.kafka_metadata import first_answer
 from isrwatch.exceptions import IsrwatchError
 from isrwatch.logs import kv
 from isrwatch.settings import kafka_config_pairs
@@ -261,8 +261,11 @@ def make_producer(bootstrap_servers: str, kafka_config: list[str]) -> Producer:
 # A restarted job checks this many records at least at the end of each alerts-topic partition
 # (more when it has more to send again): other jobs may share the topic.
 _TAIL_RECORDS = 1000
-# How long a restarted job waits for each alerts-topic partition's leader to tell its offsets.
+# How long a restarted job waits for the alerts topic's partition leaders to tell their offsets
+# (all asked at once).
 _TAIL_ANSWER_S = 5.0
+# At most this many leaders asked at once.
+_TAIL_ASKED_AT_ONCE = 32
 
 
 def read_tail(
@@ -273,7 +276,10 @@ def read_tail(
 
     A partition whose leader does not tell its offsets within ``_TAIL_ANSWER_S`` (a broker
     that hangs) is left out and named in a warning: what was sent to it is sent again,
-    rather than the job's start waiting out the hang while a broker is misbehaving."""
+    rather than the job's start waiting out the hang while a broker is misbehaving. The
+    leaders are asked at once, and the consumer starts on the bootstrap server that gave
+    the topic's metadata, so that a hung broker costs the start ``_TAIL_ANSWER_S`` once, not
+    once a partition, nor a request timeout for the consumer's own metadata first."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     conf = {
@@ -285,22 +291,28 @@ def read_tail(
         **kafka_config_pairs(kafka_config),
     }
     n = max(records, _TAIL_RECORDS)
+    try:
+        md, answered = first_answer(conf, timeout_s, topic)  # not held by one hung broker
+    except KafkaException as e:
+        log.warning(kv(event="alerts_topic_unreadable", topic=topic, error=str(e)[:200]))
+        return None
+    meta = md.topics.get(topic)
+    if meta is None or meta.error is not None:
+        return None
+    # the consumers start on the server that just answered, not on one that may hang
+    conf["bootstrap.servers"] = answered or conf["bootstrap.servers"]
+    leaders = {p: m.leader for p, m in meta.partitions.items()}
+    told = _watermarks(conf, topic, leaders, min(timeout_s, _TAIL_ANSWER_S))
     consumer = Consumer(conf, logger=logging.getLogger("librdkafka"))
     try:
-        meta = first_metadata(conf, timeout_s, topic).topics.get(topic)  # not held by one hung broker
-        if meta is None or meta.error is not None:
-            return None
         ends: dict[int, int] = {}
         start = []
         silent = []
-        for p in meta.partitions:
-            try:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=min(timeout_s, _TAIL_ANSWER_S)
-                )
-            except KafkaException:
+        for p, offsets in told.items():
+            if offsets is None:
                 silent.append(p)
                 continue
+            low, high = offsets
             if high > low:
                 ends[p] = high
                 start.append(TopicPartition(topic, p, max(low, high - n)))
@@ -328,3 +340,44 @@ def read_tail(
         return None
     finally:
         consumer.close()
+
+
+def _watermarks(
+    conf: Mapping[str, object], topic: str, leaders: Mapping[int, int], timeout_s: float
+) -> dict[int, tuple[int, int] | None]:
+    """Each partition's (low, high) offsets, ``leaders``: partition -> its leader's id; None
+    for a partition whose leader did not tell them within ``timeout_s``.
+
+    Each leader is asked by a consumer of its own (``conf``), all at once: one consumer's
+    questions wait on each other (measured: with one leader paused, a partition of another
+    was told only after the paused leader's question had timed out). Once one of a leader's
+    partitions goes unanswered, its others are not asked."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    told: dict[int, tuple[int, int] | None] = {p: None for p in leaders}
+
+    def ask(partitions: list[int]) -> None:
+        consumer = Consumer(dict(conf), logger=logging.getLogger("librdkafka"))
+        try:
+            for p in partitions:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=left)
+                told[p] = (int(low), int(high))
+        except KafkaException:
+            return  # its leader does not answer: its other partitions are left out too
+        finally:
+            consumer.close()
+
+    by_leader: dict[int, list[int]] = {}
+    for p, leader in sorted(leaders.items()):
+        if leader >= 0:  # a partition without a leader cannot be read
+            by_leader.setdefault(leader, []).append(p)
+    if by_leader:
+        with ThreadPoolExecutor(min(len(by_leader), _TAIL_ASKED_AT_ONCE), thread_name_prefix="alerts-tail") as pool:
+            list(pool.map(ask, by_leader.values()))
+    return told
