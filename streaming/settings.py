@@ -66,7 +66,15 @@ class JobSettings:
     )
     alerts_topic: str = option("isr.alerts", "alert transitions topic (output)", check=topic_name)
     deadletter_topic: str = option("isr.deadletter", "rejected telemetry topic (output)", check=topic_name)
-    max_records_per_trigger: int = option(100_000, "most telemetry records read per micro-batch", check=positive)
+    # Sized for the default 1 GiB JVM and the collector's records (500 observations, ~36 KB in
+    # version 3): ~1M observations a batch. Measured on a backlog of them (docs/kafka.md): 10,000
+    # a batch ran the JVM out of heap, 5,000 and 2,000 did not; the old default was 100,000.
+    max_records_per_trigger: int = option(
+        2_000,
+        "most telemetry records read per micro-batch (with a bigger JVM, --spark-conf spark.driver.memory, "
+        "more can be read at once)",
+        check=positive,
+    )
     partition_answer_ms: int = option(
         1000,
         "how long planning a micro-batch waits for each telemetry partition's leader; one that has not "

@@ -182,6 +182,11 @@ class Deferred:
         topic, partition, start, end = r
         return self.dir / "short" / f"{topic}-{partition}-{start}-{end}.json"
 
+    def owed(self, start: Offsets) -> dict[str, int]:
+        """What the batch that ended at ``start`` left unread, and what it still owed itself
+        (``"topic/partition" -> offset``): the next batch reads it from there."""
+        return self._owed(start)
+
     def _owed(self, start: Offsets) -> dict[str, int]:
         """What the batch that ended at ``start`` left unread, and what it still owed itself."""
         link = _read(self.dir / "plans" / "by-end" / f"{offsets_digest(start)}.json")
