@@ -52,10 +52,13 @@ __all__ = ["StateWriter", "state_records", "write_batch_state", "RECORD_SCHEMA"]
 
 log = logging.getLogger("streaming.statewriter")
 
-# How long a task waits for its records' acknowledgement: a state-topic leader that hangs
+# How long a task waits with no acknowledgement coming: a state-topic leader that hangs
 # costs one batch this much once, then the driver holds the records (never blocking). At 3 s,
 # tests/e2e/test_broker_pauses.py's job spent 3.3 s writing in five batches of a pause (its
-# records delivered late, not lost): the next batch's alerts waited that long.
+# records delivered late, not lost): the next batch's alerts waited that long. It is a time
+# without progress, not a deadline from the task's start: a partition of ~500,000 records takes
+# its task longer than that to produce, and with a deadline most of them were handed back to
+# the driver, whose JVM then ran out of heap taking them (make bench-fleet at 1M, docs/benchmarks.md).
 FLUSH_S = 1.0
 # How long after the driver's records were all acknowledged it sends the replicas whose
 # executor records were handed back once more: a request that was on its way to a leader
@@ -105,34 +108,41 @@ def _producer(conf: Mapping[str, str]) -> Producer:
 
 def produce_partition(conf: Mapping[str, str], topic: str, flush_s: float) -> Callable[..., Iterator[pa.RecordBatch]]:
     """The executors' function for ``mapInArrow``: produce a partition's records, wait for
-    them at most ``flush_s``, hand back those not delivered."""
+    them while acknowledgements come (at most ``flush_s`` without one), hand back those not
+    delivered."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         worker_logging()  # an executor's Python worker
         producer = _producer(conf)
         failed: list[tuple[bytes | None, bytes | None, str]] = []
         acknowledged = [0]
+        heard = [time.monotonic()]  # the last answer from a leader (or the task's start)
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
+            heard[0] = time.monotonic()
             if err is None:
                 acknowledged[0] += 1
             else:
                 failed.append((msg.key(), msg.value(), err.str()))
 
-        deadline = time.monotonic() + flush_s
+        def stalled() -> bool:
+            return time.monotonic() - heard[0] >= flush_s
+
         for batch in batches:
             for k, v in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
                 while True:
                     try:
                         producer.produce(topic, key=k, value=v, on_delivery=delivered)
                         break
-                    except BufferError:  # librdkafka's queue is full: let it drain, to the deadline
-                        if time.monotonic() >= deadline:
+                    except BufferError:  # librdkafka's queue is full: let it drain while it does
+                        producer.poll(0.1)  # (serves the acknowledgements so far first)
+                        if stalled():
                             failed.append((k, v, "local queue full"))
                             break
-                        producer.poll(0.1)
             producer.poll(0)
-        if producer.flush(max(0.0, deadline - time.monotonic())):
+        while producer.flush(0.1) and not stalled():
+            pass
+        if len(producer):
             producer.purge()  # not delivered in time: the driver sends them (failed, _PURGE_QUEUE)
             producer.poll(0)
         host = os.uname().nodename
