@@ -135,10 +135,11 @@ def produce_partition(conf: Mapping[str, str], topic: str, flush_s: float) -> Ca
                         producer.produce(topic, key=k, value=v, on_delivery=delivered)
                         break
                     except BufferError:  # librdkafka's queue is full: let it drain while it does
-                        producer.poll(0.1)  # (serves the acknowledgements so far first)
-                        if stalled():
+                        producer.poll(0)  # the acknowledgements so far
+                        if stalled():  # (then each record left fails at once, none waits)
                             failed.append((k, v, "local queue full"))
                             break
+                        producer.poll(0.1)
             producer.poll(0)
         while producer.flush(0.1) and not stalled():
             pass
