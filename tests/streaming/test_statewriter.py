@@ -184,12 +184,20 @@ def test_a_partition_longer_to_produce_than_flush_s_is_delivered_by_the_executor
     task whose records take longer than it to produce still delivers them all while its
     leaders answer. (With a deadline, make bench-fleet's 1M run handed most of a batch's
     records back to the driver, whose JVM ran out of heap taking them: docs/benchmarks.md.)"""
+    from pyspark.sql import functions as F
+
     topic = unique_name("state")
     kafka_cluster.create_topic(topic, partitions=2, replication_factor=1)
     flags = [f"{k}={v}" for k, v in COMPAT_CONFIG.items()]
     driver = OutputProducer(make_producer(kafka_cluster.bootstrap_servers, flags), latest_wins={topic})
-    statuses = [_status(b) for b in range(40_000)]
-    writer = StateWriter(producer_config(kafka_cluster.bootstrap_servers, flags), topic, driver, flush_s=0.05)
-    assert writer.write(state_records(_rows(spark, statuses))) == ("executors", len(statuses))
-    assert writer.writers is not None and sum(writer.writers.values()) == len(statuses)
+    n = 60_000  # a replica per broker id, two tasks of 30,000 records
+    one = _rows(spark, [_status(0)]).drop("broker_id")
+    rows = spark.range(n).select(F.col("id").cast("int").alias("broker_id")).crossJoin(one).repartition(2)
+    # A queue of 1,000 records: a task produces its 30,000 as the acknowledgements free room,
+    # ~30 rounds of the producer's 50 ms linger, longer than flush_s; acknowledgements come
+    # every round, well within it.
+    conf = producer_config(kafka_cluster.bootstrap_servers, [*flags, "queue.buffering.max.messages=1000"])
+    writer = StateWriter(conf, topic, driver, flush_s=0.5)
+    assert writer.write(state_records(rows)) == ("executors", n)
+    assert writer.writers is not None and sum(writer.writers.values()) == n
     assert len(driver) == 0
