@@ -72,7 +72,7 @@ class JobSettings:
     max_records_per_trigger: int = option(
         2_000,
         "most telemetry records read per micro-batch (with a bigger JVM, --spark-conf spark.driver.memory, "
-        "more can be read at once)",
+        "more can be read at once); a bad record's dead letter keeps its share of 32 MiB, at most 64 KiB",
         check=positive,
     )
     partition_answer_ms: int = option(

@@ -134,10 +134,10 @@ def _totals(metrics: Mapping[str, object], evaluated: DataFrame, known: Collecti
     return BatchTotals(int(cast("int", metrics["observations"])), int(cast("int", metrics["replicas"])), clocks)
 
 
-def _held(records: DataFrame) -> DataFrame:
+def _held(records: DataFrame, kept_bytes: int) -> DataFrame:
     """The parsed records as the batch's two uses need them (``parse.bad_records_kept``: the
-    raw bytes and text of bad records only, big ones cut), held."""
-    return parse.bad_records_kept(records).persist(StorageLevel.MEMORY_AND_DISK)
+    raw bytes and text of bad records only, those over ``kept_bytes`` cut), held."""
+    return parse.bad_records_kept(records, kept_bytes).persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def evaluate_records(
@@ -156,6 +156,7 @@ def evaluate_records(
     hold_ok: bool = True,
     default_min_isr: int = 1,
     clusters: Collection[str] = (),
+    payload_kept_bytes: int = parse.PAYLOAD_KEPT_BYTES,
 ) -> BatchOutput:
     """Everything the driver needs from one batch of raw records (the Kafka
     source's columns), and what the batch's state writes take once it has them
@@ -166,11 +167,13 @@ def evaluate_records(
     (``statetable.StateTable.read``); same state, same rows. ``hold_ok`` off
     (``--driver-replicas not-ok``): the driver's rows are only those it holds
     (``replicas.held_for_the_driver``), and ``BatchOutput.totals`` carries the batch's counts
-    and clocks (``clusters``: those the driver knows, whose clocks Spark gathers as the rows pass)."""
+    and clocks (``clusters``: those the driver knows, whose clocks Spark gathers as the rows pass).
+    ``payload_kept_bytes``: of a bad record bigger than this, its dead letter keeps only the
+    first bytes (``parse.payload_kept_bytes``: the batch's dead letters bounded whatever its cap)."""
     t0 = time.monotonic()
     now_ms = int(time.time() * 1000)
     out = BatchOutput()
-    records = _held(parse.parse_records(raw))
+    records = _held(parse.parse_records(raw), payload_kept_bytes)
     out.held.append(records)
     try:
         # The records' two products, both made here: the rare rows and the good observations.

@@ -57,6 +57,8 @@ __all__ = [
     "SIDE_COLUMNS",
     "bad_records_kept",
     "PAYLOAD_KEPT_BYTES",
+    "DEADLETTER_BATCH_BYTES",
+    "payload_kept_bytes",
 ]
 
 # reason code -> what it means (docs/streaming.md lists the same).
@@ -121,7 +123,7 @@ class DeadLetter(TypedDict):
     source_offset: int | None
     payload: str | None  # the rejected bytes, as payload_encoding says
     payload_encoding: str | None  # UTF8 or BASE64 (None without a payload)
-    # Set when ``payload`` holds only the first PAYLOAD_KEPT_BYTES of a bigger record: its whole
+    # Set when ``payload`` holds only the first bytes of a bigger record (``payload_kept_bytes``): its whole
     # size and the SHA-256 of the whole (hex); None otherwise.
     payload_bytes: int | None
     payload_sha256: str | None
@@ -129,10 +131,27 @@ class DeadLetter(TypedDict):
 
 DEADLETTER_COLUMNS = list(DeadLetter.__annotations__)
 
-# A rejected record's bytes kept for its dead letter: the first 64 KiB. A batch of big bad records
-# (up to --max-records-per-trigger of ~1 MB each) would otherwise be held in Spark's memory and
-# carried to the driver whole, and run it out of memory on every restart (docs/streaming.md).
+# A rejected record's bytes kept for its dead letter: at most the first 64 KiB, and fewer when a
+# batch can read many records (``payload_kept_bytes``). A batch of big bad records (up to
+# --max-records-per-trigger of ~1 MB each) would otherwise be held in Spark's memory and carried
+# to the driver whole, and run it out of memory on every restart (docs/streaming.md).
 PAYLOAD_KEPT_BYTES = 65_536
+# The bad records' bytes one batch keeps at most (its cap's worth of them, each cut to
+# ``payload_kept_bytes``), and the least kept of one. At 64 KiB each, the default cap's 2,000
+# records of 70 KB (~170 MB of dead letters in the driver's one Arrow job) lost a task's result
+# and then ran the 1 GiB JVM out of heap, at every restart (docs/benchmarks.md, "A flood of big
+# records"); at 16 KiB each the same flood was dead-lettered in batches of ~4.5 s.
+DEADLETTER_BATCH_BYTES = 32 << 20
+PAYLOAD_MIN_KEPT_BYTES = 1_024
+
+
+def payload_kept_bytes(max_records: int) -> int:
+    """The bytes kept of each bad record when a batch reads at most ``max_records`` records
+    (``--max-records-per-trigger``): its share of ``DEADLETTER_BATCH_BYTES``, between
+    ``PAYLOAD_MIN_KEPT_BYTES`` and ``PAYLOAD_KEPT_BYTES`` (16,777 at the default 2,000)."""
+    share = DEADLETTER_BATCH_BYTES // max(1, max_records)
+    return max(PAYLOAD_MIN_KEPT_BYTES, min(PAYLOAD_KEPT_BYTES, share))
+
 
 # payload_encoding values: the payload is the text itself, or the base64 of the bytes.
 UTF8, BASE64 = "utf8", "base64"
@@ -310,7 +329,7 @@ def _column_observation(r: Column, i: Column, p: Column | None = None) -> Column
 def _record_payload() -> tuple[Column, Column, Column, Column]:
     """(payload, payload_encoding, payload_bytes, payload_sha256) of a whole record of
     ``bad_records_kept``: the text when it is UTF-8 and whole, else the base64 of its
-    (first PAYLOAD_KEPT_BYTES) bytes; null without a value. The last two only for a record
+    (first kept) bytes; null without a value. The last two only for a record
     cut short: its whole size and hash."""
     text = F.col("value").isNotNull()
     # One line of standard base64 whatever spark.sql.chunkBase64String.enabled says (MIME lines by default).
@@ -320,22 +339,23 @@ def _record_payload() -> tuple[Column, Column, Column, Column]:
     return payload, encoding, F.when(cut, F.col("value_bytes")), F.col("raw_sha256")
 
 
-def bad_records_kept(records: DataFrame) -> DataFrame:
+def bad_records_kept(records: DataFrame, kept_bytes: int = PAYLOAD_KEPT_BYTES) -> DataFrame:
     """``parse_records``' rows as a batch holds them for its two uses: the raw bytes and text
     only for a bad record (only its dead letter needs them), and of a record over
-    PAYLOAD_KEPT_BYTES only the first bytes, with the SHA-256 of the whole (``raw_sha256``)."""
-    return projection.select(records, *_kept_columns())
+    ``kept_bytes`` (``payload_kept_bytes``) only the first bytes, with the SHA-256 of the
+    whole (``raw_sha256``)."""
+    return projection.select(records, *_kept_columns(kept_bytes))
 
 
 @functools.cache
-def _kept_columns() -> tuple[Column | str, ...]:
+def _kept_columns(kept_bytes: int) -> tuple[Column | str, ...]:
     bad = F.col("reason").isNotNull()
-    cut = bad & (F.col("value_bytes") > PAYLOAD_KEPT_BYTES)
+    cut = bad & (F.col("value_bytes") > kept_bytes)
     return (
         "source_topic",
         "source_partition",
         "source_offset",
-        F.when(cut, F.substring(F.col("raw"), 1, PAYLOAD_KEPT_BYTES)).when(bad, F.col("raw")).alias("raw"),
+        F.when(cut, F.substring(F.col("raw"), 1, kept_bytes)).when(bad, F.col("raw")).alias("raw"),
         "value_bytes",
         F.when(bad & ~cut, F.col("value")).alias("value"),
         F.when(cut, F.sha2(F.col("raw"), 256)).alias("raw_sha256"),

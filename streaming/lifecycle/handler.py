@@ -21,6 +21,7 @@ from streaming.driver.rare import RareRows
 from streaming.driver.rows import split_driver_rows
 from streaming.driver.variants import RuleVariants
 from streaming.evaluation.batch import evaluate_records
+from streaming.evaluation.parse import PAYLOAD_KEPT_BYTES
 from streaming.sinks.statewriter import write_batch_state
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ class BatchHandler:
     # --driver-replicas not-ok: the driver takes only the replicas it holds (``Monitor.holds_ok``)
     hold_ok: bool = True
     default_min_isr: int = 1
+    # the bytes a dead letter keeps of a big bad record (parse.payload_kept_bytes of the job's cap)
+    payload_kept_bytes: int = PAYLOAD_KEPT_BYTES
     side_done: int = field(init=False)  # the last batch whose rare rows were written
     _clock_warned: dict[str, float] = field(init=False, default_factory=dict)  # cluster -> monotonic
     # The batch before's replicas observed (estimated: its rows to the driver, times the
@@ -97,6 +100,7 @@ class BatchHandler:
             hold_ok=self.hold_ok,
             default_min_isr=self.default_min_isr,
             clusters=self.monitor.clusters(),
+            payload_kept_bytes=self.payload_kept_bytes,
         )
         try:
             assert out.table is not None

@@ -28,6 +28,7 @@ from typing import IO, TYPE_CHECKING, TypedDict, TypeVarTuple, Unpack
 from isrwatch.exceptions import ConfigError, IsrwatchError
 from isrwatch.logs import kv
 from isrwatch.rule import AUTO
+from streaming.evaluation.parse import payload_kept_bytes
 from streaming.lifecycle.assembly import make_monitor, make_outputs, rule_config
 from streaming.lifecycle.origin import check_checkpoint, default_checkpoint_dir
 from streaming.lifecycle.restarts import RestartPolicy
@@ -222,6 +223,7 @@ class Job:
             refresh_batches=settings.ok_refresh_batches,
             hold_ok=settings.driver_replicas == "all",
             default_min_isr=settings.min_insync_replicas,
+            payload_kept_bytes=payload_kept_bytes(settings.max_records_per_trigger),
             forget_after_ms=FORGET_AFTER_MS,
             states=outputs.state_writer,
             side_counts=self.handles.side_counts,

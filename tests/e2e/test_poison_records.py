@@ -33,8 +33,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from streaming.evaluation.parse import PAYLOAD_KEPT_BYTES, REASONS, RECORD_REASONS
+from streaming.evaluation.parse import REASONS, RECORD_REASONS, payload_kept_bytes
 from streaming.lifecycle.origin import QUERY_DIR
+from streaming.settings import JobSettings
 from streaming.sinks.outputs import payload_bytes
 from tests.e2e.kafka_io import produce_waiting, read_topic
 from tests.e2e.pipeline import TOPIC_PARTITIONS, Pipeline, until
@@ -44,6 +45,8 @@ from tests.e2e.pipeline import TOPIC_PARTITIONS, Pipeline, until
 pytestmark = pytest.mark.campaign
 
 SEED = 14
+# What the pipeline's job keeps of a big bad record: its default cap's share (parse.payload_kept_bytes).
+KEPT_BYTES = payload_kept_bytes(JobSettings().max_records_per_trigger)
 
 
 def poison_values() -> list[tuple[bytes | None, bytes | None]]:
@@ -109,7 +112,7 @@ def check_letter(d: dict, value: bytes | None) -> None:
     assert d["reason"] in REASONS and d["reason"] in RECORD_REASONS, d
     kept = payload_bytes(d)
     if d.get("payload_truncated"):
-        assert value is not None and kept is not None and value.startswith(kept) and len(kept) == PAYLOAD_KEPT_BYTES
+        assert value is not None and kept is not None and value.startswith(kept) and len(kept) == KEPT_BYTES
         assert d["payload_bytes"] == len(value)
         assert d["payload_sha256"] == hashlib.sha256(value).hexdigest()
     else:
@@ -202,28 +205,38 @@ def test_poison_records_are_dead_lettered_and_never_stop_the_job(kafka_cluster, 
         assert "UnicodeDecodeError" not in pipe.job_log()
 
 
-def test_a_flood_of_big_poison_records_is_dead_lettered_without_stopping_the_job(kafka_cluster, unique_name, tmp_path):
-    """1,200 records of 900,000 random bytes (1.08 GB; the 0.9 broker takes up to ~1 MB a
-    record) on two partitions, written while the job is stopped, so that its first batch after
-    the start reads them all: before dead letters kept only a record's first 64 KiB, 400 of them
-    in a batch ran the job's JVM out of memory, and the restarted job again on the same batch;
-    before the source handed Spark its records in Arrow batches of at most 16 MiB, this flood
-    did (two reads of 600 records, 540 MB each, at once: docs/benchmarks.md, "A flood of big
-    records"). Each gets its dead letter (first bytes, whole size and hash) and the job goes on
-    evaluating."""
+@pytest.mark.parametrize(
+    ("records", "size"),
+    [(1200, 900_000), (16_000, 70_000)],
+    ids=["1200-of-900KB", "16000-of-70KB"],
+)
+def test_a_flood_of_big_poison_records_is_dead_lettered_without_stopping_the_job(
+    kafka_cluster, unique_name, tmp_path, records, size
+):
+    """A flood of random bytes (1.08 GB of 900 KB records, the 0.9 broker taking up to ~1 MB a
+    record; or 1.12 GB of 70 KB records) on two partitions, written while the job is stopped, so
+    that its first batches after the start read a cap's worth each. Before dead letters kept only
+    a record's first 64 KiB, 400 of the big ones in a batch ran the job's JVM out of memory, and
+    the restarted job again on the same batch; before the source handed Spark its records in
+    Arrow batches of at most 16 MiB, the first flood did (two reads of 600 records, 540 MB each,
+    at once: docs/benchmarks.md, "A flood of big records"). While each kept 64 KiB whatever the
+    cap, the second did: 2,000 dead letters of 64 KiB in the driver's one Arrow job lost a task's
+    result, then the query's restart ran the JVM out of heap, at every start; now a batch keeps
+    its cap's share of ``parse.DEADLETTER_BATCH_BYTES`` of each. Each record gets its dead letter
+    (first bytes, whole size and hash) and the job goes on evaluating."""
     cluster = kafka_cluster
     cluster.create_topic(unique_name("flood-watched"), partitions=2, replication_factor=3)
     rng = random.Random(SEED + 1)
     with Pipeline(cluster, tmp_path) as pipe:
         pipe.wait_watching(4)
         pipe.job.stop()  # a clean stop; the flood is then a backlog the next start reads at once
-        flood = produce(cluster, pipe.telemetry_topic, [(None, rng.randbytes(900_000)) for _ in range(1200)], 2)
+        flood = produce(cluster, pipe.telemetry_topic, [(None, rng.randbytes(size)) for _ in range(records)], 2)
         pipe.start_job()
 
         def letters() -> dict[tuple[int, int], dict]:
             return {(d["source_partition"], d["source_offset"]): d for d in dead_letters(cluster, pipe)}
 
-        until("a dead letter for every record of the flood", every(5, lambda: set(letters()) >= set(flood)), 300, pipe)
+        until("a dead letter for every record of the flood", every(15, lambda: set(letters()) >= set(flood)), 420, pipe)
         seen = len(pipe.batches())
         until("the job to go on evaluating", lambda: len(pipe.batches()) > seen + 2, 120, pipe)
         got = letters()

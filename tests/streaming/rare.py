@@ -10,14 +10,17 @@ from typing import Any
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import Thresholds
 from streaming.evaluation.batch import evaluate_records
+from streaming.evaluation.parse import PAYLOAD_KEPT_BYTES
 from streaming.evaluation.statetable import StateTable
 from streaming.sinks.statewriter import write_batch_state
 
 
-def rare_rows(batch: Any, future_tolerance_ms: int | None) -> dict[str, list[Any]]:
+def rare_rows(
+    batch: Any, future_tolerance_ms: int | None, payload_kept_bytes: int = PAYLOAD_KEPT_BYTES
+) -> dict[str, list[Any]]:
     """{"deadletters": [...], "isr_changes": [...], "counters": [...], "gone": [...], "identities": [...]}
     of ``batch`` (the Kafka source's columns), each list as ``BatchOutput`` holds it (dicts;
-    tuples for the last two)."""
+    tuples for the last two). ``payload_kept_bytes``: as the job passes it (``parse.payload_kept_bytes``)."""
     with tempfile.TemporaryDirectory(prefix="isrwatch-rare-") as checkpoint:
         table = StateTable(batch.sparkSession, checkpoint)
         out = evaluate_records(
@@ -28,6 +31,7 @@ def rare_rows(batch: Any, future_tolerance_ms: int | None) -> dict[str, list[Any
             Thresholds(),
             future_tolerance_ms=future_tolerance_ms,
             max_gap_ms=None,
+            payload_kept_bytes=payload_kept_bytes,
         )
         write_batch_state(out, table, 0)
     return {

@@ -122,20 +122,12 @@ def test_the_reasons_in_the_docs_are_the_reasons_in_the_code() -> None:
     assert set(RECORD_REASONS) <= set(REASONS), "streaming/evaluation/parse.py: RECORD_REASONS not in REASONS"
 
 
-def test_a_batch_of_big_bad_records_keeps_their_first_bytes_and_the_job_its_memory(spark) -> None:
-    """400 records of 900,001 bytes, none of them UTF-8, in one batch (360 MB: the source's
-    100,000 records a batch allow far more). The batch held them whole and carried their base64
-    to the driver, and its 1 GiB JVM ran out of memory (found 2026-12-04 with 300 of them),
-    on every restart again. Now each dead letter keeps the first ``PAYLOAD_KEPT_BYTES``, the
-    whole size and its SHA-256, and the batch completes. The records are made inside Spark
-    (this test process never holds them)."""
+def big_bad_records(spark, n: int, unit: int, partitions: int):
+    """``n`` records as the Kafka source gives them, made inside Spark (this test process never
+    holds them), none UTF-8: each value 0xff, then its six-digit offset repeated ``unit`` times."""
     import pyspark.sql.functions as F
 
-    from streaming.evaluation.parse import PAYLOAD_KEPT_BYTES
-    from tests.streaming.rare import rare_rows
-
-    n, unit = 400, 150_000  # each value: 0xff, then its six-digit number repeated
-    batch = spark.range(n, numPartitions=4).select(
+    return spark.range(n, numPartitions=partitions).select(
         F.lit(None).cast("binary").alias("key"),
         F.concat(F.unhex(F.lit("FF")), F.repeat(F.lpad(F.col("id").cast("string"), 6, "0"), unit).cast("binary")).alias(
             "value"
@@ -145,6 +137,19 @@ def test_a_batch_of_big_bad_records_keeps_their_first_bytes_and_the_job_its_memo
         F.col("id").alias("offset"),
         F.current_timestamp().alias("timestamp"),
     )
+
+
+def test_a_batch_of_big_bad_records_keeps_their_first_bytes_and_the_job_its_memory(spark) -> None:
+    """400 records of 900,001 bytes, none of them UTF-8, in one batch (360 MB: the source's
+    100,000 records a batch allow far more). The batch held them whole and carried their base64
+    to the driver, and its 1 GiB JVM ran out of memory (found 2026-12-04 with 300 of them),
+    on every restart again. Now each dead letter keeps the first ``PAYLOAD_KEPT_BYTES``, the
+    whole size and its SHA-256, and the batch completes (``big_bad_records``)."""
+    from streaming.evaluation.parse import PAYLOAD_KEPT_BYTES
+    from tests.streaming.rare import rare_rows
+
+    n, unit = 400, 150_000  # each value: 0xff, then its six-digit number repeated
+    batch = big_bad_records(spark, n, unit, 4)
     letters = rare_rows(batch, None)["deadletters"]
     assert len(letters) == n
     for d in letters:
@@ -153,6 +158,54 @@ def test_a_batch_of_big_bad_records_keeps_their_first_bytes_and_the_job_its_memo
         assert back["reason"] == "not_utf8" and back["payload_truncated"] is True
         assert payload_bytes(back) == whole[:PAYLOAD_KEPT_BYTES]
         assert back["payload_bytes"] == len(whole) and back["payload_sha256"] == hashlib.sha256(whole).hexdigest()
+
+
+def test_a_batch_keeps_at_most_its_share_of_dead_letter_bytes_whatever_its_cap() -> None:
+    """``payload_kept_bytes``: a batch of ``cap`` bad records keeps at most
+    ``DEADLETTER_BATCH_BYTES`` of them (unless each is already down to the least kept), never
+    more than ``PAYLOAD_KEPT_BYTES`` of one, and less of each as the cap grows."""
+    from streaming.evaluation.parse import (
+        DEADLETTER_BATCH_BYTES,
+        PAYLOAD_KEPT_BYTES,
+        PAYLOAD_MIN_KEPT_BYTES,
+        payload_kept_bytes,
+    )
+    from streaming.settings import JobSettings
+
+    caps = [1, 2, 100, 511, 512, 513, 1_000, JobSettings().max_records_per_trigger, 50_000, 100_000, 10**9]
+    kept = [payload_kept_bytes(cap) for cap in caps]
+    assert kept == sorted(kept, reverse=True)
+    for cap, k in zip(caps, kept, strict=True):
+        assert PAYLOAD_MIN_KEPT_BYTES <= k <= PAYLOAD_KEPT_BYTES
+        assert k * cap <= DEADLETTER_BATCH_BYTES or k == PAYLOAD_MIN_KEPT_BYTES, cap
+    assert payload_kept_bytes(1) == PAYLOAD_KEPT_BYTES and payload_kept_bytes(10**9) == PAYLOAD_MIN_KEPT_BYTES
+    # the default cap's share is well under the most kept: the flood of docs/benchmarks.md ran at it
+    assert payload_kept_bytes(JobSettings().max_records_per_trigger) * 2 < PAYLOAD_KEPT_BYTES
+
+
+def test_the_job_keeps_its_caps_share_of_each_bad_record(spark) -> None:
+    """What the job passes the batch (``payload_kept_bytes`` of its cap) is what each dead
+    letter keeps: 40 records of 36,001 bytes, each whole at the most kept (64 KiB), are cut to the
+    default cap's share, with the whole's size and hash."""
+    from streaming.evaluation.parse import PAYLOAD_KEPT_BYTES, payload_kept_bytes
+    from streaming.settings import JobSettings
+    from tests.streaming.rare import rare_rows
+
+    n, unit = 40, 6_000  # each value: 0xff, then its six-digit number repeated (36,001 bytes)
+    batch = big_bad_records(spark, n, unit, 2)
+    share = payload_kept_bytes(JobSettings().max_records_per_trigger)
+    assert share < 6 * unit + 1 < PAYLOAD_KEPT_BYTES
+    for kept, cut in ((PAYLOAD_KEPT_BYTES, False), (share, True)):
+        letters = rare_rows(batch, None, kept)["deadletters"]
+        assert len(letters) == n
+        for d in letters:
+            whole = b"\xff" + f"{d['source_offset']:06d}".encode() * unit
+            back = json.loads(encode_deadletter(d, 900_000))
+            assert back.get("payload_truncated", False) is cut, kept
+            assert payload_bytes(back) == (whole[:share] if cut else whole)
+            if cut:
+                assert back["payload_bytes"] == len(whole)
+                assert back["payload_sha256"] == hashlib.sha256(whole).hexdigest()
 
 
 def test_a_bad_record_within_the_kept_bytes_keeps_them_all(spark) -> None:
