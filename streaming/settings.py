@@ -59,9 +59,9 @@ class JobSettings:
     state_topic: str = option("isr.replica-state", "replica state topic (output, compacted)", check=topic_name)
     state_writer: str = option(
         "executors",
-        "who produces the state topic's records: the Spark executors' Python workers (the driver takes over "
-        "what they cannot deliver within 1 s) or the driver alone (executors that cannot reach the state topic's "
-        "cluster)",
+        "who produces the state topic's records and the dead letters: the Spark executors' Python workers (the "
+        "driver takes over what they cannot deliver within 1 s) or the driver alone (executors that cannot reach "
+        "the output topics' cluster)",
         choices=("executors", "driver"),
     )
     alerts_topic: str = option("isr.alerts", "alert transitions topic (output)", check=topic_name)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from isrwatch.outcomes import LagEvidence
     from streaming.driver.checkpoint import DriverCheckpoint
     from streaming.evaluation.batch import BatchOutput
+    from streaming.sinks.letterwriter import LetterWriter
     from streaming.sinks.outputs import DeadLetterSink
 
 __all__ = ["RareRows", "LAG_WARN_EVERY_S"]
@@ -38,21 +39,31 @@ class RareRows:
     deadletters: DeadLetterSink  # streaming.sinks.outputs.DeadLetterFile or KafkaDeadLetters
     checkpoint: DriverCheckpoint
     side_counts: dict[str, int]  # dead letters by reason, for the embedder (JobHandles)
+    # Kafka mode: the batches' dead letters stay in Spark and the executors write them
+    # (BatchOutput.letters); None: they come to the driver (BatchOutput.deadletters)
+    letters: LetterWriter | None = None
     _lag_warned: dict[tuple[str, str], float] = field(init=False, default_factory=dict)  # (cluster, direction)
 
     def write(self, out: BatchOutput, batch_id: int, cluster_now: Mapping[str, int]) -> dict[str, int]:
         """Dead letters and ISR change counts of a batch not handled before (``cluster_now``: each
         cluster's telemetry clock, ``Monitor.cluster_now``); -> its dead letters by reason."""
-        try:  # the sinks log and count what they cannot write; a batch that failed here would fail again
-            written = self.deadletters.write(out.deadletters)
-        except Exception:
-            written = 0
-            self.deadletters.failed += len(out.deadletters)
-            log.exception("deadletters_lost %s", kv(batch_id=batch_id, count=len(out.deadletters)))
         by_reason: dict[str, int] = {}
         for d in out.deadletters:
             by_reason[d["reason"]] = by_reason.get(d["reason"], 0) + 1
-            self.side_counts[d["reason"]] = self.side_counts.get(d["reason"], 0) + 1
+        written = 0
+        try:  # the sinks log and count what they cannot write; a batch that failed here would fail again
+            written += self.deadletters.write(out.deadletters)
+            if out.letters is not None and self.letters is not None:  # (counted as the executors write them)
+                _, apart, counted = self.letters.write(out.letters)
+                written += apart
+                for reason, times in counted.items():
+                    by_reason[reason] = by_reason.get(reason, 0) + times
+        except Exception:
+            self.deadletters.failed += sum(by_reason.values()) - written
+            log.exception("deadletters_lost %s", kv(batch_id=batch_id, count=sum(by_reason.values()) - written))
+        for reason, times in by_reason.items():
+            self.side_counts[reason] = self.side_counts.get(reason, 0) + times
+        count = sum(by_reason.values())
         for c in out.isr_changes:
             for change in ("shrink", "expand"):
                 if c[change]:
@@ -90,10 +101,8 @@ class RareRows:
         for found in self.store.outcomes.take_evidence():
             self._warn_lag_time(found)
         self.checkpoint.save_side(batch_id)
-        if out.deadletters:
-            log.warning(
-                "deadletters %s", kv(batch_id=batch_id, count=len(out.deadletters), written=written, **by_reason)
-            )
+        if count:
+            log.warning("deadletters %s", kv(batch_id=batch_id, count=count, written=written, **by_reason))
         return by_reason
 
     def _warn_lag_time(self, found: LagEvidence) -> None:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["BatchOutput", "BatchTotals", "IsrChange", "BrokerCount", "evaluate_records"]
 
 SIDE = "_side"  # a rare row (dead letter, ISR change, broker count, replica gone) as JSON, among the driver's rows
+LETTER = "_letter"  # the batch has dead letters, among the driver's rows, when the executors write them
 
 
 class IsrChange(TypedDict):
@@ -103,6 +104,9 @@ class BatchOutput:
     held: list[DataFrame] = field(default_factory=list)
     # Where the time went: parse and the rare rows; the state's new version; the driver's rows.
     stages: dict[str, float] = field(default_factory=dict)
+    # With the dead letters apart (``letters_apart``): their rows (one column, ``SIDE``, each a
+    # rare row as JSON) for the executors to write, who count them (None: the batch has none).
+    letters: DataFrame | None = None
     # Who wrote the batch's state-topic records ("executors" or "driver"), and how many.
     state_writer: str = ""
     state_records: int = 0
@@ -117,9 +121,28 @@ class BatchOutput:
 def _side_column() -> tuple[Column, Column]:
     """The column of the driver's one Spark job that holds a rare row (``parse.side_items``,
     as JSON): null on a replica's row, the item's columns on a rare one."""
-    return (
-        F.lit(None).cast("string").alias(SIDE),
-        F.to_json(F.struct(*[F.col(c) for c in parse.SIDE_COLUMNS])).alias(SIDE),
+    return F.lit(None).cast("string").alias(SIDE), _side_json().alias(SIDE)
+
+
+def _side_json() -> Column:
+    return F.to_json(F.struct(*[F.col(c) for c in parse.SIDE_COLUMNS]))
+
+
+def _is_letter() -> Column:
+    return F.col("kind") == "deadletter"
+
+
+def _rare_without_letters(side: DataFrame) -> DataFrame:
+    """``side``'s rows for the driver when the executors write the dead letters: the other rare
+    rows whole (``SIDE``), and of the dead letters one marker per Spark partition that has any
+    (``LETTER``: its first one's reason), so that the driver knows to have them written without
+    taking them (a million dead letters as the driver's rows, every column null but one, were
+    still ~240 MB of Arrow: nulls of fixed width take their width)."""
+    letter = _is_letter()
+    numbered = side.where(letter).withColumn("_n", F.monotonically_increasing_id())
+    first = numbered.where(F.col("_n").bitwiseAND(F.lit((1 << 33) - 1)) == 0)  # (the id: partition << 33 | row)
+    return projection.select(side.where(~letter), _side_json().alias(SIDE)).unionByName(
+        projection.select(first, F.col("reason").alias(LETTER)), allowMissingColumns=True
     )
 
 
@@ -157,6 +180,7 @@ def evaluate_records(
     default_min_isr: int = 1,
     clusters: Collection[str] = (),
     payload_kept_bytes: int = parse.PAYLOAD_KEPT_BYTES,
+    letters_apart: bool = False,
 ) -> BatchOutput:
     """Everything the driver needs from one batch of raw records (the Kafka
     source's columns), and what the batch's state writes take once it has them
@@ -169,7 +193,11 @@ def evaluate_records(
     (``replicas.held_for_the_driver``), and ``BatchOutput.totals`` carries the batch's counts
     and clocks (``clusters``: those the driver knows, whose clocks Spark gathers as the rows pass).
     ``payload_kept_bytes``: of a bad record bigger than this, its dead letter keeps only the
-    first bytes (``parse.payload_kept_bytes``: the batch's dead letters bounded whatever its cap)."""
+    first bytes (``parse.payload_kept_bytes``: the batch's dead letters bounded whatever its cap).
+    ``letters_apart``: the dead letters do not come to the driver: ``BatchOutput.letters`` holds
+    them for the executors to write and count (``streaming.sinks.letterwriter``); a batch of a
+    fleet's telemetry stamped ahead of the job's clock is a million of them, which the
+    driver's one Spark job could not carry."""
     t0 = time.monotonic()
     now_ms = int(time.time() * 1000)
     out = BatchOutput()
@@ -201,17 +229,29 @@ def evaluate_records(
                 evaluated, watched_keys, default_min_isr, lookahead, observed, clusters
             )
         no_side, side_json = _side_column()
-        both = projection.select(driver, "*", no_side).unionByName(
-            projection.select(side, side_json), allowMissingColumns=True
-        )
+        if letters_apart:
+            # held: a batch's rare rows are few, but its dead letters can be a million, read
+            # once for the driver's rows and once more by the executors that write them
+            side = side.persist(StorageLevel.MEMORY_AND_DISK)
+            out.held.append(side)
+            rare = _rare_without_letters(side)
+        else:
+            rare = projection.select(side, side_json)
+        both = projection.select(driver, "*", no_side).unionByName(rare, allowMissingColumns=True)
         rows_ = both.toArrow()
         out.stages["evaluate_s"] = time.monotonic() - t0
         is_side = pc.is_valid(rows_.column(SIDE))
-        out.table = rows_.filter(pc.invert(is_side))
+        is_replica = pc.invert(is_side)
+        if letters_apart:
+            has_letters = pc.is_valid(rows_.column(LETTER))
+            if pc.any(has_letters).as_py():  # (none: no Spark job to write them)
+                out.letters = projection.select(side.where(_is_letter()), side_json)
+            is_replica = pc.and_(is_replica, pc.invert(has_letters))
+        out.table = rows_.filter(is_replica)
         for item in rows_.filter(is_side).column(SIDE).to_pylist():
             row = json.loads(item)
             if row["kind"] == "deadletter":
-                out.deadletters.append(cast("parse.DeadLetter", {k: row.get(k) for k in parse.DEADLETTER_COLUMNS}))
+                out.deadletters.append(parse.deadletter_of(row))
             elif row["kind"] == "counters":
                 out.counters.append(cast("BrokerCount", {k: row.get(k) for k in COUNTER_KEYS}))
             elif row["kind"] == "gone":

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame
@@ -58,6 +58,7 @@ __all__ = [
     "bad_records_kept",
     "PAYLOAD_KEPT_BYTES",
     "DEADLETTER_BATCH_BYTES",
+    "deadletter_of",
     "payload_kept_bytes",
 ]
 
@@ -130,6 +131,12 @@ class DeadLetter(TypedDict):
 
 
 DEADLETTER_COLUMNS = list(DeadLetter.__annotations__)
+
+
+def deadletter_of(side: Mapping[str, Any]) -> DeadLetter:
+    """A dead letter's fields out of its rare row (``side_items``' columns, as JSON decoded)."""
+    return cast("DeadLetter", {k: side.get(k) for k in DEADLETTER_COLUMNS})
+
 
 # A rejected record's bytes kept for its dead letter: at most the first 64 KiB, and fewer when a
 # batch can read many records (``payload_kept_bytes``). A batch of big bad records (up to

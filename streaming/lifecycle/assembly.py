@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from streaming.driver.checkpoint import DriverCheckpoint
     from streaming.driver.monitor import Monitor
     from streaming.driver.notify import AlertSink
+    from streaming.sinks.letterwriter import LetterWriter
     from streaming.sinks.outputs import DeadLetterSink, KafkaStates
     from streaming.sinks.statewriter import StateWriter
 
@@ -65,6 +66,7 @@ class Outputs(NamedTuple):
     sinks: list[AlertSink]  # stdout, Alertmanager, the alerts topic
     states: KafkaStates | None  # the state topic's tombstones, from the driver (Kafka mode)
     state_writer: StateWriter | None  # its records, from the executors (Kafka mode)
+    letter_writer: LetterWriter | None  # the dead letters, from the executors (Kafka mode)
     checkpoint: DriverCheckpoint
     metrics_port: int | None  # the job's own /metrics (None: not served)
     deadletter_file: str | None  # where the dead letters go on the embedded default (None: a topic)
@@ -98,6 +100,7 @@ def make_outputs(
     from isrwatch.outcomes import ShrinkOutcomes
     from streaming.driver.checkpoint import DriverCheckpoint
     from streaming.evaluation.parse import REASONS
+    from streaming.sinks.letterwriter import LetterWriter
     from streaming.sinks.outputs import DeadLetterFile, KafkaDeadLetters, KafkaStates, make_producer, producer_config
     from streaming.sinks.producer import OutputProducer
     from streaming.sinks.statewriter import StateWriter
@@ -124,8 +127,12 @@ def make_outputs(
         server = serve_metrics(store, settings, series)
         on_close("metrics server", server.close)
         port = server.port
-    if producer is not None:
-        deadletters: DeadLetterSink = KafkaDeadLetters(producer, settings.deadletter_topic)
+    letters = None
+    deadletters: DeadLetterSink
+    if producer is not None and settings.bootstrap_servers:
+        to_topic = KafkaDeadLetters(producer, settings.deadletter_topic)
+        conf = producer_config(settings.bootstrap_servers, settings.kafka_config)
+        deadletters, letters = to_topic, LetterWriter(conf, to_topic, by_driver=settings.state_writer == "driver")
     else:
         deadletter_file = settings.deadletter_file or os.path.join(checkpoint_dir, "deadletter.jsonl")
         deadletters = DeadLetterFile(deadletter_file)
@@ -144,7 +151,7 @@ def make_outputs(
         states = KafkaStates(producer, settings.state_topic, writer.forgotten if writer is not None else None)
         on_close("state topic", states.close)
     checkpoint = DriverCheckpoint(checkpoint_dir)
-    return Outputs(store, deadletters, list(sinks), states, writer, checkpoint, port, deadletter_file)
+    return Outputs(store, deadletters, list(sinks), states, writer, letters, checkpoint, port, deadletter_file)
 
 
 def make_monitor(

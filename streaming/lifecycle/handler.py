@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from streaming.driver.checkpoint import DriverCheckpoint
     from streaming.driver.monitor import Monitor
     from streaming.evaluation.statetable import StateTable
+    from streaming.sinks.letterwriter import LetterWriter
     from streaming.sinks.outputs import DeadLetterSink
     from streaming.sinks.statewriter import StateWriter
 
@@ -66,6 +67,8 @@ class BatchHandler:
     default_min_isr: int = 1
     # the bytes a dead letter keeps of a big bad record (parse.payload_kept_bytes of the job's cap)
     payload_kept_bytes: int = PAYLOAD_KEPT_BYTES
+    # Kafka mode: the executors write the batches' dead letters (streaming.sinks.letterwriter)
+    letters: LetterWriter | None = None
     side_done: int = field(init=False)  # the last batch whose rare rows were written
     _clock_warned: dict[str, float] = field(init=False, default_factory=dict)  # cluster -> monotonic
     # The batch before's replicas observed (estimated: its rows to the driver, times the
@@ -78,7 +81,7 @@ class BatchHandler:
     def __post_init__(self) -> None:
         self.side_done = self.checkpoint.load_side()
         self.variants = RuleVariants(self.cfg)
-        self.rare = RareRows(self.store, self.deadletters, self.checkpoint, self.side_counts)
+        self.rare = RareRows(self.store, self.deadletters, self.checkpoint, self.side_counts, self.letters)
 
     def __call__(self, raw_batch: DataFrame, batch_id: int) -> None:
         t0 = time.monotonic()
@@ -101,6 +104,7 @@ class BatchHandler:
             default_min_isr=self.default_min_isr,
             clusters=self.monitor.clusters(),
             payload_kept_bytes=self.payload_kept_bytes,
+            letters_apart=self.letters is not None,
         )
         try:
             assert out.table is not None

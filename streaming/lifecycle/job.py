@@ -226,6 +226,7 @@ class Job:
             payload_kept_bytes=payload_kept_bytes(settings.max_records_per_trigger),
             forget_after_ms=FORGET_AFTER_MS,
             states=outputs.state_writer,
+            letters=outputs.letter_writer,
             side_counts=self.handles.side_counts,
         )
         self.events = events = QueryEvents(query.JOB_QUERY)

@@ -101,7 +101,7 @@ def encode_deadletter(d: DeadLetter, max_bytes: int | None = None, sort_keys: bo
 
 class DeadLetterFile:
     """Appends each dead letter as one JSON object per line (payloads as the job kept them:
-    whole up to ``parse.PAYLOAD_KEPT_BYTES``)."""
+    whole up to ``parse.payload_kept_bytes``)."""
 
     def __init__(self, path: str) -> None:
         self.path = path

@@ -48,7 +48,15 @@ if TYPE_CHECKING:
     from streaming.evaluation.statetable import StateTable
     from streaming.sinks.producer import OutputProducer
 
-__all__ = ["StateWriter", "state_records", "write_batch_state", "RECORD_SCHEMA"]
+__all__ = [
+    "StateWriter",
+    "state_records",
+    "write_batch_state",
+    "executors_failed",
+    "handed_back",
+    "RECORD_SCHEMA",
+    "RECORD_ARROW_SCHEMA",
+]
 
 log = logging.getLogger("streaming.statewriter")
 
@@ -68,7 +76,7 @@ CLIENT_ID = "isrwatch-state-executor"
 # What a task hands back: one "task" row (its process and what it delivered) and a
 # "failed" row per record it could not deliver in time.
 RECORD_SCHEMA = "kind string, key binary, value binary, pid int, host string, sent long, error string"
-_ARROW_SCHEMA = pa.schema(
+RECORD_ARROW_SCHEMA = pa.schema(
     [("kind", pa.string()), ("key", pa.binary()), ("value", pa.binary()), ("pid", pa.int32()),
      ("host", pa.string()), ("sent", pa.int64()), ("error", pa.string())]
 )  # fmt: skip
@@ -148,17 +156,41 @@ def produce_partition(conf: Mapping[str, str], topic: str, flush_s: float) -> Ca
             producer.poll(0)
         host = os.uname().nodename
         summary = {"kind": ["task"], "key": [None], "value": [None], "pid": [os.getpid()], "host": [host]}
-        yield pa.RecordBatch.from_pydict({**summary, "sent": [acknowledged[0]], "error": [None]}, _ARROW_SCHEMA)
+        yield pa.RecordBatch.from_pydict({**summary, "sent": [acknowledged[0]], "error": [None]}, RECORD_ARROW_SCHEMA)
         if failed:
             ks, vs, errs = zip(*failed, strict=True)
             n = len(failed)
             yield pa.RecordBatch.from_pydict(
                 {"kind": ["failed"] * n, "key": list(ks), "value": list(vs), "pid": [os.getpid()] * n,
                  "host": [host] * n, "sent": [0] * n, "error": list(errs)},
-                _ARROW_SCHEMA,
+                RECORD_ARROW_SCHEMA,
             )  # fmt: skip
 
     return run
+
+
+def handed_back(back: pa.Table, event: str, topic: str, does: str) -> pa.Table:
+    """The records the executors' tasks could not deliver in time (``produce_partition``'s
+    "failed" rows), logged as ``event`` when there are any."""
+    failed = back.filter(pc.equal(back.column("kind"), "failed"))
+    if failed.num_rows:
+        error = failed.column("error")[0].as_py()
+        hint = f"a leader of {topic} did not acknowledge in time; the driver {does} them"
+        log.warning(kv(event=event, records=failed.num_rows, error=error, hint=hint))
+    return failed
+
+
+def executors_failed(e: BaseException, event: str) -> str | None:
+    """Log the executors' failure to write a batch's records (the driver writes them); -> the
+    error when it is for good (their Python cannot import the producer), None when it may pass
+    (an executor lost mid-batch fails that batch's write only)."""
+    text = str(e).strip()
+    error = text.splitlines()[-1][:300] if text else type(e).__name__
+    lasting = "ModuleNotFoundError" in text or "ImportError" in text
+    log.error(
+        kv(event=event, error=error, hint="the driver writes them" + (" from now on" if lasting else " this batch"))
+    )
+    return error if lasting else None
 
 
 @dataclass
@@ -195,19 +227,7 @@ class StateWriter:
         try:
             back = records.mapInArrow(produce_partition(self.conf, self.topic, self.flush_s), RECORD_SCHEMA).toArrow()
         except Exception as e:  # noqa: BLE001 - a task's Python error reaches here as a Py4J or Python error
-            # An executor lost mid-batch fails this batch's write only; executors that cannot
-            # import the producer fail every one: the driver takes over for good.
-            text = str(e).strip()
-            error = text.splitlines()[-1][:300] if text else type(e).__name__
-            if "ModuleNotFoundError" in text or "ImportError" in text:
-                self.executors_failed = error
-            log.error(
-                kv(
-                    event="state_records_executors_failed",
-                    error=error,
-                    hint="the driver writes them" + (" from now on" if self.executors_failed else " this batch"),
-                )
-            )
+            self.executors_failed = executors_failed(e, "state_records_executors_failed")
             return "driver", self._through_driver(records.toArrow())
         kinds = back.column("kind").to_pylist()
         writers: dict[tuple[str, int], int] = {}
@@ -222,16 +242,8 @@ class StateWriter:
             # tests/e2e/test_spark_cluster.py's: Spark's Python workers, not the driver).
             log.info(kv(event="state_writers", processes=",".join(f"{h}:{p}" for h, p in sorted(writers))))
         self.writers = writers
-        failed = back.filter(pc.equal(back.column("kind"), "failed"))
+        failed = handed_back(back, "state_records_to_driver", "the state topic", "holds")
         if failed.num_rows:
-            log.warning(
-                kv(
-                    event="state_records_to_driver",
-                    records=failed.num_rows,
-                    error=failed.column("error")[0].as_py(),
-                    hint="a leader of the state topic did not acknowledge in time; the driver holds them",
-                )
-            )
             self._through_driver(failed)
             self._repair.update(zip(failed.column("key").to_pylist(), failed.column("value").to_pylist(), strict=True))
             self._settled_at = None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,7 @@ from streaming.evaluation.parse import REASONS, RECORD_REASONS, payload_kept_byt
 from streaming.lifecycle.origin import QUERY_DIR
 from streaming.settings import JobSettings
 from streaming.sinks.outputs import payload_bytes
-from tests.e2e.kafka_io import produce_waiting, read_topic
+from tests.e2e.kafka_io import end_offsets, produce_waiting, read_topic
 from tests.e2e.pipeline import TOPIC_PARTITIONS, Pipeline, until
 
 # A campaign (three job starts on real Kafka, 5-8 min): make test keeps poison records on real Kafka
@@ -244,4 +245,43 @@ def test_a_flood_of_big_poison_records_is_dead_lettered_without_stopping_the_job
             check_letter(got[pos], value)
             assert got[pos]["payload_truncated"] is True
         assert "OutOfMemoryError" not in pipe.job_log()
+        assert pipe.batches()[-1][1] > 0, "the collector's telemetry is still read"
+
+
+def test_a_fleets_telemetry_stamped_an_hour_ahead_is_dead_lettered_without_stopping_the_job(
+    kafka_cluster, unique_name, tmp_path
+):
+    """A 100,000-replica fleet's collector with its clock an hour ahead: 2,000 of its records
+    (500 observations each, telemetry version 3, 72 MB: ~3 minutes of that fleet's telemetry),
+    written while the job is stopped, so that its first batch after the start reads them all:
+    a million dead letters (``future_t``), one per observation. While the driver took the
+    batch's dead letters in its one Spark job, the job's 1 GiB JVM ran out of heap at every
+    start (docs/benchmarks.md, "A fleet's telemetry stamped an hour ahead"); now the executors
+    write them (``streaming.sinks.letterwriter``) and only their reasons reach the driver. The
+    dead-letter topic gets all of them (counted by its end offsets) and the job goes on
+    evaluating the collector's telemetry."""
+    from bench.load import Fleet, as_version
+
+    cluster = kafka_cluster
+    cluster.create_topic(unique_name("ahead-watched"), partitions=2, replication_factor=3)
+    fleet, ahead = Fleet(100_000, cluster="ahead"), int(time.time() * 1000) + 3_600_000
+    records = [(None, as_version(r, 3)) for i in range(10) for r in fleet.round(i, ahead + i * 20_000)]
+    with Pipeline(cluster, tmp_path) as pipe:
+        pipe.wait_watching(4)
+        pipe.job.stop()  # a clean stop; the records are then a backlog the next start reads at once
+        before = sum(end_offsets(cluster, pipe.deadletter_topic).values())
+        produce(cluster, pipe.telemetry_topic, records, 2)
+        pipe.start_job()
+
+        def letters() -> int:
+            return sum(end_offsets(cluster, pipe.deadletter_topic).values()) - before
+
+        until("a dead letter for every observation", every(10, lambda: letters() >= 1_000_000), 600, pipe)
+        seen = len(pipe.batches())
+        until("the job to go on evaluating", lambda: len(pipe.batches()) > seen + 2, 120, pipe)
+        assert "OutOfMemoryError" not in pipe.job_log()
+        # counted once each by reason (a retried task may write one twice: the topic has at least as many)
+        assert (
+            sum(int(n) for n in re.findall(r"deadletters batch_id=\S+ .*?future_t=(\d+)", pipe.job_log())) == 1_000_000
+        )
         assert pipe.batches()[-1][1] > 0, "the collector's telemetry is still read"
