@@ -50,17 +50,23 @@ class RareRows:
         by_reason: dict[str, int] = {}
         for d in out.deadletters:
             by_reason[d["reason"]] = by_reason.get(d["reason"], 0) + 1
+        # The sinks log and count what they cannot write; a batch that failed here would fail
+        # again, so neither write raises past here, nor keeps the other from being made.
         written = 0
-        try:  # the sinks log and count what they cannot write; a batch that failed here would fail again
-            written += self.deadletters.write(out.deadletters)
-            if out.letters is not None and self.letters is not None:  # (counted as the executors write them)
+        try:
+            written = self.deadletters.write(out.deadletters)
+        except Exception:
+            self.deadletters.failed += len(out.deadletters)
+            log.exception("deadletters_lost %s", kv(batch_id=batch_id, count=len(out.deadletters)))
+        if out.letters is not None and self.letters is not None:  # counted as the executors write them
+            try:
                 _, apart, counted = self.letters.write(out.letters)
+            except Exception:  # (how many is not known: the write that counts them failed)
+                log.exception("deadletters_lost %s", kv(batch_id=batch_id, count="unknown", where="executors"))
+            else:
                 written += apart
                 for reason, times in counted.items():
                     by_reason[reason] = by_reason.get(reason, 0) + times
-        except Exception:
-            self.deadletters.failed += sum(by_reason.values()) - written
-            log.exception("deadletters_lost %s", kv(batch_id=batch_id, count=sum(by_reason.values()) - written))
         for reason, times in by_reason.items():
             self.side_counts[reason] = self.side_counts.get(reason, 0) + times
         count = sum(by_reason.values())

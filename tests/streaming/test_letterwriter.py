@@ -101,3 +101,49 @@ def test_a_batch_without_dead_letters_runs_no_spark_job_for_them(spark, tmp_path
         assert out.table is not None and out.table.num_rows == 3  # the good observations' replicas
     finally:
         write_batch_state(out, table, 0)
+
+
+def test_a_sink_that_raises_keeps_neither_write_from_being_made(caplog) -> None:
+    """``RareRows.write`` (a unit of its logic, fakes for the store and sinks): the driver's dead
+    letters' sink raising does not keep the executors' from writing theirs, nor the reverse;
+    each failure is logged as ``deadletters_lost`` and the batch's counts keep what was written."""
+    from types import SimpleNamespace
+
+    from streaming.driver.rare import RareRows
+
+    outcomes = SimpleNamespace(settle=lambda now: [], take_evidence=lambda: [])
+    store = SimpleNamespace(outcomes=outcomes)
+    letter = {"reason": "not_json", "cluster": None}
+
+    class Sink:
+        def __init__(self, fails: bool) -> None:
+            self.fails, self.failed, self.written = fails, 0, 0
+
+        def write(self, letters):
+            if self.fails:
+                raise OSError("disk full")
+            self.written += len(list(letters))
+            return self.written
+
+    class Writer:
+        def __init__(self, fails: bool) -> None:
+            self.fails, self.asked = fails, 0
+
+        def write(self, letters):
+            self.asked += 1
+            if self.fails:
+                raise RuntimeError("the job to write them failed")
+            return "executors", 5, {"future_t": 5}
+
+    for driver_fails, executors_fail in ((True, False), (False, True)):
+        sink, writer = Sink(driver_fails), Writer(executors_fail)
+        checkpoint = SimpleNamespace(save_side=lambda batch_id: None)
+        rare = RareRows(store, sink, checkpoint, {}, writer)  # type: ignore[arg-type]
+        out = SimpleNamespace(deadletters=[letter], letters=object(), isr_changes=[], counters=[])
+        caplog.clear()
+        by_reason = rare.write(out, 7, {})  # type: ignore[arg-type]
+        assert writer.asked == 1 and "deadletters_lost batch_id=7" in caplog.text
+        if driver_fails:
+            assert sink.failed == 1 and by_reason == {"not_json": 1, "future_t": 5}
+        else:
+            assert sink.written == 1 and by_reason == {"not_json": 1} and "where=executors" in caplog.text
