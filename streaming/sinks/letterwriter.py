@@ -4,8 +4,9 @@ A batch's dead letters can be far more than the driver can take in its one Spark
 fleet's collector whose clock runs an hour ahead makes every observation one (a backlog of
 2,000 such records is a million of them, ~400 MB), and the job's JVM ran out of heap
 carrying them, at every start (docs/benchmarks.md). So in Kafka mode they stay in Spark
-(``streaming.evaluation.batch``: ``BatchOutput.letters``; only each one's reason comes to the
-driver, to be counted) and the executors' Python workers encode and produce them
+(``streaming.evaluation.batch``: ``BatchOutput.letters``; the driver learns only that there
+are some, from one marker per Spark partition) and the executors' Python workers encode,
+count and produce them
 (``outputs.encode_deadletter``, keyed by cluster, as ``outputs.KafkaDeadLetters`` does),
 with the state writer's producer (``statewriter.produce_partition``). What a task could not
 deliver in time comes back to the driver, which sends it. A batch Spark runs again does not
@@ -25,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming.evaluation.parse import deadletter_of
-from streaming.sinks.outputs import encode_deadletter
+from streaming.sinks.outputs import deadletter_key, encode_deadletter
 from streaming.sinks.statewriter import (
     FLUSH_S,
     RECORD_ARROW_SCHEMA,
@@ -56,7 +57,7 @@ def letter_records(
         for item in batch.column(0).to_pylist():
             d = deadletter_of(json.loads(item))
             counts[d["reason"]] = counts.get(d["reason"], 0) + 1
-            keys.append(str(d.get("cluster") or "").encode("utf-8", "surrogatepass"))
+            keys.append(deadletter_key(d))
             values.append(encode_deadletter(d, max_bytes))
         yield pa.RecordBatch.from_arrays([pa.array(keys, pa.binary()), pa.array(values, pa.binary())], schema=_SCHEMA)
 

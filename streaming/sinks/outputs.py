@@ -39,6 +39,7 @@ __all__ = [
     "KafkaDeadLetters",
     "KafkaStates",
     "MAX_DEADLETTER_BYTES",
+    "deadletter_key",
     "encode_deadletter",
     "payload_bytes",
     "make_producer",
@@ -69,6 +70,11 @@ def payload_bytes(d: Mapping[str, object]) -> bytes | None:
     if d.get("payload_encoding") == BASE64:
         return base64.b64decode(cast(str, payload), validate=True)  # cast: a base64 payload is text
     return str(payload).encode("utf-8", "surrogatepass")
+
+
+def deadletter_key(d: DeadLetter) -> bytes:
+    """A dead letter's key on the dead-letter topic: its cluster (empty when unknown)."""
+    return str(d.get("cluster") or "").encode("utf-8", "surrogatepass")
 
 
 def encode_deadletter(d: DeadLetter, max_bytes: int | None = None, sort_keys: bool = False) -> bytes:
@@ -166,8 +172,7 @@ class KafkaDeadLetters:
         error = ""
         for d in deadletters:
             try:
-                key = str(d.get("cluster") or "").encode("utf-8", "surrogatepass")
-                self.producer.produce(self.topic, key=key, value=encode_deadletter(d, self.max_bytes))
+                self.producer.produce(self.topic, key=deadletter_key(d), value=encode_deadletter(d, self.max_bytes))
             except Exception as e:  # too big, producer closed: counted, the rest go on
                 failed, error = failed + 1, f"{type(e).__name__}: {e}"
                 continue
