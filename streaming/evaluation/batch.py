@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ import pyspark.sql.functions as F
 from pyspark import StorageLevel
 from pyspark.sql import Column, Observation
 
+from isrwatch.logs import kv
 from isrwatch.rule import RuleConfig
 from isrwatch.status import GoneKey, Thresholds
 from streaming.evaluation import parse, projection, replicas, statetable
@@ -36,7 +38,9 @@ if TYPE_CHECKING:
 
     from streaming.evaluation.evaluate import Reach
 
-__all__ = ["BatchOutput", "BatchTotals", "IsrChange", "BrokerCount", "evaluate_records"]
+__all__ = ["BatchOutput", "BatchTotals", "IsrChange", "BrokerCount", "evaluate_records", "observed_metrics"]
+
+log = logging.getLogger("streaming.batch")
 
 SIDE = "_side"  # a rare row (dead letter, ISR change, broker count, replica gone) as JSON, among the driver's rows
 LETTER = "_letter"  # the batch has dead letters, among the driver's rows, when the executors write them
@@ -144,6 +148,44 @@ def _rare_without_letters(side: DataFrame) -> DataFrame:
     return projection.select(side.where(~letter), _side_json().alias(SIDE)).unionByName(
         projection.select(first, F.col("reason").alias(LETTER)), allowMissingColumns=True
     )
+
+
+# How long the driver waits for Spark's observed metrics of a batch once its rows are taken
+# (they come with the job's end, so at once): past it they are counted by a Spark job of their own.
+OBSERVED_WAIT_S = 5.0
+
+
+def observed_metrics(observation: Observation, wait_s: float = OBSERVED_WAIT_S) -> dict[str, object] | None:
+    """``observation``'s metrics, or None when Spark has not given them within ``wait_s``.
+    ``Observation.get`` waits without end, and an observation can stay unanswered: one on the
+    batch's held rare rows never returned inside the job's ``foreachBatch`` (docs/streaming.md),
+    which would stop the job for good, with nothing in its log."""
+    jo = getattr(observation, "_jo", None)
+    if jo is None:  # never attached to a DataFrame: nothing will come
+        return None
+    deadline = time.monotonic() + wait_s
+    while not jo.future().isCompleted():  # (Spark's own timed wait, getRowOrEmpty, waits 100 ms a call)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
+    return observation.get
+
+
+def _batch_totals(observation: Observation, evaluated: DataFrame, known: Collection[str], batch_id: int) -> BatchTotals:
+    """The batch's totals from ``observation`` (``replicas.held_for_the_driver``), or, when
+    Spark does not give them (``observed_metrics``), from a Spark job over the same rows."""
+    metrics = observed_metrics(observation)
+    if metrics is None:
+        log.warning(
+            kv(
+                event="observed_metrics_missing",
+                batch_id=batch_id,
+                wait_s=OBSERVED_WAIT_S,
+                hint="the batch's totals are counted by a Spark job of their own",
+            )
+        )
+        metrics = replicas.count_totals(evaluated, tuple(sorted(known)))
+    return _totals(metrics, evaluated, known)
 
 
 def _totals(metrics: Mapping[str, object], evaluated: DataFrame, known: Collection[str]) -> BatchTotals:
@@ -262,7 +304,7 @@ def evaluate_records(
                 out.isr_changes.append(cast("IsrChange", {k: row.get(k) for k in ISR_CHANGE_KEYS}))
         # What the state writes take, planned here (Spark runs it there).
         if observed is not None:
-            out.totals = _totals(observed.get, evaluated, clusters)
+            out.totals = _batch_totals(observed, evaluated, clusters, batch_id)
         # The state topic has every observed replica's newest row even when the driver takes fewer.
         state_rows = driver if hold_ok else replicas.for_the_driver(evaluated, (), 1)
         out.next_state, out.state_rows, out.carried = replicas.next_state(evaluated, carried.idle), state_rows, carried

@@ -50,6 +50,7 @@ __all__ = [
     "for_the_driver",
     "held_for_the_driver",
     "totals_exprs",
+    "count_totals",
     "newest_times",
 ]
 
@@ -422,6 +423,13 @@ def totals_exprs(clusters: tuple[str, ...]) -> list[Column]:
     ]
     out += [F.max(F.when(F.col("cluster") == c, F.col("last_t_ms"))).alias(f"t_{i}") for i, c in enumerate(clusters)]
     return out
+
+
+def count_totals(evaluated: DataFrame, clusters: tuple[str, ...]) -> dict[str, object]:
+    """``totals_exprs`` over ``evaluated``'s driver rows by a Spark job of its own: what
+    ``held_for_the_driver``'s observation gathers, for a batch whose observation Spark does
+    not answer (``streaming.evaluation.batch.observed_metrics``)."""
+    return evaluated.where(_driver_rows()).agg(*totals_exprs(clusters)).collect()[0].asDict()
 
 
 def newest_times(evaluated: DataFrame, clusters: Collection[str]) -> dict[str, int]:
