@@ -72,6 +72,9 @@ FLUSH_S = 1.0
 # executor records were handed back once more: a request that was on its way to a leader
 # that hung is answered when the leader wakes, within its usual latency of the driver's copy.
 REPAIR_AFTER_S = 5.0
+# How long a task waits, once it has purged what was not delivered, for those records' reports
+# (each a record handed back to the driver).
+PURGED_REPORTS_S = 5.0
 CLIENT_ID = "isrwatch-state-executor"
 # What a task hands back: one "task" row (its process and what it delivered) and a
 # "failed" row per record it could not deliver in time.
@@ -153,10 +156,17 @@ def produce_partition(conf: Mapping[str, str], topic: str, flush_s: float) -> Ca
             pass
         if len(producer):
             producer.purge()  # not delivered in time: the driver sends them (failed, _PURGE_QUEUE)
-            producer.poll(0)
+            # The purged records' reports come a moment later (~0.2 s measured), and must come
+            # in this task: one served after it ends goes to a list no one reads, its record
+            # neither delivered nor handed back.
+            deadline = time.monotonic() + PURGED_REPORTS_S
+            while len(producer) and time.monotonic() < deadline:
+                producer.poll(0.05)
+        unreported = len(producer)
+        error = f"{unreported} records without a delivery report" if unreported else None
         host = os.uname().nodename
         summary = {"kind": ["task"], "key": [None], "value": [None], "pid": [os.getpid()], "host": [host]}
-        yield pa.RecordBatch.from_pydict({**summary, "sent": [acknowledged[0]], "error": [None]}, RECORD_ARROW_SCHEMA)
+        yield pa.RecordBatch.from_pydict({**summary, "sent": [acknowledged[0]], "error": [error]}, RECORD_ARROW_SCHEMA)
         if failed:
             ks, vs, errs = zip(*failed, strict=True)
             n = len(failed)
@@ -171,7 +181,12 @@ def produce_partition(conf: Mapping[str, str], topic: str, flush_s: float) -> Ca
 
 def handed_back(back: pa.Table, event: str, topic: str, does: str) -> pa.Table:
     """The records the executors' tasks could not deliver in time (``produce_partition``'s
-    "failed" rows), logged as ``event`` when there are any."""
+    "failed" rows), logged as ``event`` when there are any; a task that purged records whose
+    reports never came (nothing to hand back for them) is logged as ``<event>_unreported``."""
+    tasks = back.filter(pc.equal(back.column("kind"), "task"))
+    unreported = [e for e in tasks.column("error").to_pylist() if e]
+    if unreported:  # (a record purged whose report did not come: its fate unknown)
+        log.error(kv(event=f"{event}_unreported", topic=topic, tasks=len(unreported), error=unreported[0]))
     failed = back.filter(pc.equal(back.column("kind"), "failed"))
     if failed.num_rows:
         error = failed.column("error")[0].as_py()
