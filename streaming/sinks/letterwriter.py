@@ -12,7 +12,9 @@ with the state writer's producer (``statewriter.produce_partition``). What a tas
 deliver in time comes back to the driver, which sends it. A batch Spark runs again does not
 write its dead letters again (``streaming.driver.rare``); a retried task does (a dead letter
 twice, as the driver's producer could). With ``--state-writer driver``, or when the
-executors cannot produce at all, the driver takes them as before.
+executors cannot produce at all, the driver takes them as before; so it does while its own
+producer holds dead letters a leader has not taken (``LetterWriter._driver_holds``), as the
+state writer does its records.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pyarrow.compute as pc
 
 from streaming.evaluation.parse import deadletter_of
 from streaming.sinks.outputs import deadletter_key, encode_deadletter
+from streaming.sinks.producer import OutputProducer
 from streaming.sinks.statewriter import (
     FLUSH_S,
     RECORD_ARROW_SCHEMA,
@@ -98,7 +101,7 @@ class LetterWriter:
     def write(self, letters: DataFrame) -> tuple[str, int, dict[str, int]]:
         """Write ``BatchOutput.letters``; -> (who wrote them: "executors" or "driver", how many
         were written, how many there were by reason)."""
-        if self.by_driver or self.executors_failed:
+        if self.by_driver or self.executors_failed or self._driver_holds():
             return self._by_driver(letters)
         run = produce_letters(self.conf, self.sink.topic, self.flush_s, self.sink.max_bytes)
         try:
@@ -119,6 +122,17 @@ class LetterWriter:
                 producer.produce(self.sink.topic, key=k, value=v)
             producer.poll(0)
         return "executors", int(sent) + failed.num_rows, by_reason
+
+    def _driver_holds(self) -> bool:
+        """Whether the driver's producer holds dead letters not yet delivered: a leader of the
+        dead-letter topic does not answer. The executors' tasks would each wait ``flush_s`` on
+        it and hand their letters back, at every batch of the fault; the driver takes them at
+        once instead (its producer holds what it cannot send, ``streaming.sinks.producer``)."""
+        producer = self.sink.producer
+        if not isinstance(producer, OutputProducer):
+            return False
+        stats = producer.stats().get(self.sink.topic)
+        return stats is not None and stats.pending > 0
 
     def _by_driver(self, letters: DataFrame) -> tuple[str, int, dict[str, int]]:
         found = [deadletter_of(json.loads(item)) for item in letters.toArrow().column(0).to_pylist()]

@@ -147,3 +147,40 @@ def test_a_sink_that_raises_keeps_neither_write_from_being_made(caplog) -> None:
             assert sink.failed == 1 and by_reason == {"not_json": 1, "future_t": 5}
         else:
             assert sink.written == 1 and by_reason == {"not_json": 1} and "where=executors" in caplog.text
+
+
+def test_while_the_driver_holds_dead_letters_it_writes_the_batch_s_too(spark, kafka_cluster, unique_name, tmp_path):
+    """A leader of the dead-letter topic that does not answer leaves the driver's producer
+    holding what it sent; the executors' tasks would each wait ``FLUSH_S`` on it and hand their
+    letters back, at every batch of the fault. So while the driver holds any, it writes the
+    batch's (``LetterWriter._driver_holds``). The hung leader's stand-in: the driver's producer
+    bootstraps on a loopback port nothing listens on, so what it is given stays pending, while
+    the executors' configuration is the real cluster's (they would deliver: a write of theirs
+    would show as "executors")."""
+    import socket
+
+    from confluent_kafka import Producer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"  # closed once the block ends: nothing listens there
+    flags = [f"{k}={v}" for k, v in COMPAT_CONFIG.items()]
+    conf = job_producer_config(kafka_cluster.bootstrap_servers, flags)
+    topic = unique_name("letters-held")
+    kafka_cluster.create_topic(topic, partitions=2, replication_factor=3)
+    driver = OutputProducer(Producer({**job_producer_config(dead, flags), "message.timeout.ms": 300_000}))
+    out, table = _evaluate(spark, tmp_path, _rows(), letters_apart=True)
+    try:
+        assert out.letters is not None
+        writer = LetterWriter(conf, KafkaDeadLetters(driver, topic))
+        # nothing held yet: the executors write (to the real cluster)
+        assert writer.write(out.letters)[0] == "executors"
+        driver.produce(topic, key=b"c1", value=b"{}")  # a dead letter the driver cannot deliver
+        assert driver.stats()[topic].pending == 1
+        who, written, counts = writer.write(out.letters)
+        assert (who, written) == ("driver", 43) and sum(counts.values()) == 43
+        assert driver.stats()[topic].pending == 1 + 43, "the batch's letters held by the driver, none lost"
+    finally:
+        write_batch_state(out, table, 0)
+        driver.producer.purge()
+        driver.producer.flush(0)
