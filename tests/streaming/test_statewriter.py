@@ -183,8 +183,11 @@ def test_every_record_a_task_purges_comes_back_however_late_its_report(spark, ka
     task waits for those reports, so each of a batch's records is acknowledged or handed back,
     batch after batch of the pause: none is neither. (Before, with two tasks of 20 records
     each, none of the first batch's came back and about half of each later one's: neither
-    delivered nor handed back, so lost unsaid.) One broker: the test pauses the only leader
-    the topic has."""
+    acknowledged nor handed back. The worker's producer still delivered them when the leader
+    woke, but the driver, told of none, did not hold them, so every later batch of the fault
+    waited on the hung leader again; and had the leader not come back before the producer's
+    message timeout, their failure would have been reported to no one.) One broker: the test
+    pauses the only leader the topic has."""
     from streaming.sinks.statewriter import RECORD_SCHEMA, produce_partition
 
     cluster = kafka_cluster_factory(brokers=1)
