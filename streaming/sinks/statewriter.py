@@ -156,9 +156,10 @@ def produce_partition(conf: Mapping[str, str], topic: str, flush_s: float) -> Ca
             pass
         if len(producer):
             producer.purge()  # not delivered in time: the driver sends them (failed, _PURGE_QUEUE)
-            # The purged records' reports come a moment later (~0.2 s measured), and must come
-            # in this task: one served after it ends goes to a list no one reads, its record
-            # neither delivered nor handed back.
+            # The purged records' reports can come a moment later (0.3-0.5 s measured), and must
+            # come in this task: one served after it ends goes to a list no one reads, its record
+            # neither acknowledged nor handed back (the driver then holds nothing, and a failure
+            # of it is told to no one).
             deadline = time.monotonic() + PURGED_REPORTS_S
             while len(producer) and time.monotonic() < deadline:
                 producer.poll(0.05)
