@@ -129,10 +129,7 @@ class LetterWriter:
         it and hand their letters back, at every batch of the fault; the driver takes them at
         once instead (its producer holds what it cannot send, ``streaming.sinks.producer``)."""
         producer = self.sink.producer
-        if not isinstance(producer, OutputProducer):
-            return False
-        stats = producer.stats().get(self.sink.topic)
-        return stats is not None and stats.pending > 0
+        return isinstance(producer, OutputProducer) and producer.holds(self.sink.topic)
 
     def _by_driver(self, letters: DataFrame) -> tuple[str, int, dict[str, int]]:
         found = [deadletter_of(json.loads(item)) for item in letters.toArrow().column(0).to_pylist()]

@@ -148,6 +148,13 @@ class OutputProducer:
             if (left == 0 and not self._keyed and not self._queued) or time.monotonic() >= deadline:
                 return len(self)
 
+    def holds(self, topic: str) -> bool:
+        """Whether records of ``topic`` are pending (not yet acknowledged, or held): one of its
+        leaders does not answer. The executors' writers then leave that topic's next records to
+        the driver (``streaming.sinks.statewriter``, ``streaming.sinks.letterwriter``)."""
+        stats = self.stats().get(topic)
+        return stats is not None and stats.pending > 0
+
     def stats(self) -> dict[str, OutputStats]:
         """Per topic: pending, dropped, failed, as of now (delivery reports that librdkafka
         has ready are served first, so a record already acknowledged is not pending)."""

@@ -290,8 +290,7 @@ class StateWriter:
         self._through_driver(pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())}))
 
     def _driver_holds(self) -> bool:
-        stats = self.outputs.stats().get(self.topic)
-        return stats is not None and stats.pending > 0
+        return self.outputs.holds(self.topic)
 
     def _through_driver(self, table: pa.Table) -> int:
         keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
