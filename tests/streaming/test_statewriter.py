@@ -81,7 +81,11 @@ def test_spark_s_python_workers_write_the_records_to_kafka(spark, kafka_cluster,
     flags = [f"{k}={v}" for k, v in COMPAT_CONFIG.items()]  # Kafka 0.9: no ApiVersions request
     conf = producer_config(kafka_cluster.bootstrap_servers, flags)
     driver = OutputProducer(make_producer(kafka_cluster.bootstrap_servers, flags), latest_wins={topic})
-    writer = StateWriter(conf, topic, driver)
+    # Who writes, not how soon: a topic this new answers its first acks=all produce late (its
+    # followers' fetchers starting: up to 0.36 s measured on an idle machine, more under a loaded
+    # CI's), and a task hearing nothing for FLUSH_S (1 s) hands its records to the driver, as
+    # it should. The tests below take that path on purpose.
+    writer = StateWriter(conf, topic, driver, flush_s=30.0)
     assert writer.write(state_records(_rows(spark, STATUSES))) == ("executors", len(STATUSES))
     assert writer.writers and all(pid != os.getpid() for _, pid in writer.writers)  # not the driver
     assert sum(writer.writers.values()) == len(STATUSES)
