@@ -94,8 +94,20 @@ for _name in LIBRARY_LOGGERS:
     logging.getLogger(_name).addFilter(ConfigWarningsOnce())
 
 
+class _Stderr:
+    """Whatever ``sys.stderr`` is when a line is written, not when logging was set up: a
+    process that replaces it later (a test run's capture, a tool redirecting it) gets the
+    lines, where a handler holding the old stream wrote to a closed file."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def setup_logging(level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(_Stderr())
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     handler.addFilter(RepeatFilter())
     root = logging.getLogger()

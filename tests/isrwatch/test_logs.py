@@ -116,3 +116,28 @@ def test_a_process_with_its_logging_set_up_is_left_as_it_is() -> None:
         assert root.handlers == [*before[0], marker] and root.level == before[1]
     finally:
         root.removeHandler(marker)
+
+
+def test_the_job_s_log_follows_stderr_replaced_after_it_was_set_up(monkeypatch) -> None:
+    """A process that replaces ``sys.stderr`` after logging was set up (pytest's capture between
+    tests did, and each later line was a "Logging error: I/O operation on closed file") has
+    the lines written to the stream it has now."""
+    import io
+
+    from isrwatch.logs import setup_logging
+
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    try:
+        setup_logging("INFO")
+        first = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", first)
+        logging.getLogger("streaming.test").info("event=one")
+        first.close()  # as a finished test's capture is
+        now = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", now)
+        logging.getLogger("streaming.test").info("event=two")
+        assert now.getvalue().endswith("INFO streaming.test event=two\n"), now.getvalue()
+    finally:
+        root.handlers[:] = before[0]
+        root.setLevel(before[1])
