@@ -172,7 +172,10 @@ def test_while_the_driver_holds_dead_letters_it_writes_the_batch_s_too(spark, ka
     out, table = _evaluate(spark, tmp_path, _rows(), letters_apart=True)
     try:
         assert out.letters is not None
-        writer = LetterWriter(conf, KafkaDeadLetters(driver, topic))
+        # flush_s 30: a topic this new may answer its first acks=all produce after the default
+        # 1 s on a loaded machine, and the letters handed back would go to the driver's
+        # producer here, which holds them (test_statewriter's executors test says more).
+        writer = LetterWriter(conf, KafkaDeadLetters(driver, topic), flush_s=30.0)
         # nothing held yet: the executors write (to the real cluster)
         assert writer.write(out.letters)[0] == "executors"
         driver.produce(topic, key=b"c1", value=b"{}")  # a dead letter the driver cannot deliver
