@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from isrwatch.commands import RunSettings
-from isrwatch.settings import group, option, positive
+from isrwatch.settings import group, http_urls, option, positive
 
 __all__ = ["DoctorSettings", "FORMATS"]
 
@@ -22,7 +22,10 @@ class DoctorSettings:
         metavar="HOSTS",
     )
     exporter_url: list[str] = option(
-        [], "base URL of an isrwatch exporter (or job) whose /metrics to check (repeatable)", metavar="URL"
+        [],
+        "base URL of an isrwatch exporter (or job) whose /metrics to check (repeatable)",
+        check=http_urls,
+        metavar="URL",
     )
     timeout_seconds: float = option(
         5.0, "how long one check waits for an answer (a broker, a partition, a URL)", check=positive

@@ -21,6 +21,7 @@ import re
 import tomllib
 import types
 import typing
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -282,6 +283,30 @@ def positive(v: Any) -> str | None:
 
 def not_negative(v: Any) -> str | None:
     return None if v is None or v >= 0 else f"{v} must be 0 or more"
+
+
+def http_url(v: str | None) -> str | None:
+    """A base URL the job links or posts to: http or https with a host (``alertmanager:9093``
+    without its scheme would fail at every post, and only in the log)."""
+    if v is None:
+        return None
+    parsed = urllib.parse.urlsplit(v)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return f"{v!r} is not an http:// or https:// URL with a host (http://HOST[:PORT][/PATH])"
+    try:
+        parsed.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return f"{v!r}: its port is not a number from 0 to 65535"
+    return None
+
+
+def http_urls(v: list[str]) -> str | None:
+    """``http_url`` of each item of a repeatable option."""
+    for item in v:
+        problem = http_url(item)
+        if problem:
+            return problem
+    return None
 
 
 def cluster_name(v: str) -> str | None:

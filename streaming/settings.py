@@ -8,8 +8,18 @@ from dataclasses import dataclass
 
 from exporter.webconfig import web_config_problem
 from isrwatch.clientconfig import kafka_config_problem
+from isrwatch.exceptions import ConfigError
 from isrwatch.rule import AUTO, Rule
-from isrwatch.settings import Secret, not_negative, option, positive, topic_name
+from isrwatch.settings import (
+    Secret,
+    http_url,
+    http_urls,
+    kafka_config_pairs,
+    not_negative,
+    option,
+    positive,
+    topic_name,
+)
 
 __all__ = ["JobSettings", "AlertingSettings", "DRIVER_REPLICAS"]
 
@@ -209,6 +219,10 @@ class JobSettings:
             )
         if self.bootstrap_servers:  # the source's planner asks the brokers through kafka-python
             return kafka_config_problem(self.kafka_config)
+        try:  # unused without Kafka, but an item that is not KEY=VALUE is a mistake whatever the source
+            kafka_config_pairs(self.kafka_config)
+        except ConfigError as e:
+            return str(e)
         return None
 
 
@@ -216,16 +230,19 @@ class JobSettings:
 class AlertingSettings:
     """Where the job's alert transitions go, besides the alerts topic, and what they link to."""
 
-    alertmanager_url: list[str] = option([], "Alertmanager base URL (repeatable, for an HA pair)", metavar="URL")
+    alertmanager_url: list[str] = option(
+        [], "Alertmanager base URL (repeatable, for an HA pair)", check=http_urls, metavar="URL"
+    )
     alertmanager_username: str | None = option(None, "basic auth user for Alertmanager")
     alertmanager_password: Secret | None = option(None, "basic auth password for Alertmanager")
     alertmanager_ca_file: str | None = option(None, "CA bundle to verify Alertmanager's TLS certificate")
     alertmanager_insecure: bool = option(False, "do not verify Alertmanager's TLS certificate")
     resend_seconds: float = option(30.0, "re-send firing alerts this often", check=positive)
-    grafana_url: str | None = option(None, "Grafana base URL for alerts' generatorURL")
+    grafana_url: str | None = option(None, "Grafana base URL for alerts' generatorURL", check=http_url)
     runbook_url: str | None = option(
         None,
         "runbook base URL (a wiki, or an exporter's http://<host>:<port>/runbook); alerts link to its sections "
         "(default: the job's own /runbook, http://<metrics host>:<metrics port>/runbook, the host name where it "
         "listens on all addresses; with --metrics-port 0, no runbook link)",
+        check=http_url,
     )

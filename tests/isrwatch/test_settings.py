@@ -62,6 +62,13 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
         (["--checkpoint-dir", "s3a://bucket/ck"], {}, "--checkpoint-dir: s3a://bucket/ck is a URI"),
         (["--spark-conf", "executor.memory=2g"], {}, "--spark-conf: 'executor.memory=2g' is not spark.KEY=VALUE"),
         (["--bootstrap-servers", "127.0.0.1:9092", "--kafka-config", "acks"], {}, "'acks' is not KEY=VALUE"),
+        (["--kafka-config", "acks"], {}, "'acks' is not KEY=VALUE"),  # unused without Kafka, still a mistake
+        # URLs the job posts to or links to: refused at start, not at every post (only in the log)
+        (["--alertmanager-url", "alertmanager:9093"], {}, "--alertmanager-url: 'alertmanager:9093' is not an http"),
+        (["--alertmanager-url", "http://a:9093", "--alertmanager-url", "ftp://b"], {}, "'ftp://b' is not an http"),
+        (["--alertmanager-url", "http://am:99999"], {}, "'http://am:99999': its port is not a number"),
+        (["--grafana-url", "grafana.example"], {}, "--grafana-url: 'grafana.example' is not an http"),
+        (["--runbook-url", "https://"], {}, "--runbook-url: 'https://' is not an http"),
         (
             ["--bootstrap-servers", "127.0.0.1:9092", "--kafka-config", "ssl.keystore.location=/k.p12"],
             {},
@@ -179,3 +186,16 @@ def test_the_rule_is_chosen_per_cluster_unless_given() -> None:
     ):
         cfg, _ = rule_config(given.job)
         assert (cfg.rule, cfg.by_version) == (Rule.KIP16_REFINED, False)
+
+
+def test_usable_urls_pass_and_the_doctor_checks_its_exporter_urls_too() -> None:
+    from doctor.settings import DoctorSettings
+
+    good = ["http://127.0.0.1:9093", "https://am.example/prefix/", "http://[::1]:9093", "HTTP://am"]
+    argv = [a for u in good for a in ("--alertmanager-url", u)]
+    s = load(
+        RunSettings, parse(*argv, "--grafana-url", "https://grafana.example", "--runbook-url", "http://wiki/r"), {}
+    )
+    assert s.alerting.alertmanager_url == good
+    with pytest.raises(ConfigError, match="^--exporter-url: 'localhost:9743' is not an http"):
+        build(DoctorSettings, exporter_url=["localhost:9743"])
