@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from isrwatch.clientconfig import kafka_config_problem
-from isrwatch.settings import Secret, cluster_name, option, positive, topic_name
+from isrwatch.settings import Secret, cluster_name, host_ports, option, positive, topic_name
 from isrwatch.telemetry import SUPPORTED_VERSIONS, VERSION
 
 __all__ = ["CollectSettings", "SOURCES"]
@@ -17,13 +17,13 @@ SOURCES = ("fetch", "jmx")
 @dataclass(frozen=True)
 class CollectSettings:
     bootstrap_servers: str | None = option(
-        None, "bootstrap servers of the cluster to watch (required)", metavar="HOSTS"
+        None, "bootstrap servers of the cluster to watch (required)", check=host_ports, metavar="HOSTS"
     )
     kafka_config: list[str] = option(
         [], "librdkafka property KEY=VALUE for every Kafka client (repeatable)", metavar="KEY=VALUE"
     )
     telemetry_bootstrap_servers: str | None = option(
-        None, "publish telemetry to this cluster instead of the watched one", metavar="HOSTS"
+        None, "publish telemetry to this cluster instead of the watched one", check=host_ports, metavar="HOSTS"
     )
     telemetry_kafka_config: list[str] = option(
         [],

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from isrwatch.commands import RunSettings
-from isrwatch.settings import group, http_urls, option, positive
+from isrwatch.settings import group, host_ports, http_urls, option, positive
 
 __all__ = ["DoctorSettings", "FORMATS"]
 
@@ -19,6 +19,7 @@ class DoctorSettings:
     watched_bootstrap_servers: str | None = option(
         None,
         "bootstrap servers of the watched cluster, when isrwatch's topics live on another (default: the same)",
+        check=host_ports,
         metavar="HOSTS",
     )
     exporter_url: list[str] = option(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.webconfig import web_config_problem
-from isrwatch.settings import group, not_negative, option, positive, topic_name
+from isrwatch.settings import group, host_ports, not_negative, option, port_number, positive, topic_name
 
 __all__ = ["ExporterSettings", "SeriesSettings", "REPLICA_SERIES", "PARTITION_SERIES"]
 
@@ -33,13 +33,15 @@ class SeriesSettings:
 
 @dataclass(frozen=True)
 class ExporterSettings:
-    bootstrap_servers: str | None = option(None, "bootstrap servers of the state topic (required)", metavar="HOSTS")
+    bootstrap_servers: str | None = option(
+        None, "bootstrap servers of the state topic (required)", check=host_ports, metavar="HOSTS"
+    )
     kafka_config: list[str] = option(
         [], "librdkafka property KEY=VALUE for every Kafka client (repeatable)", metavar="KEY=VALUE"
     )
     state_topic: str = option("isr.replica-state", "replica state topic", check=topic_name)
     host: str = option("0.0.0.0", "address to serve /metrics on")
-    port: int = option(9743, "port to serve /metrics on (0: pick a free one)")
+    port: int = option(9743, "port to serve /metrics on (0: pick a free one)", check=port_number)
     web_config_file: str | None = option(
         None,
         "TLS and basic auth for /metrics and /runbook: a Prometheus exporter-toolkit web configuration file "

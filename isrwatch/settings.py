@@ -300,6 +300,30 @@ def http_url(v: str | None) -> str | None:
     return None
 
 
+def port_number(v: int | None) -> str | None:
+    """A port to listen on: 0 (any free one, where the option allows it) to 65535."""
+    return None if v is None or 0 <= v <= 65535 else f"{v} is not a port (0 to 65535)"
+
+
+def host_ports(v: str | None) -> str | None:
+    """Bootstrap servers: comma-separated ``[PROTOCOL://]HOST[:PORT]`` items, each port a number
+    from 1 to 65535 (``127.0.0.1:abc`` failed later, as a broker that cannot be reached)."""
+    for item in (v or "").split(","):
+        address = item.strip().split("://", 1)[-1]
+        if not address:
+            continue
+        if address.startswith("["):  # [IPv6]:PORT
+            host, _, tail = address[1:].partition("]")
+            port = tail[1:] if tail.startswith(":") else ("" if not tail else None)
+        elif ":" in address:
+            host, port = address.rsplit(":", 1)
+        else:
+            host, port = address, ""
+        if not host or port is None or (port and not (port.isdigit() and 1 <= int(port) <= 65535)):
+            return f"{item.strip()!r} is not HOST:PORT (a port from 1 to 65535; several separated by commas)"
+    return None
+
+
 def http_urls(v: list[str]) -> str | None:
     """``http_url`` of each item of a repeatable option."""
     for item in v:

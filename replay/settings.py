@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from isrwatch.rule import Rule
-from isrwatch.settings import option, positive, topic_name
+from isrwatch.settings import host_ports, option, positive, topic_name
 from simulator.settings import MODES, SCENARIOS  # the names only (a cheap module): --simulate is demo wiring
 
 __all__ = ["ReplaySettings", "FORMATS", "DEFAULT_LAG_MAX_MESSAGES", "parse_time_ms", "split_list"]
@@ -59,7 +59,10 @@ class ReplaySettings:
         None, "recorded telemetry: a spool directory or a file of telemetry records, one per line", metavar="PATH"
     )
     bootstrap_servers: str | None = option(
-        None, "read the telemetry topic of this Kafka cluster (as the job does), start to end", metavar="HOSTS"
+        None,
+        "read the telemetry topic of this Kafka cluster (as the job does), start to end",
+        check=host_ports,
+        metavar="HOSTS",
     )
     telemetry_topic: str = option("isr.telemetry", "telemetry topic (with --bootstrap-servers)", check=topic_name)
     kafka_config: list[str] = option([], "librdkafka property KEY=VALUE (repeatable)", metavar="KEY=VALUE")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from isrwatch.rule import Rule
-from isrwatch.settings import cluster_name, option, positive, topic_name
+from isrwatch.settings import cluster_name, host_ports, option, positive, topic_name
 
 __all__ = ["SCENARIOS", "MODES", "SimulateSettings", "EmbeddedSimulatorSettings"]
 
@@ -46,7 +46,9 @@ class SimulateSettings:
     topics: int = option(2, "topics in the simulated cluster", check=positive)
     partitions: int = option(3, "partitions per topic (replication factor 3, or fewer brokers)", check=positive)
     cluster: str = option("sim", "cluster name in the telemetry", check=cluster_name)
-    bootstrap_servers: str | None = option(None, "publish telemetry to this Kafka cluster", metavar="HOSTS")
+    bootstrap_servers: str | None = option(
+        None, "publish telemetry to this Kafka cluster", check=host_ports, metavar="HOSTS"
+    )
     kafka_config: list[str] = option([], "librdkafka property KEY=VALUE (repeatable)", metavar="KEY=VALUE")
     telemetry_topic: str = option("isr.telemetry", "telemetry topic", check=topic_name)
     spool_dir: str | None = option(None, "write telemetry to this spool directory instead", metavar="DIR")

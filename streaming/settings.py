@@ -12,11 +12,13 @@ from isrwatch.exceptions import ConfigError
 from isrwatch.rule import AUTO, Rule
 from isrwatch.settings import (
     Secret,
+    host_ports,
     http_url,
     http_urls,
     kafka_config_pairs,
     not_negative,
     option,
+    port_number,
     positive,
     topic_name,
 )
@@ -56,7 +58,9 @@ def _refresh_batches(v: int) -> str | None:
 class JobSettings:
     """The job itself: its telemetry source and outputs, the rule, micro-batches, checkpoint, Spark."""
 
-    bootstrap_servers: str | None = option(None, "Kafka bootstrap servers of the telemetry topic", metavar="HOSTS")
+    bootstrap_servers: str | None = option(
+        None, "Kafka bootstrap servers of the telemetry topic", check=host_ports, metavar="HOSTS"
+    )
     spool_dir: str | None = option(
         None,
         "read telemetry from this spool directory (isrwatch simulate --spool-dir) instead of the embedded simulator",
@@ -197,6 +201,7 @@ class JobSettings:
         None,
         "port of the job's own /metrics (default 9743 on the embedded default, 9744 with --bootstrap-servers "
         "so isrwatch exporter can keep 9743; 0: off)",
+        check=port_number,
         metavar="PORT",
     )
     web_config_file: str | None = option(

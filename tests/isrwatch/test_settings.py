@@ -63,6 +63,9 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
         (["--spark-conf", "executor.memory=2g"], {}, "--spark-conf: 'executor.memory=2g' is not spark.KEY=VALUE"),
         (["--bootstrap-servers", "127.0.0.1:9092", "--kafka-config", "acks"], {}, "'acks' is not KEY=VALUE"),
         (["--kafka-config", "acks"], {}, "'acks' is not KEY=VALUE"),  # unused without Kafka, still a mistake
+        (["--metrics-port", "70000"], {}, "--metrics-port: 70000 is not a port"),  # was a traceback at bind
+        (["--bootstrap-servers", "127.0.0.1:abc"], {}, "--bootstrap-servers: '127.0.0.1:abc' is not HOST:PORT"),
+        (["--bootstrap-servers", "a:9092, b:99999"], {}, "'b:99999' is not HOST:PORT"),
         # URLs the job posts to or links to: refused at start, not at every post (only in the log)
         (["--alertmanager-url", "alertmanager:9093"], {}, "--alertmanager-url: 'alertmanager:9093' is not an http"),
         (["--alertmanager-url", "http://a:9093", "--alertmanager-url", "ftp://b"], {}, "'ftp://b' is not an http"),
@@ -199,3 +202,27 @@ def test_usable_urls_pass_and_the_doctor_checks_its_exporter_urls_too() -> None:
     assert s.alerting.alertmanager_url == good
     with pytest.raises(ConfigError, match="^--exporter-url: 'localhost:9743' is not an http"):
         build(DoctorSettings, exporter_url=["localhost:9743"])
+
+
+def test_every_command_checks_its_bootstrap_servers_and_ports() -> None:
+    """Each command's Kafka addresses and listening port, at start-up; the forms librdkafka
+    takes pass (a protocol prefix, a bracketed IPv6 address, no port, spaces after commas)."""
+    from collector.settings import CollectSettings
+    from exporter.settings import ExporterSettings
+    from replay.settings import ReplaySettings
+    from simulator.settings import SimulateSettings
+
+    for cls, name in [
+        (CollectSettings, "bootstrap_servers"),
+        (CollectSettings, "telemetry_bootstrap_servers"),
+        (ExporterSettings, "bootstrap_servers"),
+        (ReplaySettings, "bootstrap_servers"),
+        (SimulateSettings, "bootstrap_servers"),
+    ]:
+        flag = "--" + name.replace("_", "-")
+        with pytest.raises(ConfigError, match=f"^{flag}: 'k:port' is not HOST:PORT"):
+            build(cls, **{name: "k:port"})
+    with pytest.raises(ConfigError, match="^--port: 65536 is not a port"):
+        build(ExporterSettings, bootstrap_servers="k:9092", port=65536)
+    usable = "SSL://k1:9093, [::1]:9092,k3"
+    assert build(ExporterSettings, bootstrap_servers=usable, port=0).bootstrap_servers == usable
