@@ -239,6 +239,8 @@ def load(cls: type[T], args: argparse.Namespace | None = None, env: Mapping[str,
             raise ConfigError(f"--config: cannot read {path}: {e.strerror}") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"--config: {path} is not valid TOML: {e}") from None
+        except UnicodeDecodeError as e:  # TOML is UTF-8
+            raise ConfigError(f"--config: {path} is not valid TOML: not UTF-8 (byte {e.start})") from None
         unknown = sorted(set(data) - names)
         if unknown:
             raise ConfigError(f"--config: {path}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(names))}")

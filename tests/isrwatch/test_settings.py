@@ -226,3 +226,10 @@ def test_every_command_checks_its_bootstrap_servers_and_ports() -> None:
         build(ExporterSettings, bootstrap_servers="k:9092", port=65536)
     usable = "SSL://k1:9093, [::1]:9092,k3"
     assert build(ExporterSettings, bootstrap_servers=usable, port=0).bootstrap_servers == usable
+
+
+def test_a_config_file_that_is_not_utf_8_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    cfg = tmp_path / "isrwatch.toml"
+    cfg.write_bytes(b'cluster = "caf\xe9"\n')  # Latin-1, as an editor may save it
+    with pytest.raises(ConfigError, match=rf"^--config: {cfg} is not valid TOML: not UTF-8 \(byte 14\)$"):
+        load(RunSettings, parse("--config", str(cfg)), {})
