@@ -309,7 +309,11 @@ def port_number(v: int | None) -> str | None:
 
 def host_ports(v: str | None) -> str | None:
     """Bootstrap servers: comma-separated ``[PROTOCOL://]HOST[:PORT]`` items, each port a number
-    from 1 to 65535 (``127.0.0.1:abc`` failed later, as a broker that cannot be reached)."""
+    from 1 to 65535 (``127.0.0.1:abc`` failed later, as a broker that cannot be reached). Given
+    but empty is refused: ``ISRWATCH_BOOTSTRAP_SERVERS=`` (a deployment's unset variable) ran
+    ``isrwatch run`` on its embedded simulator, its made-up alerts sent where real ones go."""
+    if v is not None and not any(item.strip() for item in v.split(",")):
+        return "empty: give HOST:PORT (several separated by commas), or leave the option out"
     for item in (v or "").split(","):
         address = item.strip().split("://", 1)[-1]
         if not address:
@@ -324,6 +328,12 @@ def host_ports(v: str | None) -> str | None:
         if not host or port is None or (port and not (port.isdigit() and 1 <= int(port) <= 65535)):
             return f"{item.strip()!r} is not HOST:PORT (a port from 1 to 65535; several separated by commas)"
     return None
+
+
+def not_empty(v: str | None) -> str | None:
+    """An option whose absence means a default (the job's embedded simulator), given but empty
+    (a deployment's unset variable): refused, not taken for the absence."""
+    return "empty: give a value, or leave the option out" if v is not None and not v.strip() else None
 
 
 def http_urls(v: list[str]) -> str | None:

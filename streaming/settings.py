@@ -16,6 +16,7 @@ from isrwatch.settings import (
     http_url,
     http_urls,
     kafka_config_pairs,
+    not_empty,
     not_negative,
     option,
     port_number,
@@ -64,6 +65,7 @@ class JobSettings:
     spool_dir: str | None = option(
         None,
         "read telemetry from this spool directory (isrwatch simulate --spool-dir) instead of the embedded simulator",
+        check=not_empty,
         metavar="DIR",
     )
     kafka_config: list[str] = option(

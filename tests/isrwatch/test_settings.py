@@ -66,6 +66,10 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
         (["--metrics-port", "70000"], {}, "--metrics-port: 70000 is not a port"),  # was a traceback at bind
         (["--bootstrap-servers", "127.0.0.1:abc"], {}, "--bootstrap-servers: '127.0.0.1:abc' is not HOST:PORT"),
         (["--bootstrap-servers", "a:9092, b:99999"], {}, "'b:99999' is not HOST:PORT"),
+        # given but empty (a deployment's unset variable): not the embedded simulator's made-up alerts
+        ([], {"ISRWATCH_BOOTSTRAP_SERVERS": ""}, "^ISRWATCH_BOOTSTRAP_SERVERS: empty: give HOST:PORT"),
+        (["--bootstrap-servers", " , "], {}, "^--bootstrap-servers: empty: give HOST:PORT"),
+        ([], {"ISRWATCH_SPOOL_DIR": ""}, "^ISRWATCH_SPOOL_DIR: empty: give a value, or leave the option out"),
         # URLs the job posts to or links to: refused at start, not at every post (only in the log)
         (["--alertmanager-url", "alertmanager:9093"], {}, "--alertmanager-url: 'alertmanager:9093' is not an http"),
         (["--alertmanager-url", "http://a:9093", "--alertmanager-url", "ftp://b"], {}, "'ftp://b' is not an http"),
