@@ -29,7 +29,9 @@ of a follower not ok (its last catch-up and lag: whether the brokers' lag time i
 ``nearing_ratio`` before the next batch can show it, is said nearing when it
 does (``streaming.driver.lookahead``, bounded; Kafka telemetry only). So is a follower on a
 broker the job itself sees silent while the telemetry stands still
-(``streaming.driver.brokerwatch``: isrwatch's topics on the watched cluster, held up by that broker).
+(``streaming.driver.brokerwatch``: isrwatch's topics on the watched cluster, held up by that broker);
+with ``holds_ok`` off that broker's ok followers are read back from the state table first
+(``followers_of``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ log = logging.getLogger("streaming.monitor")
 
 # One evaluated replica: its status, its newest telemetry time, its observations ever.
 Evaluated = tuple[ReplicaStatus, int, int]
+# (cluster, broker id) pairs -> their ok in-sync followers as the state last held them
+# (``streaming.lifecycle.query.follower_statuses``).
+FollowersOf = Callable[[set[tuple[str, int]]], list[Evaluated]]
 
 STALE_SCOPE = {AlertName.TELEMETRY_STALE.value}
 REPLICA_SCOPE = {n.value for n in AlertName} - STALE_SCOPE
@@ -89,6 +94,15 @@ def _no_spare(s: ReplicaStatus, default_min_isr: int) -> bool:
     return 0 < s.isr_size <= (s.min_isr or default_min_isr)
 
 
+def _key(s: ReplicaStatus) -> ReplicaKey:
+    return (s.cluster, s.topic, s.partition, s.broker_id)
+
+
+def _pairs(brokers: set[tuple[str, int]]) -> str:
+    """(cluster, broker id) pairs for a log line: ``cluster/broker,...``."""
+    return ",".join(f"{c}/{b}" for c, b in sorted(brokers))
+
+
 def _cluster_of(alert: Alert) -> str | None:
     for k, v in alert.labels:
         if k == "cluster":
@@ -113,11 +127,16 @@ class Monitor:
         broker_watch: BrokerWatch | None = None,
         identities: Identities | None = None,
         holds_ok: bool = True,
+        followers_of: FollowersOf | None = None,
     ) -> None:
         self.cfg = cfg
         # False (``--driver-replicas not-ok``): ok replicas are let go after each batch
         # (``_release_ok``); Spark counts the batch and keeps the clocks (``apply_statuses``' totals).
         self.holds_ok = holds_ok
+        # With holds_ok off: where the ok followers of a broker the job sees silent come from
+        # (``_hold_silent``), and the brokers whose followers it has held since the last batch.
+        self.followers_of = followers_of
+        self._held_silent: set[tuple[str, int]] = set()
         self.thresholds = thresholds
         self.default_min_isr = default_min_isr
         self.stale_after_ms = int(stale_after_s * 1000)
@@ -390,6 +409,7 @@ class Monitor:
             self._remove(removed + led)  # (after the batch's own records: the tombstone is the last word)
             if not self.holds_ok:
                 self._release_ok()
+                self._held_silent.clear()  # (let go with the rest: held again while still silent)
                 report.statuses = len(self.statuses)
             if removed:
                 log.info("replicas_gone %s", kv(batch_id=batch_id, count=len(removed), first=removed[0]))
@@ -458,6 +478,7 @@ class Monitor:
         if self.lookahead is None:
             return []
         wall = int(self._wall() * 1000)
+        self._hold_silent(wall)
         with self._lock:
             silent, resumed = self._own_evidence(wall)
             carried = self.lookahead.due(wall, self.cluster_now, self.statuses, resumed)
@@ -480,6 +501,36 @@ class Monitor:
                 s.eval_ms - self.cluster_now.get(s.cluster, s.eval_ms),
             )  # fmt: skip
         return carried
+
+    def _hold_silent(self, wall_ms: int) -> None:
+        """With ``holds_ok`` off the driver holds no ok follower, so a broker the job sees
+        silent while its cluster's telemetry stands still would have none for
+        ``Lookahead.silent_due`` to carry: hold its ok in-sync followers, as the state table
+        last had them (``followers_of``: a Spark job, run outside the lock), once the telemetry
+        has stood still half the stall time; once per broker until the next batch lets them go."""
+        if self.holds_ok or self.followers_of is None or self.lookahead is None or not self.lookahead.enabled:
+            return
+        with self._lock:
+            silent = self._own_evidence(wall_ms)[0]
+            still = self._still_for(wall_ms)
+            wanted = {
+                b
+                for b in silent
+                if b not in self._held_silent and still.get(b[0], 0) >= self.thresholds.stall_after_ms // 2
+            }
+        if not wanted:
+            return
+        try:
+            found = self.followers_of(wanted)
+        except Exception as e:  # noqa: BLE001 - a state version pruned under the read: the next tick reads again
+            log.warning("silent_followers_unread %s", kv(brokers=_pairs(wanted), error=type(e).__name__))
+            return
+        with self._lock:
+            self._held_silent |= wanted
+            fresh = [item for item in found if _key(item[0]) not in self.statuses]  # (held: as new or newer)
+            held = self._merge(fresh)[0]
+            self.store.update(held, telemetry=False)
+        log.info("silent_followers_held %s", kv(brokers=_pairs(wanted), replicas=len(held)))
 
     def identify(self, stated: Iterable[tuple[str, Mapping[str, object]]]) -> None:
         """Take in what collectors said of the clusters they poll (``streaming.driver.identity``)."""

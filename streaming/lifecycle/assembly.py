@@ -16,6 +16,7 @@ what it made.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -193,6 +194,10 @@ def make_monitor(
         broker_watch=_broker_watch(settings, on_close, telemetry_cluster_id) if live else None,
         identities=Identities(settings.telemetry_cluster),
         holds_ok=settings.driver_replicas == "all",
+        # not-ok: the ok followers of a broker the job sees silent, from the state table
+        followers_of=None
+        if settings.driver_replicas == "all"
+        else functools.partial(query.follower_statuses, spark, checkpoint_dir, cfg, th),
     )
     # With --driver-replicas not-ok, only the replicas the driver would hold after a batch (and each
     # cluster's newest, its clock) leave Spark: a fleet's ok replicas never become Python objects.

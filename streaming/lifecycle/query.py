@@ -7,7 +7,8 @@ evaluate every observation (``streaming.evaluation.batch``). Checkpoint
 table, ``streaming.evaluation.replicas``).
 
 ``restore_statuses`` reads the state as of the last committed batch back
-when a job restarts, evaluated; a checkpoint of the earlier two-query job
+when a job restarts, evaluated (``follower_statuses``: a few brokers' followers of it, for
+a driver that does not hold ok replicas); a checkpoint of the earlier two-query job
 (a RocksDB aggregation, ``streaming.evaluation.state.replica_aggregates``) is migrated
 from Spark's state store once.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 import pyspark.sql.functions as F
@@ -24,7 +25,7 @@ from pyspark.sql import Window
 
 from isrwatch.logs import kv
 from isrwatch.rule import RuleConfig
-from isrwatch.status import ReplicaStatus, Thresholds
+from isrwatch.status import ReplicaStatus, State, Thresholds
 from streaming.driver.rows import statuses_from_arrow
 from streaming.evaluation import evaluate, replicas, statetable
 from streaming.lifecycle.origin import QUERY_DIR
@@ -39,6 +40,7 @@ __all__ = [
     "restore_state",
     "restore_aggregates",
     "restore_statuses",
+    "follower_statuses",
     "AGG_DIR",
     "JOB_QUERY",
 ]
@@ -138,6 +140,32 @@ def restore_statuses(
         statuses = statuses.withColumn("_newest", newest)
         keep = evaluate.held(default_min_isr, lookahead) | (F.col("_newest") == 1)
         statuses = statuses.where(keep).drop("_newest")
+    return list(statuses_from_arrow(statuses.toArrow()))
+
+
+def follower_statuses(
+    spark: SparkSession,
+    checkpoint_dir: str,
+    cfg: RuleConfig,
+    th: Thresholds,
+    brokers: Collection[tuple[str, int]],
+) -> list[tuple[ReplicaStatus, int, int]]:
+    """The ok, in-sync followers on ``brokers`` ((cluster, broker id) pairs) as of the last
+    committed batch, evaluated as ``restore_statuses`` evaluates them: for a driver that holds
+    no ok replica (``--driver-replicas not-ok``) when the job sees one of those brokers silent
+    (``streaming.driver.monitor.Monitor.carry_forward``). Read-only: no migration of an old
+    checkpoint (a restart did that), nothing when no batch has been committed."""
+    done = last_committed(checkpoint_dir)
+    if done < 0 or not brokers:
+        return []
+    state = statetable.StateTable(spark, checkpoint_dir).committed(done)
+    if state is None:
+        return []
+    on = F.lit(False)
+    for cluster, broker in sorted(brokers):
+        on = on | ((F.col("cluster") == cluster) & (F.col("broker_id") == broker))
+    statuses = evaluate.status_columns(state.where(on), cfg, th)
+    statuses = statuses.where(F.col("in_isr") & (F.col("lag_state") == State.OK.value))
     return list(statuses_from_arrow(statuses.toArrow()))
 
 

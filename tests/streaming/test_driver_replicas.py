@@ -206,3 +206,10 @@ def test_not_ok_gives_the_default_s_alerts_and_holds_only_what_it_needs(spark, t
     assert len(extra) <= 1, extra  # the cluster's newest row, for its clock
     assert max(got.values()) == default.monitor.cluster_now["c"]
     assert len(query.restore_statuses(spark, str(checkpoint), cfg, th)) == FOLLOWERS
+    # A broker the job sees silent: its ok in-sync followers read back (Monitor.followers_of).
+    # Broker 3: every partition's but partition 2's (out of that ISR throughout).
+    on_3 = query.follower_statuses(spark, str(checkpoint), cfg, th, {("c", 3)})
+    assert sorted((s.partition, s.broker_id) for s, _, _ in on_3) == [(p, 3) for p in range(12) if p != 2]
+    assert all(s.state is State.OK and s.in_isr and s.eval_ms == last_t for s, last_t, _ in on_3)
+    assert len(query.follower_statuses(spark, str(checkpoint), cfg, th, {("c", 2), ("c", 3)})) == FOLLOWERS - 1
+    assert query.follower_statuses(spark, str(checkpoint), cfg, th, {("other", 3), ("c", 4)}) == []

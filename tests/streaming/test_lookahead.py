@@ -269,6 +269,65 @@ def test_a_follower_on_a_broker_silent_to_the_job_is_nearing_while_the_telemetry
     assert m.carry_forward() == [], "said once"
 
 
+def _read_back(m, t_ms: int, caught_up_ms: int, leo: int):
+    """The follower as the state table last held it (what ``Monitor.followers_of`` reads back
+    in the job: ``streaming.lifecycle.query.follower_statuses``, tested on a real state table in
+    tests/streaming/test_driver_replicas.py): its status, newest telemetry time, observations."""
+    row = _row(t_ms, caught_up_ms, 1)
+    row["latest"]["leo"] = row["known_leo"] = leo
+    return (evaluate(row_to_aggregate(row), t_ms, m.cfg, m.thresholds), t_ms, 1)
+
+
+def _not_ok_watched(tmp_path, read_back: bool):
+    """A monitor holding only replicas not ok (``holds_ok`` off), broker 2 silent to the job
+    since T0 + 1 s; ``read_back``: with ``followers_of`` (which records what it is asked)."""
+    asked: list[set[tuple[str, int]]] = []
+    clock, sink = Clock(), Collect()
+    cfg = RuleConfig(Rule.KIP16_REFINED, LAG_MS)
+    lookahead = Lookahead(cfg, Thresholds(), live_ms=15_000)
+    monitor = _monitor(tmp_path, clock, sink, lookahead=lookahead, holds_ok=False)
+    monitor.cfg = cfg
+
+    def followers_of(brokers):
+        asked.append(set(brokers))
+        return [_read_back(monitor, T0, T0, 20)]
+
+    monitor.followers_of = followers_of if read_back else None
+    monitor.broker_watch = Brokers({2: (T0 + 1_000) / 1000})
+    monitor.identify([("c", SAME_BROKERS)])
+    return monitor, clock, sink, asked
+
+
+def test_with_only_replicas_not_ok_held_a_silent_broker_s_ok_followers_are_read_back_and_carried(tmp_path) -> None:
+    """``--driver-replicas not-ok``: the driver lets the ok follower go after its batch, so on
+    its broker's silence (the telemetry frozen with it) it had nobody to carry and the Nearing
+    came only with the shrink. Now the broker's ok in-sync followers are read back from the
+    state (once, until a batch) and carried as with every replica held."""
+    for read_back in (False, True):
+        monitor, clock, sink, asked = _not_ok_watched(tmp_path / str(read_back), read_back)
+        _batch(monitor, 0, T0, T0, leo=20)  # caught up at T0, the newest telemetry
+        assert monitor.statuses == {}, "ok: let go after its batch"
+        clock.t = (T0 + 5_999) / 1000
+        assert monitor.carry_forward() == []
+        clock.t = (T0 + 6_000) / 1000
+        carried = monitor.carry_forward()
+        if not read_back:
+            assert carried == [] and not _started(sink), "nothing held, nothing carried"
+            continue
+        assert asked == [{("c", 2)}], "read back once, when the broker fell silent"
+        [one] = carried
+        assert one.state is State.STALLED and one.lag_state is State.NEARING and one.eval_ms == T0 + 6_000
+        assert (AlertName.NEARING.value, T0 + 6_000) in _started(sink)
+        clock.t = (T0 + 7_000) / 1000
+        assert monitor.carry_forward() == [] and len(asked) == 1
+        # the broker answers again and the telemetry shows the follower caught up: resolved, let go
+        monitor.broker_watch._silent = {}
+        clock.t = (T0 + 8_000) / 1000
+        _batch(monitor, 1, T0 + 8_000, T0 + 8_000, leo=20)
+        assert AlertName.NEARING.value in _resolved(sink)
+        assert monitor.statuses == {}
+
+
 def test_the_silence_bounds_the_last_catch_up(tmp_path) -> None:
     """Telemetry that saw the follower caught up later than the broker's last answer to the
     job (the collector's clock ahead, or its round later) cannot put the crossing after
