@@ -548,3 +548,26 @@ def test_a_restarted_job_still_knows_which_cluster_is_which_before_any_telemetry
     m2.checkpoint.identities_path.write_text("{not json")  # unreadable: started afresh, not a failed start
     m3, clock3, sink3 = _setup(tmp_path)
     assert m3.identities.as_json() == {}
+
+
+def test_a_read_back_that_fails_is_tried_again_at_the_next_tick(tmp_path, caplog) -> None:
+    """The state table's read can fail (a version pruned under it by a batch running beside
+    the timer): logged, nothing carried, read again at the next tick."""
+    monitor, clock, sink, asked = _not_ok_watched(tmp_path, True)
+    read_back = monitor.followers_of
+    failures = []
+
+    def flaky(brokers):
+        if not failures:
+            failures.append(brokers)
+            raise FileNotFoundError("replicas/v3")
+        return read_back(brokers)
+
+    monitor.followers_of = flaky
+    _batch(monitor, 0, T0, T0, leo=20)
+    clock.t = (T0 + 6_000) / 1000
+    assert monitor.carry_forward() == [] and failures == [{("c", 2)}]
+    assert "silent_followers_unread brokers=c/2 error=FileNotFoundError" in caplog.text
+    clock.t = (T0 + 6_200) / 1000  # the next tick
+    [carried] = monitor.carry_forward()
+    assert carried.lag_state is State.NEARING and asked == [{("c", 2)}]
