@@ -94,10 +94,6 @@ def _no_spare(s: ReplicaStatus, default_min_isr: int) -> bool:
     return 0 < s.isr_size <= (s.min_isr or default_min_isr)
 
 
-def _key(s: ReplicaStatus) -> ReplicaKey:
-    return (s.cluster, s.topic, s.partition, s.broker_id)
-
-
 def _pairs(brokers: set[tuple[str, int]]) -> str:
     """(cluster, broker id) pairs for a log line: ``cluster/broker,...``."""
     return ",".join(f"{c}/{b}" for c, b in sorted(brokers))
@@ -527,7 +523,8 @@ class Monitor:
             return
         with self._lock:
             self._held_silent |= wanted
-            fresh = [item for item in found if _key(item[0]) not in self.statuses]  # (held: as new or newer)
+            holding = self.statuses.keys()  # (held: as new as the table's or newer)
+            fresh = [(s, t, n) for s, t, n in found if (s.cluster, s.topic, s.partition, s.broker_id) not in holding]
             held = self._merge(fresh)[0]
             self.store.update(held, telemetry=False)
         log.info("silent_followers_held %s", kv(brokers=_pairs(wanted), replicas=len(held)))
