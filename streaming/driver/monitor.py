@@ -31,7 +31,7 @@ does (``streaming.driver.lookahead``, bounded; Kafka telemetry only). So is a fo
 broker the job itself sees silent while the telemetry stands still
 (``streaming.driver.brokerwatch``: isrwatch's topics on the watched cluster, held up by that broker);
 with ``holds_ok`` off that broker's ok followers are read back from the state table first
-(``followers_of``).
+(``followers_of``, on a thread of its own: ``streaming.driver.readback``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from streaming.driver.checkpoint import DriverCheckpoint
 from streaming.driver.identity import Identities
 from streaming.driver.lookahead import Lookahead
 from streaming.driver.notify import AlertSink
+from streaming.driver.readback import ReadBack
 from streaming.sinks.outputs import KafkaStates
 
 if TYPE_CHECKING:
@@ -67,6 +68,9 @@ Evaluated = tuple[ReplicaStatus, int, int]
 # (cluster, broker id) pairs -> their ok in-sync followers as the state last held them
 # (``streaming.lifecycle.query.follower_statuses``).
 FollowersOf = Callable[[set[tuple[str, int]]], list[Evaluated]]
+# Seconds a read of them under way is given to end when the job stops (~6 s for one broker's
+# followers of a 1M-replica fleet on 3 brokers), before Spark stops under it.
+READ_BACK_CLOSE_S = 15.0
 
 STALE_SCOPE = {AlertName.TELEMETRY_STALE.value}
 REPLICA_SCOPE = {n.value for n in AlertName} - STALE_SCOPE
@@ -133,6 +137,7 @@ class Monitor:
         # (``_hold_silent``), and the brokers whose followers it has held since the last batch.
         self.followers_of = followers_of
         self._held_silent: set[tuple[str, int]] = set()
+        self._silent_reads = ReadBack(self._read_silent, self._take_silent, self._unread, "isrwatch-silent-followers")
         self.thresholds = thresholds
         self.default_min_isr = default_min_isr
         self.stale_after_ms = int(stale_after_s * 1000)
@@ -502,8 +507,9 @@ class Monitor:
         """With ``holds_ok`` off the driver holds no ok follower, so a broker the job sees
         silent while its cluster's telemetry stands still would have none for
         ``Lookahead.silent_due`` to carry: hold its ok in-sync followers, as the state table
-        last had them (``followers_of``: a Spark job, run outside the lock), once the telemetry
-        has stood still half the stall time; once per broker until the next batch lets them go."""
+        last had them (``followers_of``: a Spark job, on the reader's thread, so the timer goes
+        on meanwhile), once the telemetry has stood still half the stall time; once per broker
+        until the next batch lets them go. The timer carries them at its first tick after."""
         if self.holds_ok or self.followers_of is None or self.lookahead is None or not self.lookahead.enabled:
             return
         with self._lock:
@@ -514,20 +520,34 @@ class Monitor:
                 for b in silent
                 if b not in self._held_silent and still.get(b[0], 0) >= self.thresholds.stall_after_ms // 2
             }
-        if not wanted:
-            return
-        try:
-            found = self.followers_of(wanted)
-        except Exception as e:  # noqa: BLE001 - a state version pruned under the read: the next tick reads again
-            log.warning("silent_followers_unread %s", kv(brokers=_pairs(wanted), error=type(e).__name__))
-            return
+        if wanted:
+            self._silent_reads.ask(frozenset(wanted))  # (one at a time: asked again at a later tick)
+
+    def _read_silent(self, brokers: frozenset[tuple[str, int]]) -> list[Evaluated]:
+        assert self.followers_of is not None, "asked only with followers_of"
+        return self.followers_of(set(brokers))
+
+    def _take_silent(self, brokers: frozenset[tuple[str, int]], found: list[Evaluated]) -> None:
         with self._lock:
-            self._held_silent |= wanted
+            self._held_silent |= brokers
             holding = self.statuses.keys()  # (held: as new as the table's or newer)
             fresh = [(s, t, n) for s, t, n in found if (s.cluster, s.topic, s.partition, s.broker_id) not in holding]
             held = self._merge(fresh)[0]
             self.store.update(held, telemetry=False)
-        log.info("silent_followers_held %s", kv(brokers=_pairs(wanted), replicas=len(held)))
+        log.info("silent_followers_held %s", kv(brokers=_pairs(set(brokers)), replicas=len(held)))
+
+    @staticmethod
+    def _unread(brokers: frozenset[tuple[str, int]], e: Exception) -> None:
+        # a state version pruned under the read: read again at the next tick
+        log.warning("silent_followers_unread %s", kv(brokers=_pairs(set(brokers)), error=type(e).__name__))
+
+    def wait_read_back(self, timeout_s: float | None = None) -> bool:
+        """Until no read of silent brokers' followers is under way (True), or ``timeout_s`` passed."""
+        return self._silent_reads.wait(timeout_s)
+
+    def close(self, timeout_s: float = READ_BACK_CLOSE_S) -> None:
+        """No more reads back; one under way is given ``timeout_s`` to end before Spark stops."""
+        self._silent_reads.close(timeout_s)
 
     def identify(self, stated: Iterable[tuple[str, Mapping[str, object]]]) -> None:
         """Take in what collectors said of the clusters they poll (``streaming.driver.identity``)."""

@@ -199,6 +199,7 @@ def make_monitor(
         if settings.driver_replicas == "all"
         else functools.partial(query.follower_statuses, spark, checkpoint_dir, cfg, th),
     )
+    on_close("silent followers' read back", monitor.close)  # (before Spark stops: registered after it)
     # With --driver-replicas not-ok, only the replicas the driver would hold after a batch (and each
     # cluster's newest, its clock) leave Spark: a fleet's ok replicas never become Python objects.
     held = None if monitor.holds_ok else (settings.min_insync_replicas, lookahead)

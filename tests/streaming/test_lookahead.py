@@ -4,6 +4,8 @@ the bounds that keep a gap in telemetry from reading as a follower out of sync."
 
 from __future__ import annotations
 
+import threading
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -310,7 +312,9 @@ def test_with_only_replicas_not_ok_held_a_silent_broker_s_ok_followers_are_read_
         clock.t = (T0 + 5_999) / 1000
         assert monitor.carry_forward() == []
         clock.t = (T0 + 6_000) / 1000
-        carried = monitor.carry_forward()
+        carried = monitor.carry_forward()  # (with the read back: asked on its thread, carried once in)
+        assert monitor.wait_read_back(30)
+        carried += monitor.carry_forward()
         if not read_back:
             assert carried == [] and not _started(sink), "nothing held, nothing carried"
             continue
@@ -566,8 +570,49 @@ def test_a_read_back_that_fails_is_tried_again_at_the_next_tick(tmp_path, caplog
     monitor.followers_of = flaky
     _batch(monitor, 0, T0, T0, leo=20)
     clock.t = (T0 + 6_000) / 1000
-    assert monitor.carry_forward() == [] and failures == [{("c", 2)}]
+    assert monitor.carry_forward() == []
+    assert monitor.wait_read_back(30) and failures == [{("c", 2)}]
     assert "silent_followers_unread brokers=c/2 error=FileNotFoundError" in caplog.text
     clock.t = (T0 + 6_200) / 1000  # the next tick
-    [carried] = monitor.carry_forward()
-    assert carried.lag_state is State.NEARING and asked == [{("c", 2)}]
+    carried = monitor.carry_forward()  # asks again
+    assert monitor.wait_read_back(30)
+    [one] = carried + monitor.carry_forward()
+    assert one.lag_state is State.NEARING and asked == [{("c", 2)}]
+
+
+def test_the_timer_goes_on_while_a_silent_broker_s_followers_are_read_back(tmp_path) -> None:
+    """The read back is a Spark job (~6 s for one broker of a 1M-replica fleet on 3 brokers):
+    the timer's tick that asks for it returns while it is under way, and the stale check, the
+    other carries and the query's failure check go on meanwhile. The followers are carried at
+    the first tick after they are in, at their crossing's time, not the tick's."""
+    monitor, clock, sink, asked = _not_ok_watched(tmp_path, True)
+    read_back = monitor.followers_of
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def slow(brokers):
+        started.set()
+        release.wait(60)
+        try:
+            return read_back(brokers)
+        finally:
+            finished.set()
+
+    monitor.followers_of = slow
+    _batch(monitor, 0, T0, T0, leo=20)
+    clock.t = (T0 + 6_000) / 1000
+    assert monitor.carry_forward() == []
+    assert started.wait(30) and not finished.is_set(), "the tick returned while the read was under way"
+    clock.t = (T0 + 6_200) / 1000
+    monitor.check_stale()
+    assert monitor.carry_forward() == [] and asked == [], "one read at a time"
+    release.set()
+    assert monitor.wait_read_back(30) and asked == [{("c", 2)}]
+    clock.t = (T0 + 6_400) / 1000
+    [one] = monitor.carry_forward()
+    assert one.lag_state is State.NEARING and one.eval_ms == T0 + 6_000
+    assert (AlertName.NEARING.value, T0 + 6_000) in _started(sink)
+    monitor.close(30)
+    clock.t = (T0 + 6_600) / 1000
+    monitor._held_silent.clear()
+    monitor.carry_forward()
+    assert monitor.wait_read_back(1) and asked == [{("c", 2)}], "no read after close"
