@@ -82,6 +82,17 @@ class GaugeWatch(threading.Thread):
         return out
 
 
+def exporter_agrees(watch: GaugeWatch, every_replica: bool = True) -> bool:
+    """The exporter (the state topic: every replica) shows each follower of ``watch.topic`` in
+    the job's state. The job serves every replica (``--driver-replicas all``): the same states.
+    With ``not-ok`` it serves only those it holds (docs/metrics.md): each in the exporter's state,
+    the exporter serving replicas the job does not."""
+    job, exporter = watch.states("job"), watch.states("exporter")
+    if every_replica:
+        return bool(job) and exporter == job
+    return bool(exporter) and job.items() <= exporter.items()
+
+
 def prometheus_config(workdir: Path, targets: list[str]) -> Path:
     """The shipped prometheus.yml and rules, scraping ``targets`` every second."""
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from isrwatch.alerts import AlertName
-from tests.e2e.gauges import GaugeWatch
+from tests.e2e.gauges import GaugeWatch, exporter_agrees
 from tests.e2e.pipeline import Pipeline, until
 from tests.e2e.results import Shrinks, first_event, nearing_row
 
@@ -35,6 +35,7 @@ def pause_round(
     broker: int,
     layout: dict[int, tuple[int, tuple[int, ...]]],
     watch: GaugeWatch | None,
+    every_replica: bool = True,
 ) -> dict[str, Any]:
     followed = sorted(p for p, (leader, replicas) in layout.items() if broker in replicas and leader != broker)
     led = sorted(p for p, (leader, _) in layout.items() if leader == broker)
@@ -102,7 +103,7 @@ def pause_round(
             # everything the job said during the fault has reached the exporter through the state topic
             until(
                 "the exporter's states to agree with the job's",
-                lambda: bool(watch.states("job")) and watch.states("exporter") == watch.states("job"),
+                lambda: exporter_agrees(watch, every_replica),
                 AGREE_S,
                 pipe,
             )
