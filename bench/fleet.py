@@ -142,6 +142,7 @@ def run_size(
     driver_replicas: str = "all",
     not_ok_every: int = NOT_OK_EVERY,
     rounds: int = ROUNDS,
+    ok_refresh_batches: int = 1,
 ) -> dict[str, Any]:
     """One fleet size: the job against the live feed; its batches and the figures above.
     ``not_ok_every``: one replica in this many falls behind (10: an incident's 10 %);
@@ -163,7 +164,9 @@ def run_size(
         topic = bkafka.new_topic(kafka, f"bench-fleet-{replicas}")
         cap = JobSettings().max_records_per_trigger  # the job as deployed: its default cap
         # lag: the feed says 10 s as well
-        settings = job_settings(kafka, topic, checkpoint, cap, 1.0, driver_replicas=driver_replicas)
+        settings = job_settings(
+            kafka, topic, checkpoint, cap, 1.0, driver_replicas=driver_replicas, ok_refresh_batches=ok_refresh_batches
+        )
 
         def target() -> None:
             try:
@@ -274,7 +277,7 @@ def _label(replicas: int) -> str:
     return f"{replicas // 1_000_000}m" if replicas % 1_000_000 == 0 else f"{replicas // 1000}k"
 
 
-def _one(replicas: int, version: int, logs: Path, driver_replicas: str = "all") -> dict[str, Any]:
+def _one(replicas: int, version: int, logs: Path, driver_replicas: str = "all", refresh: int = 1) -> dict[str, Any]:
     """``run_size`` in a process of its own (its driver memory is that size's alone); the job's
     log goes to a file under ``logs``."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -284,7 +287,7 @@ def _one(replicas: int, version: int, logs: Path, driver_replicas: str = "all") 
     print(f"  the job's log: {log_file}", flush=True)
     try:
         cmd = [sys.executable, "-m", "bench.fleet", "--replicas", str(replicas), "--telemetry-version", str(version)]
-        cmd += ["--driver-replicas", driver_replicas]
+        cmd += ["--driver-replicas", driver_replicas, "--ok-refresh-batches", str(refresh)]
         with log_file.open("w") as err:
             run = subprocess.run([*cmd, "--json", out], stdout=subprocess.PIPE, stderr=err, text=True)
         lines = run.stdout.splitlines()
@@ -374,6 +377,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --replicas: the job's literal-set size for the held replicas' keys "
         "(streaming.evaluation.evaluate.KEYS_INLINE; a large number: always the literal set, the baseline)",
     )
+    ap.add_argument(
+        "--ok-refresh-batches",
+        type=int,
+        default=1,
+        help="the job's --ok-refresh-batches (default 1, the job's default)",
+    )
     ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"with --replicas: the feed's rounds (default {ROUNDS})")
     args = ap.parse_args(argv)
     if args.replicas is not None:
@@ -386,7 +395,14 @@ def main(argv: list[str] | None = None) -> int:
 
             evaluate.KEYS_INLINE = args.keys_inline  # the job runs in this process
             print(f"keys_inline={args.keys_inline}", flush=True)
-        r = run_size(args.replicas, args.telemetry_version, args.driver_replicas, args.not_ok_every, args.rounds)
+        r = run_size(
+            args.replicas,
+            args.telemetry_version,
+            args.driver_replicas,
+            args.not_ok_every,
+            args.rounds,
+            args.ok_refresh_batches,
+        )
         print(_line(r), flush=True)
         if args.json:
             Path(args.json).write_text(json.dumps(r))
@@ -395,11 +411,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--runs must be at least 1")
     header = print_header("isrwatch fleet: the job against a live feed")
     print(f"the job's --driver-replicas: {args.driver_replicas}", flush=True)
+    print(f"the job's --ok-refresh-batches: {args.ok_refresh_batches}", flush=True)
     results: dict[int, list[dict[str, Any]]] = {n: [] for n in SIZES}
     for run in range(args.runs):
         for n in SIZES:
             print(f"run {run + 1}/{args.runs}: {_label(n)} replicas", flush=True)
-            results[n].append(_one(n, args.telemetry_version, Path(args.logs), args.driver_replicas))
+            results[n].append(
+                _one(n, args.telemetry_version, Path(args.logs), args.driver_replicas, args.ok_refresh_batches)
+            )
     small, large = results[SIZES[0]], results[SIZES[1]]
     a = median_of_measured([r["driver_s"] for r in small])
     b = median_of_measured([r["driver_s"] for r in large])

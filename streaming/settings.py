@@ -154,7 +154,8 @@ class JobSettings:
         "refresh a replica that is and was ok (its gauges, its state-topic record) only at its first and then every N-th "
         "observation (with a 1 s poll at a 1 s trigger: every N batches); "
         "replicas not ok, changes of state and followers the lookahead may carry still every batch "
-        "(1: every replica every batch)",
+        "(1: every replica every batch); with --driver-replicas not-ok, where ok replicas never reach the driver, "
+        "their state-topic records",
         check=_refresh_batches,
         metavar="N",
     )
@@ -219,11 +220,6 @@ class JobSettings:
             return "--spool-dir and --bootstrap-servers exclude each other: pick one telemetry source"
         if self.nearing_ratio > self.critical_ratio:
             return f"--nearing-ratio ({self.nearing_ratio}) must not exceed --critical-ratio ({self.critical_ratio})"
-        if self.driver_replicas == "not-ok" and self.ok_refresh_batches > 1:
-            return (
-                "--ok-refresh-batches and --driver-replicas not-ok exclude each other: with not-ok, replicas "
-                "that stay ok never reach the driver (pick one)"
-            )
         if self.bootstrap_servers:  # the source's planner asks the brokers through kafka-python
             return kafka_config_problem(self.kafka_config)
         try:  # unused without Kafka, but an item that is not KEY=VALUE is a mistake whatever the source

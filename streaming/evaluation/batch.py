@@ -305,8 +305,13 @@ def evaluate_records(
         # What the state writes take, planned here (Spark runs it there).
         if observed is not None:
             out.totals = _batch_totals(observed, evaluated, clusters, batch_id)
-        # The state topic has every observed replica's newest row even when the driver takes fewer.
-        state_rows = driver if hold_ok else replicas.for_the_driver(evaluated, (), 1)
+        # The state topic has every observed replica's newest row even when the driver takes
+        # fewer: with not-ok, those of ok replicas at their refresh (every one with N = 1).
+        state_rows = (
+            driver
+            if hold_ok
+            else replicas.for_the_driver(evaluated, watched_keys, refresh_batches, lookahead, clocks=False)
+        )
         out.next_state, out.state_rows, out.carried = replicas.next_state(evaluated, carried.idle), state_rows, carried
     except BaseException:
         out.release()

@@ -197,7 +197,11 @@ def _status_exprs(
 
 
 def for_the_driver(
-    statuses: DataFrame, watched_keys: Collection[str], refresh_batches: int, lookahead: Reach | None = None
+    statuses: DataFrame,
+    watched_keys: Collection[str],
+    refresh_batches: int,
+    lookahead: Reach | None = None,
+    clocks: bool = True,
 ) -> DataFrame:
     """The rows of ``status_columns``' output the driver needs when replicas that
     stay ok are refreshed only at every ``refresh_batches``-th observation
@@ -217,7 +221,10 @@ def for_the_driver(
       Counted in the replica's own observations, not in batches: a replica observed
       in only some batches (polled every 5 s at a 1 s trigger) is refreshed as
       surely as one observed in every batch;
-    * the newest row of each cluster, which carries the cluster's telemetry clock.
+    * the newest row of each cluster, which carries the cluster's telemetry clock (``clocks``:
+      not for the state topic's records with ``--driver-replicas not-ok``, where Spark counts
+      the clocks; a window over each cluster's rows, in one task, that a fleet's batch need
+      not pay).
 
     ``refresh_batches`` 1 keeps every row.
     """
@@ -228,12 +235,14 @@ def for_the_driver(
     total = F.coalesce(F.col("observations"), F.col(IN_BATCH))
     before = total - F.col(IN_BATCH)
     due = (before <= 0) | (F.floor((total + offset) / n) > F.floor((before + offset) / n))
-    rank = F.row_number().over(Window.partitionBy("cluster").orderBy(F.col("last_t_ms").desc()))
-    keep = (F.col("state") != State.OK.value) | due | (F.col("_rank") == 1) | F.col(_WATCHED)
+    keep = (F.col("state") != State.OK.value) | due | F.col(_WATCHED)
     if lookahead is not None and lookahead.enabled:
         keep = keep | within_reach(lookahead)
     flagged = with_key_flag(statuses, watched_keys, _WATCHED)
-    return flagged.withColumn("_rank", rank).where(keep).drop("_rank", _WATCHED)
+    if not clocks:
+        return flagged.where(keep).drop(_WATCHED)
+    rank = F.row_number().over(Window.partitionBy("cluster").orderBy(F.col("last_t_ms").desc()))
+    return flagged.withColumn("_rank", rank).where(keep | (F.col("_rank") == 1)).drop("_rank", _WATCHED)
 
 
 # Up to this many keys, ``with_key_flag`` tests a row's key against a literal set in the plan;

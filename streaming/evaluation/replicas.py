@@ -374,20 +374,25 @@ def evaluate_batch(
 
 
 def for_the_driver(
-    evaluated: DataFrame, watched_keys: Collection[str], refresh_batches: int, lookahead: Reach | None = None
+    evaluated: DataFrame,
+    watched_keys: Collection[str],
+    refresh_batches: int,
+    lookahead: Reach | None = None,
+    clocks: bool = True,
 ) -> DataFrame:
     """The rows of ``evaluate_batch``'s output the driver takes: every change
     (its alerts, with their times) and the newest row of every replica observed
     in the batch (its gauges), those of ok replicas only when due for a refresh
     when ``refresh_batches`` > 1, or watched, or within ``lookahead``'s reach
-    (``evaluate.for_the_driver``)."""
+    (``evaluate.for_the_driver``, and its ``clocks``). The same rows are the state
+    topic's records with ``--driver-replicas not-ok`` (without ``clocks``)."""
     columns = [*evaluate.STATUS_COLUMNS, *evaluate.EXTRA_COLUMNS, CHANGE, LAST]
     if refresh_batches <= 1:
         return projection.select(evaluated.where(_driver_rows()), *columns)
     # A replica's newest row that is itself a change always goes (it may be a return to ok).
     changes = evaluated.where(F.col(CHANGE))
     finals = evaluated.where(F.col(LAST) & (F.col(IN_BATCH) > 0) & ~F.col(CHANGE))
-    finals = evaluate.for_the_driver(finals, watched_keys, refresh_batches, lookahead)
+    finals = evaluate.for_the_driver(finals, watched_keys, refresh_batches, lookahead, clocks)
     return changes.select(*columns).unionByName(finals.select(*columns))
 
 

@@ -49,7 +49,6 @@ def test_unknown_key_in_a_file_is_an_error(tmp_path: Path) -> None:
         (["--replica-series-top", "-1"], {}, "--replica-series-top: -1 must be 0 or more"),  # the exporter's group
         (["--lookahead-ms", "-1"], {}, "--lookahead-ms: -1 must be 0 or more"),  # the job's: the same check
         (["--driver-replicas", "some"], {}, "--driver-replicas: 'some' is not one of: all, not-ok"),
-        (["--driver-replicas", "not-ok", "--ok-refresh-batches", "5"], {}, "--ok-refresh-batches and --driver-r"),
         (["--speed", "0"], {}, "--speed: 0.0 must be greater than 0"),  # the simulator's group
         (["--cluster", "c" * 256], {}, "--cluster: 256 characters, at most 255"),  # the job would refuse it
         (["--cluster", ""], {}, "--cluster: must not be empty"),
@@ -156,6 +155,9 @@ def test_run_composes_each_components_settings_with_flat_names() -> None:
     assert build(RunSettings, grafana_url="http://g").alerting.grafana_url == "http://g"
     with pytest.raises(TypeError, match="no option 'trigger'"):
         build(RunSettings, trigger=1)
+    # a fleet's pair: not-ok, and the state topic's ok records at every N-th observation
+    fleet = load(RunSettings, parse("--driver-replicas", "not-ok", "--ok-refresh-batches", "5"), {})
+    assert (fleet.job.driver_replicas, fleet.job.ok_refresh_batches) == ("not-ok", 5)
 
 
 @dataclass(frozen=True)

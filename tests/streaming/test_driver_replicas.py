@@ -213,3 +213,53 @@ def test_not_ok_gives_the_default_s_alerts_and_holds_only_what_it_needs(spark, t
     assert all(s.state is State.OK and s.in_isr and s.eval_ms == last_t for s, last_t, _ in on_3)
     assert len(query.follower_statuses(spark, str(checkpoint), cfg, th, {("c", 2), ("c", 3)})) == FOLLOWERS - 1
     assert query.follower_statuses(spark, str(checkpoint), cfg, th, {("other", 3), ("c", 4)}) == []
+
+
+class _Records:
+    """Stands in for the state topic's writer (``streaming.sinks.statewriter.StateWriter``, tested
+    on real Kafka in tests/streaming/test_statewriter.py): the replicas whose records a batch
+    writes, as (partition, broker) pairs, one set per batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[set[tuple[int, int]]] = []
+
+    def write_statuses(self, rows, gone=()) -> tuple[str, int]:
+        keys = {(r["partition"], r["broker_id"]) for r in rows.select("partition", "broker_id").collect()}
+        self.batches.append(keys)
+        return "driver", len(keys)
+
+
+@pytest.mark.spark
+def test_not_ok_with_a_refresh_period_writes_ok_replicas_records_at_their_refresh(spark, tmp_path) -> None:
+    """``--driver-replicas not-ok --ok-refresh-batches N``: the driver takes what it takes
+    without N; the state topic gets every replica at its first observation, every change and
+    every replica not ok at every batch, and a replica that stays ok at every N-th of its
+    observations (with N = 1, every replica every batch), so a fleet's state topic carries a
+    N-th of the records of its ok replicas."""
+    written: dict[int, _Records] = {}
+    held_after: dict[int, list[set[tuple[int, int]]]] = {}
+    for n in (1, 6):
+        monitor = _monitor(tmp_path / f"ck{n}", Clock(), Collect(), holds_ok=False)
+        monitor.store.every_replica = False
+        records = written[n] = _Records()
+        handler = handler_on(
+            spark, tmp_path / str(n), monitor, refresh_batches=n, hold_ok=False, default_min_isr=2, states=records
+        )
+        held_after[n] = []
+        for b in range(BATCHES):
+            handler(_raw(spark, b, _batch(b)), b)
+            held_after[n].append({(k[2], k[3]) for k in monitor.statuses})
+    assert held_after[6] == held_after[1], "the driver holds the same replicas whatever N"
+    everyone = {(p, b) for p in range(FOLLOWERS // 2) for b in (2, 3)}
+    assert all(batch == everyone for batch in written[1].batches)
+    refreshed = written[6].batches
+    assert refreshed[0] == everyone, "every replica at its first observation"
+    # what the driver holds after a batch (not ok, or no spare in-sync replica) is written in it
+    for b in range(BATCHES):
+        assert held_after[6][b] <= refreshed[b], b
+    assert (0, 2) in held_after[6][8] and {(2, 2), (2, 3)} <= held_after[6][0], held_after[6]
+    steady = {(p, b) for p, b in everyone if p >= 3}  # (partitions 0-2: a fault, or at min ISR)
+    for key in steady:  # ok throughout: observed twice a batch, so refreshed every 3 batches
+        times = [b for b in range(1, BATCHES) if key in refreshed[b]]
+        assert 3 <= len(times) <= 4, (key, times)
+    assert sum(len(batch) for batch in refreshed) < sum(len(batch) for batch in written[1].batches) / 2
