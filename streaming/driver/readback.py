@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from isrwatch.logs import kv
+
 __all__ = ["ReadBack"]
 
 log = logging.getLogger("streaming.monitor")
@@ -54,7 +56,7 @@ class ReadBack(Generic[Asked, Found]):
             if self._thread is None:  # started at the first read: most jobs never need one
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-        self._asked.put((asked,))
+            self._asked.put((asked,))  # (under the lock: never behind close's end mark)
         return True
 
     def _run(self) -> None:
@@ -62,7 +64,7 @@ class ReadBack(Generic[Asked, Found]):
             try:
                 self._one(item[0])
             except Exception:  # a failure taking the result in must not end the reader
-                log.exception("read_back_failed %s", self._name)
+                log.exception("read_back_failed %s", kv(reader=self._name))
             finally:
                 self._idle.set()
 
