@@ -10,8 +10,9 @@ broker leads one and follows two. The controller is paused like the
 others, last (see ``_pause_round`` on Kafka 0.9's KAFKA-2729).
 
 Two deployments: the telemetry on the watched cluster, and on a separate
-one-broker telemetry cluster. Each broker is paused in turn until the leaders
-have dropped it from the ISR, then resumed. For every pause:
+one-broker telemetry cluster; the first also with the fleet's ``--driver-replicas
+not-ok``. Each broker is paused in turn until the leaders have dropped it from the
+ISR, then resumed. For every pause:
 
 * each real shrink of the paused follower is printed as
   ``KafkaReplicaNearingIsrShrink`` before the leader logs it, the job's crossing ahead by at
@@ -40,7 +41,9 @@ Prometheus with the shipped rules scrapes it and the job's own /metrics. For
 every pause the job's /metrics shows the paused follower at lag ratio >= 0.5,
 and Prometheus fires ``KafkaReplicaNearingIsrShrink`` for it, before the
 broker's real shrink; once the round's alerts have resolved, the exporter's
-states agree with the job's within ``AGREE_S``; no output record is lost.
+states agree with the job's within ``AGREE_S`` (with ``not-ok``, which serves only the
+replicas the job holds: the exporter shows each of those in the job's state); no output
+record is lost.
 """
 
 from __future__ import annotations
