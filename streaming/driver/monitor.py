@@ -134,7 +134,7 @@ class Monitor:
         # (``_release_ok``); Spark counts the batch and keeps the clocks (``apply_statuses``' totals).
         self.holds_ok = holds_ok
         # With holds_ok off: where the ok followers of a broker the job sees silent come from
-        # (``_hold_silent``), and the brokers whose followers it has held since the last batch.
+        # (``_hold_silent``), and the brokers whose followers it holds while they stay silent.
         self.followers_of = followers_of
         self._held_silent: set[tuple[str, int]] = set()
         self._silent_reads = ReadBack(self._read_silent, self._take_silent, self._unread, "isrwatch-silent-followers")
@@ -195,7 +195,7 @@ class Monitor:
                 statuses = self._resume_carried(statuses)
             self.store.update(statuses)
             if not self.holds_ok:
-                self._release_ok()
+                self._release_ok(keep=set())
             for c, now in self.cluster_now.items():
                 self.store.set_telemetry_time(c, now)
         return len(statuses)
@@ -238,16 +238,20 @@ class Monitor:
             self._advanced_wall_ms[cluster] = wall_ms
         self._advanced_wall_ms.setdefault(cluster, wall_ms)
 
-    def _release_ok(self) -> None:
+    def _release_ok(self, keep: set[tuple[str, int]]) -> None:
         """Under the lock, with ``holds_ok`` off: let go of the replicas held as ok (off
         ``/metrics`` too; their state-topic records stay), but for the followers the
-        lookahead watches and those of partitions without a spare in-sync replica
-        (``streaming.evaluation.evaluate.held`` sends those every batch)."""
+        lookahead watches, those of partitions without a spare in-sync replica
+        (``streaming.evaluation.evaluate.held`` sends those every batch) and those on the
+        brokers in ``keep`` ((cluster, broker id): silent, their followers read back)."""
         watched = self.lookahead.watched() if self.lookahead is not None else set()
         ok = [
             k
             for k, s in self.statuses.items()
-            if s.state is State.OK and k not in watched and not _no_spare(s, self.default_min_isr)
+            if s.state is State.OK
+            and k not in watched
+            and not _no_spare(s, self.default_min_isr)
+            and (k[0], k[3]) not in keep
         ]
         if ok:
             self.store.remove(self._drop(ok))
@@ -409,8 +413,11 @@ class Monitor:
                 )
             self._remove(removed + led)  # (after the batch's own records: the tombstone is the last word)
             if not self.holds_ok:
-                self._release_ok()
-                self._held_silent.clear()  # (let go with the rest: held again while still silent)
+                # A silent broker's followers read back stay held while it is silent (each batch
+                # brings their rows: they are held keys), not read again after every batch;
+                # let go with the rest once it answers.
+                self._held_silent &= set(self._own_evidence(int(self._wall() * 1000))[0])
+                self._release_ok(keep=self._held_silent)
                 report.statuses = len(self.statuses)
             if removed:
                 log.info("replicas_gone %s", kv(batch_id=batch_id, count=len(removed), first=removed[0]))
@@ -509,7 +516,8 @@ class Monitor:
         ``Lookahead.silent_due`` to carry: hold its ok in-sync followers, as the state table
         last had them (``followers_of``: a Spark job, on the reader's thread, so the timer goes
         on meanwhile), once the telemetry has stood still half the stall time; once per broker
-        until the next batch lets them go. The timer carries them at its first tick after."""
+        while it stays silent (batches keep them, ``_release_ok``). The timer carries them at
+        its first tick after."""
         if self.holds_ok or self.followers_of is None or self.lookahead is None or not self.lookahead.enabled:
             return
         with self._lock:

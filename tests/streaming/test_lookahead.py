@@ -332,6 +332,32 @@ def test_with_only_replicas_not_ok_held_a_silent_broker_s_ok_followers_are_read_
         assert monitor.statuses == {}
 
 
+def test_a_silent_broker_s_followers_read_back_stay_held_through_batches_until_it_answers(tmp_path) -> None:
+    """Read back before their crossing, the followers stay held through the batches that come
+    while their broker is silent (each would have let them go, and the next tick read the
+    table again: a Spark job per batch for the whole fault), are carried at the crossing, and
+    are let go once the broker answers again and a batch shows them caught up."""
+    monitor, clock, sink, asked = _not_ok_watched(tmp_path, True)
+    _batch(monitor, 0, T0, T0, leo=20)
+    clock.t = (T0 + 4_500) / 1000  # silent 3.5 s (over the stall time), the crossing at T0 + 6 s
+    assert monitor.carry_forward() == []
+    assert monitor.wait_read_back(30) and asked == [{("c", 2)}]
+    assert len(monitor.statuses) == 1, "held, ok, before its crossing"
+    _batch(monitor, 1, T0, T0, leo=20)  # a batch while the telemetry stands still
+    assert len(monitor.statuses) == 1, "kept through the batch"
+    clock.t = (T0 + 5_000) / 1000
+    assert monitor.carry_forward() == []
+    assert monitor.wait_read_back(30) and asked == [{("c", 2)}], "not read again"
+    clock.t = (T0 + 6_000) / 1000
+    [one] = monitor.carry_forward()
+    assert one.lag_state is State.NEARING and one.eval_ms == T0 + 6_000
+    monitor.broker_watch._silent = {}
+    clock.t = (T0 + 8_000) / 1000
+    _batch(monitor, 2, T0 + 8_000, T0 + 8_000, leo=20)
+    assert AlertName.NEARING.value in _resolved(sink)
+    assert monitor.statuses == {} and monitor._held_silent == set()
+
+
 def test_the_silence_bounds_the_last_catch_up(tmp_path) -> None:
     """Telemetry that saw the follower caught up later than the broker's last answer to the
     job (the collector's clock ahead, or its round later) cannot put the crossing after
