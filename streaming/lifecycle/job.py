@@ -29,6 +29,7 @@ from isrwatch.exceptions import ConfigError, IsrwatchError
 from isrwatch.logs import kv
 from isrwatch.rule import AUTO
 from streaming.evaluation.parse import payload_kept_bytes
+from streaming.lifecycle import leftovers
 from streaming.lifecycle.assembly import make_monitor, make_outputs, rule_config
 from streaming.lifecycle.origin import check_checkpoint, default_checkpoint_dir
 from streaming.lifecycle.restarts import RestartPolicy
@@ -195,6 +196,7 @@ class Job:
         from streaming.sources.source import kafka_stream, spool_stream
 
         settings = self.settings
+        leftovers.sweep(tempfile.gettempdir())  # what jobs killed outright left behind
         checkpoint_dir, spool = self._checkpoint()
         spark = self._spark()
         outputs = make_outputs(settings, checkpoint_dir, self._on_close, self.series, self.alerting, self.sinks)
@@ -277,6 +279,7 @@ class Job:
         )
         checkpoint_dir = os.path.abspath(checkpoint_dir)
         if temporary:
+            leftovers.claim(checkpoint_dir)  # removed by the next job if this one is killed outright
             self._on_close("temporary checkpoint", shutil.rmtree, checkpoint_dir, True)
         try:
             os.makedirs(checkpoint_dir, exist_ok=True)
@@ -307,6 +310,7 @@ class Job:
         # LZ4 unpack) goes into one directory of this run's, removed at the end: the JVM
         # outlives the Python process by a moment and does not always tidy up after itself.
         scratch = tempfile.mkdtemp(prefix="isrwatch-spark-")
+        leftovers.claim(scratch)
         self._on_close("scratch", shutil.rmtree, scratch, True)
         from pyspark import SparkContext
 

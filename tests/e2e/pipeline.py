@@ -129,13 +129,26 @@ def until(what: str, predicate: Callable[[], bool], timeout_s: float, pipeline: 
 class _Child:
     """A child process in its own process group; stdout read line by line when ``on_line`` is given."""
 
-    def __init__(self, name: str, argv: list[str], workdir: Path, on_line: Callable[[str], None] | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        workdir: Path,
+        on_line: Callable[[str], None] | None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.stderr_path = workdir / f"{name}.stderr"
         stdout: Any = subprocess.PIPE if on_line else (workdir / f"{name}.stdout").open("wb")
         with self.stderr_path.open("ab") as err:
             self.proc = subprocess.Popen(
-                argv, stdout=stdout, stderr=err, stdin=subprocess.DEVNULL, cwd=workdir, start_new_session=True
+                argv,
+                stdout=stdout,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                cwd=workdir,
+                env=env,
+                start_new_session=True,
             )
         if not on_line:
             stdout.close()
@@ -214,6 +227,8 @@ class Pipeline:
         self.alerts_topic = f"isr.alerts-{suffix}"
         self.deadletter_topic = f"isr.deadletter-{suffix}"
         self.checkpoint_dir = workdir / "checkpoint"
+        # the job's temp directory (TMPDIR): Spark's scratch space, what a killed job leaves there
+        self.job_tmp = workdir / "tmp"
         from localkafka import free_port
 
         self.metrics_port = free_port()  # the job's own /metrics
@@ -304,7 +319,9 @@ class Pipeline:
             self.job.stderr_path.write_text("")
         self.job_runs += 1
         run = self.job_runs
-        self.job = _Child("job", argv, self.workdir, lambda line: self._on_line(line, run))
+        self.job_tmp.mkdir(exist_ok=True)
+        env = dict(os.environ, TMPDIR=str(self.job_tmp))
+        self.job = _Child("job", argv, self.workdir, lambda line: self._on_line(line, run), env)
 
     def _on_line(self, line: str, run: int) -> None:
         arrived = time.time()

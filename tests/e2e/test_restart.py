@@ -15,7 +15,9 @@ the broker is resumed, and the new exporter serves the paused follower's gauges;
 resume the job resolves every alert, repeats no transition of the first run, names no
 follower but the paused one (the restarts are gaps in the telemetry), and loses no telemetry: once the collector is stopped and the job has committed the end of the topic, the
 per-replica observation counts in its state store (read back with Spark's state reader) equal
-the observations on the telemetry topic.
+the observations on the telemetry topic. The restarted job also removes what the killed one
+left in its temp directory (Spark's scratch space; the job's ``TMPDIR`` is the test's own, so
+what is there is the job's).
 
 (Until 2026-11-26 this test resumed the broker before starting the job again; a restart after
 a pause is also tests/e2e/test_late_job.py's.) The first try of this test found the restarted job exiting at start-up ("cannot reach Kafka:
@@ -128,6 +130,9 @@ def test_killed_job_restarted_during_a_broker_pause_keeps_watching_loses_nothing
             assert pipe.job is not None
             pipe.job.kill()
             killed_at = time.time()
+            # what the killed job left in its temp directory (Spark's scratch space): the
+            # restarted job removes it (streaming.lifecycle.leftovers)
+            left_by_kill = sorted(p.name for p in pipe.job_tmp.iterdir())
             # the collector too (item 2: the same for the collector), started again at once
             assert pipe.collector is not None
             pipe.collector.kill()
@@ -145,6 +150,7 @@ def test_killed_job_restarted_during_a_broker_pause_keeps_watching_loses_nothing
                 pipe,
             )
             first_batch_s = time.time() - killed_at
+            still_there = [n for n in left_by_kill if (pipe.job_tmp / n).exists()]
             exporter = pipe.start_exporter()
             until(
                 "the restarted job to announce the paused follower out of sync",
@@ -205,6 +211,8 @@ def test_killed_job_restarted_during_a_broker_pause_keeps_watching_loses_nothing
     )
     print(f"first batch {first_batch_s:.1f} s after the kill; out of sync {out_of_sync_s:.1f} s after the pause")
     assert pipe.alerts()[len(first_run) :], "the restarted job announced something"
+    assert any(n.startswith("isrwatch-spark-") for n in left_by_kill), left_by_kill
+    assert still_there == [], f"the killed job's temporary directories outlived the restart: {still_there}"
     # the restarts are gaps in the telemetry, and no evidence is not bad evidence
     healthy = sorted({e.replica for e in pipe.alerts() if e.replica[2] >= 0 and e.replica[2] != PAUSED})
     assert not healthy, f"replica alerts for followers nothing slowed: {healthy}"

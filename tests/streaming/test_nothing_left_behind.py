@@ -8,7 +8,8 @@ test's own, so "new entry" is exact; it is ended by ``--duration``, by Ctrl-C
 (SIGINT to the whole process group, as a terminal sends it) and by SIGTERM to the
 whole process group (systemd's default ``KillMode=control-group`` does the same): that
 also ends Spark's JVM and Python workers under the job while it stops, and the job still
-cleans up, exits 0 and prints no Python traceback (issue 14, item 4).
+cleans up, exits 0 and prints no Python traceback (issue 14, item 4). Killed outright
+(SIGKILL), it cannot clean up: the next job to start removes what it left (the last test).
 """
 
 from __future__ import annotations
@@ -60,6 +61,21 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _ended(proc: subprocess.Popen[bytes]) -> None:
+    """The job's whole process group ended: SIGKILL to what is still running of it, then wait.
+    The Spark JVM outlives the Python process by a moment: it exits when its pipe from Python
+    closes, and its shutdown hooks delete its scratch directories. The job has ended when its
+    whole process group has (no JVM left running either)."""
+    if proc.poll() is None or _group_alive(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 60
+    while _group_alive(proc.pid):
+        assert time.monotonic() < deadline, "a process of the job outlived it by 60 s"
+        time.sleep(0.2)
+
+
 # make test keeps SIGTERM (a service manager's stop); the other three endings (~25-45 s each: a job
 # start each) run in make campaign and make reliability.
 # What Spark printed at a healthy start or stop, saying nothing to an operator.
@@ -97,17 +113,7 @@ def test_the_embedded_default_leaves_nothing_in_the_temp_directory(tmp_path: Pat
                 os.killpg(proc.pid, signal.SIGINT if ending == "sigint" else signal.SIGTERM)
         rc = proc.wait(timeout=180)
     finally:
-        if proc.poll() is None or _group_alive(proc.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    # The Spark JVM outlives the Python process by a moment: it exits when its pipe from
-    # Python closes, and its shutdown hooks delete its scratch directories. The job has
-    # ended when its whole process group has (no JVM left running either).
-    deadline = time.monotonic() + 60
-    while _group_alive(proc.pid):
-        assert time.monotonic() < deadline, "a process of the job outlived it by 60 s"
-        time.sleep(0.2)
+        _ended(proc)
     text = log.read_text(errors="replace")
     left = sorted(os.listdir(tmp))
     expected = 130 if ending == "sigint" else 0  # Ctrl-C: the shell's convention
@@ -123,3 +129,36 @@ def test_the_embedded_default_leaves_nothing_in_the_temp_directory(tmp_path: Pat
     assert "removed=temporary" in text, text[-2000:]
     assert rc == expected, text[-2000:]
     assert left == [], f"left in the temp directory after {ending}: {left}"
+
+
+@pytest.mark.campaign
+def test_a_job_killed_outright_leaves_what_the_next_job_to_start_removes(tmp_path: Path) -> None:
+    """SIGKILL to the whole process group (the OOM killer, a service manager's last resort):
+    nothing can clean up, so the temporary checkpoint and Spark's scratch space stay; the next
+    job to start in the same temp directory removes them (``streaming.lifecycle.leftovers``),
+    and itself, stopped, leaves nothing."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    first = _start(tmp, first_log)
+    try:
+        _wait_for(first_log, "streaming.job batch ", first, 180)
+    finally:
+        _ended(first)  # SIGKILL to the whole group: the JVM too
+    left = sorted(os.listdir(tmp))
+    assert any(n.startswith("isrwatch-checkpoint-") for n in left), left
+    assert any(n.startswith("isrwatch-spark-") for n in left), left
+
+    second = _start(tmp, second_log)
+    try:
+        _wait_for(second_log, "streaming.job started ", second, 180)
+        os.killpg(second.pid, signal.SIGTERM)
+        rc = second.wait(timeout=180)
+    finally:
+        _ended(second)
+    text = second_log.read_text(errors="replace")
+    said = [line for line in text.splitlines() if "left_behind_removed" in line]
+    removed = sorted(n for n in left if any(f"dir={tmp / n} " in line for line in said))
+    assert removed == left, said
+    assert rc == 0, text[-2000:]
+    assert sorted(os.listdir(tmp)) == [], f"left in the temp directory: {sorted(os.listdir(tmp))}"
