@@ -56,14 +56,30 @@ def test_a_gone_process_s_directories_are_removed_and_the_rest_kept(tmp_path: Pa
     assert pid != os.getpid()
 
 
-def test_a_pid_reused_by_another_process_is_not_its_owner(tmp_path: Path) -> None:
-    """A mark whose pid now names a process started at another time (the pid reused): gone."""
-    reused = tmp_path / "isrwatch-spark-reused"
-    reused.mkdir()
+def _marked(directory: Path, pid: int, started: str, namespace: str, boot: str, host: str) -> Path:
+    directory.mkdir()
+    (directory / leftovers.MARK).write_text(f"{pid} {started} {namespace} {boot} {host}\n")
+    return directory
+
+
+def test_where_a_mark_was_made_decides_whether_its_process_can_be_told_gone(tmp_path: Path) -> None:
+    """This process's pid, but marked as started at another time (the pid reused since), or on
+    this host's earlier boot: gone. A dead pid marked in another pid namespace or on another
+    host (a temp directory shared between containers or machines): kept, it cannot be looked up."""
+    namespace, boot, host = leftovers._owner()
+    assert "-" not in (namespace, boot, host), "this machine has /proc"
     started = leftovers._started(os.getpid())
-    assert started is not None, "this machine has /proc"
-    (reused / leftovers.MARK).write_text(f"{os.getpid()} {int(started) - 1}\n")
-    assert leftovers.sweep(str(tmp_path)) == [str(reused)]
+    assert started is not None
+    probe = tmp_path / "probe"  # (not named as a job's directory: the sweep leaves it)
+    probe.mkdir()
+    dead = _claimed_by_a_process_gone(probe)  # a pid of no process now
+    reused = _marked(tmp_path / "isrwatch-spark-reused", os.getpid(), str(int(started) - 1), namespace, boot, host)
+    rebooted = _marked(tmp_path / "isrwatch-spark-rebooted", os.getpid(), started, namespace, "an-earlier-boot", host)
+    _marked(tmp_path / "isrwatch-spark-container", dead, "1", "pid:[1]", boot, host)
+    _marked(tmp_path / "isrwatch-spark-elsewhere", dead, "1", namespace, "another-boot", "another-host")
+    _marked(tmp_path / "isrwatch-spark-mine", os.getpid(), started, namespace, boot, host)
+
+    assert sorted(leftovers.sweep(str(tmp_path))) == sorted([str(reused), str(rebooted)])
 
 
 def test_a_temp_directory_that_cannot_be_read_removes_nothing(tmp_path: Path) -> None:
