@@ -49,6 +49,11 @@ def carry(s: ReplicaStatus, at_ms: int, th: Thresholds) -> ReplicaStatus:
     )
 
 
+def _kept_up(s: ReplicaStatus, prev_t_ms: int | None) -> bool:
+    """Whether ``s`` shows its follower caught up as of its previous observation (at ``prev_t_ms``)."""
+    return prev_t_ms is not None and last_caught_up_ms(s) >= prev_t_ms
+
+
 class Lookahead:
     """The followers due to cross ``nearing_ratio`` between batches, and those carried there.
     Not thread-safe: ``streaming.driver.monitor.Monitor`` calls it under its lock."""
@@ -79,11 +84,21 @@ class Lookahead:
         share = STALLED_HORIZON_SHARE if s.state is State.STALLED else HORIZON_SHARE
         return int(s.lag_time_max_ms * share)
 
-    def observe(self, key: ReplicaKey, s: ReplicaStatus) -> ReplicaStatus:
+    def observe(self, key: ReplicaKey, s: ReplicaStatus, prev_t_ms: int | None = None) -> ReplicaStatus:
         """Take in ``s``, a status made from telemetry; returns the status to hold for the
         replica: ``s``, or, for a replica carried to Nearing that ``s`` still shows behind
         and due to cross within the horizon, ``s`` carried to its crossing. (Telemetry that
-        arrives late can move the last catch-up a collector round on: the alert holds.)"""
+        arrives late can move the last catch-up a collector round on: the alert holds.)
+
+        ``prev_t_ms``: the time of the replica's observation before ``s``'s, when the caller
+        knows it. A follower caught up at or after it is not planned to cross: its age is
+        no more than the interval between two observations, which says how often the
+        collector polls it, not that it stopped fetching, and the next observation (one
+        interval on) would come after the crossing it would infer once that interval is
+        past the horizon's start (a collector polling every 6 s at a 20 s lag time: a
+        follower that keeps up is 6 s behind at each observation, due to cross 4 s later).
+        It is planned at the next observation that still shows it behind. Not so a stalled
+        follower (its broker silent while its leader answers): that status is evidence."""
         if not self.enabled:
             return s
         held = s
@@ -99,7 +114,10 @@ class Lookahead:
                 # no catch-up after the one assumed: it does not refute the job's own evidence
                 held = self.carried[key] = carried
                 self._silent.add(key)
-        self._plan(key, held)
+        if carried is None and s.state is not State.STALLED and _kept_up(s, prev_t_ms):
+            self._due.pop(key, None)  # caught up as of its previous observation: polled, not stopped
+        else:
+            self._plan(key, held)
         return held
 
     def resume(self, key: ReplicaKey, s: ReplicaStatus, firing: Collection[AlertKey]) -> ReplicaStatus:

@@ -219,11 +219,14 @@ class Monitor:
             lead = (s.cluster, s.topic, s.partition, s.leader_id)
             if lead in self._last_t:  # its leader held as a follower
                 leaders.append((*lead, last_t))
-            n += max(0, count - self._counts.get(key, 0))
+            new = count - self._counts.get(key, 0)
+            n += max(0, new)
+            # the observation before this one, when the batch brought one only and the driver held the one before
+            prev_t = self._last_t.get(key) if new == 1 else None
             self._counts[key] = count
             self._last_t[key] = last_t
             statuses.append(s)
-            h = self._observed(key, s)
+            h = self._observed(key, s, prev_t)
             held.append(h)
             touched.add(self._hold(h, key))
             self._advance(s.cluster, last_t, wall)
@@ -283,9 +286,10 @@ class Monitor:
             out.append(held)
         return out
 
-    def _observed(self, key: ReplicaKey, s: ReplicaStatus) -> ReplicaStatus:
-        """The status to hold for ``s``, evaluated from telemetry: ``s``, or the lookahead's."""
-        return s if self.lookahead is None else self.lookahead.observe(key, s)
+    def _observed(self, key: ReplicaKey, s: ReplicaStatus, prev_t_ms: int | None = None) -> ReplicaStatus:
+        """The status to hold for ``s``, evaluated from telemetry: ``s``, or the lookahead's
+        (``prev_t_ms``: the replica's observation before ``s``'s, when known, ``Lookahead.observe``)."""
+        return s if self.lookahead is None else self.lookahead.observe(key, s, prev_t_ms)
 
     def _hold(self, s: ReplicaStatus, key: ReplicaKey | None = None) -> PartitionKey:
         """Keep ``s`` as its replica's status and the replica alerts it calls for; its

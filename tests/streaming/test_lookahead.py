@@ -67,6 +67,39 @@ def test_a_follower_behind_is_nearing_at_its_crossing_on_the_wall_clock(tmp_path
     assert m.carry_forward() == []  # said once
 
 
+def test_a_follower_caught_up_as_of_its_previous_observation_is_not_carried(tmp_path) -> None:
+    """A collector polling every 2.6 s at a 10 s lag time: a follower that keeps up with its
+    previous observation is 2.6 s behind at each one, past the quarter of the lag the horizon
+    starts from, and its crossing (lcu + 5 s) would come before the next observation. Its age
+    says how often it is polled, not that it stopped: not carried (found on real Kafka,
+    tests/e2e/test_two_clusters.py's fleet shape: false Nearings for a cluster polled every 6 s
+    at a 20 s lag). An observation that still shows it behind is evidence: carried then."""
+    m, clock, sink = _setup(tmp_path)
+    _batch(m, 0, T0, T0)  # caught up
+    _batch(m, 1, T0 + 2_600, T0)  # behind since the observation before
+    clock.t = (T0 + 5_000) / 1000
+    assert m.carry_forward() == [] and not _started(sink)
+    _batch(m, 2, T0 + 5_200, T0 + 2_600)  # polled again: kept up with the one before, not planned
+    # the next round (sooner) still shows it behind since T0 + 2.6 s: it did not fetch since
+    _batch(m, 3, T0 + 6_000, T0 + 2_600)
+    clock.t = (T0 + 7_600) / 1000
+    [carried] = m.carry_forward()
+    assert carried.eval_ms == T0 + 7_600 and _started(sink) == [(AlertName.NEARING.value, T0 + 7_600)]
+
+
+def test_a_stalled_follower_caught_up_as_of_its_previous_observation_is_still_carried(tmp_path) -> None:
+    """Polled every 3 s, but the newest observation says the follower's broker is silent (no
+    LEO) for the stall time while its leader answers: evidence that it fetches nothing, carried
+    at its crossing."""
+    m, clock, sink = _setup(tmp_path)
+    _batch(m, 0, T0, T0)
+    _batch(m, 1, T0 + 3_000, T0, silent_ms=3_000)
+    assert m.statuses[("c", "t", 0, 2)].state is State.STALLED
+    clock.t = (T0 + 5_000) / 1000
+    [carried] = m.carry_forward()
+    assert carried.state is State.STALLED and (AlertName.NEARING.value, T0 + 5_000) in _started(sink)
+
+
 def test_evidence_that_agrees_keeps_the_alert_and_evidence_that_refutes_it_resolves_it(tmp_path) -> None:
     m, clock, sink = _setup(tmp_path)
     _batch(m, 0, T0, T0 - 3_000)
