@@ -273,12 +273,12 @@ class Pipeline:
     def start_collector(self) -> None:
         self.collector = self._collector("collector", self.cluster, CLUSTER)
 
-    def add_watched_cluster(self, watched: Any, name: str) -> None:
-        """One more watched cluster: its own collector (``--cluster name``) publishing to the
-        same telemetry topic, read by the same job (issue 12)."""
-        self.more_collectors.append(self._collector(f"collector-{name}", watched, name))
+    def add_watched_cluster(self, watched: Any, name: str, interval_s: float = COLLECT_INTERVAL_S) -> None:
+        """One more watched cluster: its own collector (``--cluster name``, polling every
+        ``interval_s``) publishing to the same telemetry topic, read by the same job (issue 12)."""
+        self.more_collectors.append(self._collector(f"collector-{name}", watched, name, interval_s))
 
-    def _collector(self, child: str, watched: Any, name: str) -> _Child:
+    def _collector(self, child: str, watched: Any, name: str, interval_s: float = COLLECT_INTERVAL_S) -> _Child:
         argv = self._base("collect", watched)
         if self.telemetry_cluster is not watched:
             argv += ["--telemetry-bootstrap-servers", self.telemetry_cluster.bootstrap_servers]
@@ -286,7 +286,7 @@ class Pipeline:
             "--cluster",
             name,
             "--interval",
-            str(COLLECT_INTERVAL_S),
+            str(interval_s),
             "--lag-time-max-ms",
             str(self.lag_time_max_ms if watched is self.cluster else watched.lag_time_max_ms),
         ]
