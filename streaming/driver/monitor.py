@@ -110,6 +110,17 @@ def _cluster_of(alert: Alert) -> str | None:
     return None
 
 
+def _previous_observation(last_t: int, held_t: int | None, new: int) -> int | None:
+    """The time of a replica's observation before its newest (``last_t``), to within half an
+    interval early: the batch brought ``new`` of its observations since the one the driver
+    held (``held_t``), taken as evenly spaced (a collector's rounds). A caught-up time at or
+    after it is the previous observation's or the newest's, these being the only times a
+    caught-up time can take (``Lookahead.observe``). None when the driver held none."""
+    if held_t is None or new < 1 or last_t <= held_t:
+        return None
+    return last_t - (3 * (last_t - held_t)) // (2 * new)
+
+
 class Monitor:
     def __init__(
         self,
@@ -221,8 +232,7 @@ class Monitor:
                 leaders.append((*lead, last_t))
             new = count - self._counts.get(key, 0)
             n += max(0, new)
-            # the observation before this one, when the batch brought one only and the driver held the one before
-            prev_t = self._last_t.get(key) if new == 1 else None
+            prev_t = _previous_observation(last_t, self._last_t.get(key), new)
             self._counts[key] = count
             self._last_t[key] = last_t
             statuses.append(s)

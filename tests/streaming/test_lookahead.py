@@ -87,6 +87,19 @@ def test_a_follower_caught_up_as_of_its_previous_observation_is_not_carried(tmp_
     assert carried.eval_ms == T0 + 7_600 and _started(sink) == [(AlertName.NEARING.value, T0 + 7_600)]
 
 
+def test_a_batch_of_two_observations_of_a_follower_that_keeps_up_carries_nothing(tmp_path) -> None:
+    """The same polling, a slow batch bringing two of its rounds: the newest shows it caught up
+    as of the one before, which the driver never held (the observations' spacing tells it)."""
+    m, clock, sink = _setup(tmp_path)
+    _batch(m, 0, T0, T0)
+    row = _row(T0 + 5_200, T0 + 2_600, 3)  # observed at T0 + 2.6 s and T0 + 5.2 s: 3 observations ever
+    row["latest"]["leo"] = row["known_leo"] = 10
+    s = evaluate(row_to_aggregate(row), T0 + 5_200, m.cfg, m.thresholds)
+    m.apply_statuses(1, [(s, T0 + 5_200, 3)])
+    clock.t = (T0 + 7_600) / 1000
+    assert m.carry_forward() == [] and not _started(sink)
+
+
 def test_a_stalled_follower_caught_up_as_of_its_previous_observation_is_still_carried(tmp_path) -> None:
     """Polled every 3 s, but the newest observation says the follower's broker is silent (no
     LEO) for the stall time while its leader answers: evidence that it fetches nothing, carried
