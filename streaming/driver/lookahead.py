@@ -90,8 +90,8 @@ class Lookahead:
         and due to cross within the horizon, ``s`` carried to its crossing. (Telemetry that
         arrives late can move the last catch-up a collector round on: the alert holds.)
 
-        ``prev_t_ms``: the time of the replica's observation before ``s``'s (or up to half an
-        interval before it), when the caller knows it. A follower caught up at or after it is
+        ``prev_t_ms``: the time of the replica's observation before ``s``'s (or a time after the
+        one before that), when the caller knows it. A follower caught up at or after it is
         not planned to cross: its age is
         no more than the interval between two observations, which says how often the
         collector polls it, not that it stopped fetching, and the next observation (one

@@ -111,14 +111,14 @@ def _cluster_of(alert: Alert) -> str | None:
 
 
 def _previous_observation(last_t: int, held_t: int | None, new: int) -> int | None:
-    """The time of a replica's observation before its newest (``last_t``), to within half an
-    interval early: the batch brought ``new`` of its observations since the one the driver
-    held (``held_t``), taken as evenly spaced (a collector's rounds). A caught-up time at or
-    after it is the previous observation's or the newest's, these being the only times a
-    caught-up time can take (``Lookahead.observe``). None when the driver held none."""
-    if held_t is None or new < 1 or last_t <= held_t:
+    """A bound on a replica's observation before its newest (``last_t``) that a caught-up time
+    (always an observation's) reaches only if it is that observation's or the newest's, or
+    None: the batch brought ``new`` of its observations since the one the driver held (at
+    ``held_t``). One: the held one itself. Two: just after the held one (the one between is
+    the previous). More: not known (``Lookahead.observe`` then plans as ever)."""
+    if held_t is None or last_t <= held_t or new not in (1, 2):
         return None
-    return last_t - (3 * (last_t - held_t)) // (2 * new)
+    return held_t if new == 1 else held_t + 1
 
 
 class Monitor:

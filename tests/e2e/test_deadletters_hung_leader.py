@@ -85,11 +85,16 @@ def test_dead_letters_written_while_their_leader_hangs_all_land(kafka_cluster_fa
         try:
             for i in range(1, ROUNDS_IN_PAUSE + 1):
                 write_bad(holder)
-                # each round in a batch of its own, taken while the leader hangs: the batch lines count them
+                # each round in a batch of its own, taken while the leader hangs: the batch lines count
+                # them. Up to twice the pause's least: a read of a healthy partition that gets nothing
+                # for a second in the fault's slow batch stops short and leaves a record of the round
+                # to the next batch (event=range_deferred: a fresh clone's run, 2026-12-07, read the
+                # round's fourth record 17 s in); the leader stays paused meanwhile (three rounds at
+                # most 90 s, inside the brokers' ZooKeeper session of 120 s)
                 until(
                     f"the job to read round {i} of the bad records during the pause",
                     lambda i=i: sum(int(n) for n in _LETTERS.findall(pipe.job_log())) >= logged + i * len(expected),
-                    PAUSE_S,
+                    2 * PAUSE_S,
                     pipe,
                 )
             time.sleep(max(0.0, PAUSE_S - (time.monotonic() - paused_at)))  # a few batches more of the fault
