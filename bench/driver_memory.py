@@ -59,6 +59,7 @@ def driver_rows(replicas: int, batch: int) -> pa.Table:
             "out_of_sync_episodes": [0] * replicas,
             "last_t_ms": [t] * replicas,
             "observations": [batch + 1] * replicas,
+            "prev_observed_ms": [None if batch == 0 else t - 1000] * replicas,
         }
     )
 

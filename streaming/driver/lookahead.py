@@ -20,7 +20,7 @@ from isrwatch.alerts import AlertKey, AlertName, replica_alerts
 from isrwatch.rule import Rule, RuleConfig
 from isrwatch.status import ReplicaKey, ReplicaStatus, State, Thresholds, lag_state_of, last_caught_up_ms
 
-__all__ = ["Lookahead", "carry", "last_caught_up_ms", "HORIZON_SHARE", "STALLED_HORIZON_SHARE"]
+__all__ = ["Lookahead", "carry", "kept_up", "last_caught_up_ms", "HORIZON_SHARE", "STALLED_HORIZON_SHARE"]
 
 # The default horizon, as a share of the replica's replica.lag.time.max.ms: at Kafka's
 # default 30 s, 7.5 s past the newest telemetry; a follower is carried to Nearing only if
@@ -49,8 +49,9 @@ def carry(s: ReplicaStatus, at_ms: int, th: Thresholds) -> ReplicaStatus:
     )
 
 
-def _kept_up(s: ReplicaStatus, prev_t_ms: int | None) -> bool:
-    """Whether ``s`` shows its follower caught up as of its previous observation (at ``prev_t_ms``)."""
+def kept_up(s: ReplicaStatus, prev_t_ms: int | None) -> bool:
+    """Whether ``s`` shows its follower caught up as of its previous observation (at ``prev_t_ms``;
+    None: not known). Spark's ``streaming.evaluation.evaluate.kept_up`` is the same test."""
     return prev_t_ms is not None and last_caught_up_ms(s) >= prev_t_ms
 
 
@@ -90,9 +91,10 @@ class Lookahead:
         and due to cross within the horizon, ``s`` carried to its crossing. (Telemetry that
         arrives late can move the last catch-up a collector round on: the alert holds.)
 
-        ``prev_t_ms``: the time of the replica's observation before ``s``'s (or a time after the
-        one before that), when the caller knows it. A follower caught up at or after it is not
-        planned to cross: its age is no more than the interval between two observations,
+        ``prev_t_ms``: the time of the replica's observation before ``s``'s (Spark's
+        ``streaming.evaluation.evaluate.PREV_OBSERVED``), None when not known (its first
+        observation, a status restored from the state table). A follower caught up at or
+        after it is not planned to cross: its age is no more than the interval between two observations,
         which says how often the collector polls it, not that it stopped fetching, and the
         next observation (one interval on) would come after the crossing it would infer once
         that interval is past the horizon's start (a collector polling every 6 s at a 20 s
@@ -114,7 +116,7 @@ class Lookahead:
                 # no catch-up after the one assumed: it does not refute the job's own evidence
                 held = self.carried[key] = carried
                 self._silent.add(key)
-        if carried is None and s.state is not State.STALLED and _kept_up(s, prev_t_ms):
+        if carried is None and s.state is not State.STALLED and kept_up(s, prev_t_ms):
             self._due.pop(key, None)  # caught up as of its previous observation: polled, not stopped
         else:
             self._plan(key, held)

@@ -57,17 +57,16 @@ from streaming.sinks.outputs import KafkaStates
 
 if TYPE_CHECKING:
     from exporter.store import StatusStore
+    from streaming.driver.rows import Evaluated
     from streaming.evaluation.batch import BatchTotals
 
 __all__ = ["Monitor", "BatchReport", "REPLICA_SCOPE", "STALE_SCOPE"]
 
 log = logging.getLogger("streaming.monitor")
 
-# One evaluated replica: its status, its newest telemetry time, its observations ever.
-Evaluated = tuple[ReplicaStatus, int, int]
 # (cluster, broker id) pairs -> their ok in-sync followers as the state last held them
 # (``streaming.lifecycle.query.follower_statuses``).
-FollowersOf = Callable[[set[tuple[str, int]]], list[Evaluated]]
+FollowersOf = Callable[[set[tuple[str, int]]], "list[Evaluated]"]
 # Seconds a read of them under way is given to end when the job stops (~6 s for one broker's
 # followers of a 1M-replica fleet on 3 brokers), before Spark stops under it.
 READ_BACK_CLOSE_S = 15.0
@@ -108,17 +107,6 @@ def _cluster_of(alert: Alert) -> str | None:
         if k == "cluster":
             return v
     return None
-
-
-def _previous_observation(last_t: int, held_t: int | None, new: int) -> int | None:
-    """A bound on a replica's observation before its newest (``last_t``) that a caught-up time
-    (always an observation's) reaches only if it is that observation's or the newest's, or
-    None: the batch brought ``new`` of its observations since the one the driver held (at
-    ``held_t``). One: the held one itself. Two: just after the held one (the one between is
-    the previous). More: not known (``Lookahead.observe`` then plans as ever)."""
-    if held_t is None or last_t <= held_t or new not in (1, 2):
-        return None
-    return held_t if new == 1 else held_t + 1
 
 
 class Monitor:
@@ -223,16 +211,14 @@ class Monitor:
         n = 0
         wall = int(self._wall() * 1000)
         touched: set[PartitionKey] = set()
-        for s, last_t, count in items:
+        for s, last_t, count, prev_t in items:
             key = (s.cluster, s.topic, s.partition, s.broker_id)
             if self._forgotten and self._late(key, last_t):
                 continue
             lead = (s.cluster, s.topic, s.partition, s.leader_id)
             if lead in self._last_t:  # its leader held as a follower
                 leaders.append((*lead, last_t))
-            new = count - self._counts.get(key, 0)
-            n += max(0, new)
-            prev_t = _previous_observation(last_t, self._last_t.get(key), new)
+            n += max(0, count - self._counts.get(key, 0))
             self._counts[key] = count
             self._last_t[key] = last_t
             statuses.append(s)
@@ -553,7 +539,11 @@ class Monitor:
         with self._lock:
             self._held_silent |= brokers
             holding = self.statuses.keys()  # (held: as new as the table's or newer)
-            fresh = [(s, t, n) for s, t, n in found if (s.cluster, s.topic, s.partition, s.broker_id) not in holding]
+            fresh = [
+                item
+                for item in found
+                if (item[0].cluster, item[0].topic, item[0].partition, item[0].broker_id) not in holding
+            ]
             held = self._merge(fresh)[0]
             self.store.update(held, telemetry=False)
         log.info("silent_followers_held %s", kv(brokers=_pairs(set(brokers)), replicas=len(held)))

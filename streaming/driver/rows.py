@@ -16,7 +16,12 @@ from streaming.evaluation.replicas import CHANGE, LAST
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["statuses_from_arrow", "split_driver_rows"]
+__all__ = ["Evaluated", "statuses_from_arrow", "split_driver_rows"]
+
+# One evaluated replica: its status, its newest telemetry time, its observations ever, and the
+# time of its observation before the newest (None: not known, as for a replica's first, or
+# for a status restored from the state table, which keeps only the newest).
+Evaluated = tuple[ReplicaStatus, int, int, int | None]
 
 _STATES = {s.value: s for s in State}
 
@@ -38,8 +43,9 @@ def _shared(values: list[_V]) -> list[_V]:
     return [one.setdefault(v, v) for v in values]
 
 
-def statuses_from_arrow(table: pa.Table) -> Iterator[tuple[ReplicaStatus, int, int]]:
-    """(status, last_t_ms, observations) per row of ``streaming.evaluation.evaluate.status_columns``' output.
+def statuses_from_arrow(table: pa.Table) -> Iterator[Evaluated]:
+    """(status, last_t_ms, observations, prev_observed_ms) per row of
+    ``streaming.evaluation.evaluate.status_columns``' output.
 
     Column by column to Python lists, then one constructor call per row: about
     a few µs a replica, against ~10 µs through ``Table.to_pylist()``'s dicts and
@@ -54,19 +60,17 @@ def statuses_from_arrow(table: pa.Table) -> Iterator[tuple[ReplicaStatus, int, i
     cols[lag_state_at] = [_STATES[v] for v in cols[lag_state_at]]
     n = len(STATUS_COLUMNS)
     for values in zip(*cols, strict=True):
-        yield status_from_values(values[:n]), values[n], values[n + 1]
+        yield status_from_values(values[:n]), values[n], values[n + 1], values[n + 2]
 
 
-def split_driver_rows(
-    table: pa.Table,
-) -> tuple[list[ReplicaStatus], Iterator[tuple[ReplicaStatus, int, int]]]:
+def split_driver_rows(table: pa.Table) -> tuple[list[ReplicaStatus], Iterator[Evaluated]]:
     """(changes in time order, finals) of ``streaming.evaluation.replicas.for_the_driver``'s rows: the
     statuses at which a replica's state changed, and each observed replica's
-    newest (status, last_t_ms, observations)."""
+    newest (status, last_t_ms, observations, prev_observed_ms)."""
     change = table.column(CHANGE).to_pylist()
     last = table.column(LAST).to_pylist()
     changes: list[ReplicaStatus] = []
-    finals: list[tuple[ReplicaStatus, int, int]] = []
+    finals: list[Evaluated] = []
     for item, c, f in zip(statuses_from_arrow(table), change, last, strict=True):
         if c:
             changes.append(item[0])

@@ -38,6 +38,7 @@ __all__ = [
     "Reach",
     "STATUS_COLUMNS",
     "EXTRA_COLUMNS",
+    "PREV_OBSERVED",
     "status_columns",
     "for_the_driver",
     "KEYS_INLINE",
@@ -45,13 +46,16 @@ __all__ = [
     "held",
     "no_spare",
     "within_reach",
+    "kept_up",
 ]
 
 STATUS_COLUMNS = STATUS_FIELDS
 # Carried beside each status for the driver: the replica's newest telemetry
-# time (its cluster clock, and forgetting replicas whose telemetry stopped)
-# and how many observations it has had, ever (the batch's observation count).
-EXTRA_COLUMNS = ("last_t_ms", "observations")
+# time (its cluster clock, and forgetting replicas whose telemetry stopped),
+# how many observations it has had, ever (the batch's observation count), and
+# the time of its observation before the newest (``PREV_OBSERVED``).
+PREV_OBSERVED = "prev_observed_ms"
+EXTRA_COLUMNS = ("last_t_ms", "observations", PREV_OBSERVED)
 # A replica's observations in the batch (``observations``: all of them, the batch's included).
 IN_BATCH = "_in_batch"
 EPISODES = "out_of_sync_episodes"
@@ -90,7 +94,11 @@ def status_columns(
     ``STATUS_COLUMNS`` + ``EXTRA_COLUMNS``, one row per replica, followed by the
     columns of ``aggs`` named in ``keep`` (other than those). ``only``: just these
     of the status columns, by the same expressions (the job's per-observation
-    ``state`` and ``lag_state``: Spark computes no more than they need)."""
+    ``state`` and ``lag_state``: Spark computes no more than they need).
+    ``PREV_OBSERVED`` is null unless ``aggs`` has it (only ``evaluate_batch``'s rows know
+    a replica's observation before its newest; a state table's row does not)."""
+    if PREV_OBSERVED not in aggs.columns:
+        aggs = aggs.withColumn(PREV_OBSERVED, F.lit(None).cast("long"))
     first_parts, second_parts, final = _status_exprs(
         cfg, th, tuple(keep), EPISODES in aggs.columns, None if only is None else tuple(only)
     )
@@ -189,6 +197,7 @@ def _status_exprs(
         "out_of_sync_episodes": episodes.cast("long"),
         "last_t_ms": F.col("last_t_ms").cast("long"),
         "observations": F.col("observations").cast("long"),
+        PREV_OBSERVED: F.col(PREV_OBSERVED).cast("long"),
     }
     assert tuple(columns) == STATUS_COLUMNS + EXTRA_COLUMNS, "keep status_columns in ReplicaStatus's order"
     names = tuple(columns) if only is None else only
@@ -306,7 +315,9 @@ def no_spare(default_min_isr: int) -> Column:
 def within_reach(lookahead: Reach) -> Column:
     """The rows of ok followers ``lookahead`` may carry to Nearing: in the ISR, behind,
     their crossing within its horizon of their own time (``Lookahead._crossing``'s test,
-    a millisecond wider for its rounding up). A stalled follower is not ok: its row goes anyway."""
+    a millisecond wider for its rounding up), and not caught up as of their previous
+    observation (``kept_up``: ``Lookahead.observe`` plans none of those). A stalled
+    follower is not ok: its row goes anyway."""
     lag = F.col("lag_time_max_ms")
     horizon = lag * lookahead.horizon_share if lookahead.horizon_ms is None else F.lit(lookahead.horizon_ms)
     behind_ms = F.col("time_since_caught_up_s") * 1000
@@ -315,4 +326,14 @@ def within_reach(lookahead: Reach) -> Column:
         & F.col("in_isr")
         & (behind_ms > 0)
         & (behind_ms + horizon + 1 >= lag * lookahead.th.nearing_ratio)
+        & ~kept_up()
     )
+
+
+def kept_up() -> Column:
+    """A row of ``status_columns``' output whose follower was caught up as of its observation
+    before the newest (``PREV_OBSERVED``; false when that is not known): behind by no more
+    than the interval between two observations, which is how often the collector polls it
+    (``streaming.driver.lookahead.kept_up``, the same test)."""
+    last_caught_up = F.col("shrink_window_start_ms") - F.col("lag_time_max_ms")
+    return F.coalesce(last_caught_up >= F.col(PREV_OBSERVED), F.lit(False))

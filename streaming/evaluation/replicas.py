@@ -100,6 +100,7 @@ _COMBINE = {
 CHANGE, LAST, SEED = "_change", "_last", "_seed"
 # The replica's observations in the batch (``observations`` is the total, the batch's included).
 IN_BATCH = evaluate.IN_BATCH
+PREV_OBSERVED = evaluate.PREV_OBSERVED
 # An observation row's flag: the collector sent no ``prev_*`` fields with it.
 NO_PREV = "_no_prev"
 # A driver's row's flag: the driver holds its replica (``held_for_the_driver``).
@@ -185,7 +186,10 @@ def _history_exprs(cfg: RuleConfig, max_gap_ms: int | None) -> list[Column]:
       broker did not answer, starts the replica's evidence afresh
       (``isrwatch.rule.unseen_gap_caught_up_time``).
 
-    Both only for an observation newer than the previous one.
+    Both only for an observation newer than the previous one, whose time each row also
+    carries (``evaluate.PREV_OBSERVED``, null for the seed and an observation no newer than
+    the row before it): the driver's lookahead tells a follower polled now and then from one
+    that stopped by it (``streaming.driver.lookahead.kept_up``).
     """
     rule = cfg.rule
     before = _ordered().rowsBetween(Window.unboundedPreceding, -1)
@@ -216,7 +220,8 @@ def _history_exprs(cfg: RuleConfig, max_gap_ms: int | None) -> list[Column]:
         F.when(newer & F.col(NO_PREV) & unseen_gap, t),
         F.when(newer & changed, F.when(after_gap, t).otherwise(prev_t)),
     )
-    return [lcu.alias(c) if c == "last_caught_up_ms" else F.col(c) for c in [*STATE_COLUMNS, SEED, *_ORDER]]
+    columns = [lcu.alias(c) if c == "last_caught_up_ms" else F.col(c) for c in [*STATE_COLUMNS, SEED, *_ORDER]]
+    return [*columns, F.when(newer, prev_t).alias(PREV_OBSERVED)]
 
 
 # The order of a replica's rows, copied from the row's own values before the window
@@ -227,7 +232,7 @@ _ORDER_BY = {"_o_t": "latest_t", "_o_leo_t": "known_leo_t", "_o_leo": "known_leo
 _ORDER = tuple(_ORDER_BY)
 
 
-_VALUES = (*KEY_COLUMNS, *_STATE_VALUES, SEED, *_ORDER)
+_VALUES = (*KEY_COLUMNS, *_STATE_VALUES, SEED, *_ORDER, PREV_OBSERVED)
 _JUDGED_KEEP = (*_VALUES, *_HELPERS)
 _COUNTED = (*[c for c in _VALUES if c != "out_of_sync_episodes"], CHANGE, LAST, IN_BATCH, _PEAK)
 _FULL_KEEP = (*_STATE_VALUES, SEED, CHANGE, LAST, IN_BATCH, _PEAK)
@@ -270,6 +275,7 @@ def _batch_exprs() -> tuple[list[Column], list[Column], list[Column], list[Colum
         *[_running(c, upto).alias(c) for c in _STATE_VALUES],
         F.col(SEED),
         *[F.col(c) for c in _ORDER],
+        F.col(PREV_OBSERVED),
         F.row_number().over(ordered).alias("_i"),
         F.count(F.lit(1)).over(whole).alias("_n"),
         F.sum(F.lit(1) - F.col(SEED)).over(whole).alias("_m"),

@@ -25,8 +25,8 @@ from pyspark.sql import Window
 
 from isrwatch.logs import kv
 from isrwatch.rule import RuleConfig
-from isrwatch.status import ReplicaStatus, State, Thresholds
-from streaming.driver.rows import statuses_from_arrow
+from isrwatch.status import State, Thresholds
+from streaming.driver.rows import Evaluated, statuses_from_arrow
 from streaming.evaluation import evaluate, replicas, statetable
 from streaming.lifecycle.origin import QUERY_DIR
 
@@ -125,7 +125,7 @@ def restore_statuses(
     cfg: RuleConfig,
     th: Thresholds,
     held: tuple[int, evaluate.Reach | None] | None = None,
-) -> list[tuple[ReplicaStatus, int, int]]:
+) -> list[Evaluated]:
     """The replicas' state as of the last committed batch, evaluated
     (``streaming.evaluation.evaluate``): what ``Monitor.restore`` takes. ``held``
     (``--driver-replicas not-ok``: the default min ISR and the lookahead): only the replicas
@@ -149,7 +149,7 @@ def follower_statuses(
     cfg: RuleConfig,
     th: Thresholds,
     brokers: Collection[tuple[str, int]],
-) -> list[tuple[ReplicaStatus, int, int]]:
+) -> list[Evaluated]:
     """The ok, in-sync followers on ``brokers`` ((cluster, broker id) pairs) as of the last
     committed batch, evaluated as ``restore_statuses`` evaluates them: for a driver that holds
     no ok replica (``--driver-replicas not-ok``) when the job sees one of those brokers silent

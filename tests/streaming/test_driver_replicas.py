@@ -52,12 +52,12 @@ def test_the_monitor_lets_go_of_a_replica_back_to_ok_and_counts_from_spark(tmp_p
     clock, sink = Clock(), Collect()
     m = _monitor(tmp_path, clock, sink, holds_ok=False)
     totals = BatchTotals(observations=120, replicas=40, clocks={"c": T0 + 500})
-    report = m.apply_statuses(0, [(_status(2, State.CRITICAL), T0, 3)], [], (), totals)
+    report = m.apply_statuses(0, [(_status(2, State.CRITICAL), T0, 3, None)], [], (), totals)
     assert (report.observations, report.replicas, report.rows, report.statuses) == (120, 40, 1, 1)
     assert m.cluster_now == {"c": T0 + 500}, "the clock is Spark's newest telemetry time, not the rows'"
     assert {a.name.value for t in sink.transitions for a in t.started} >= {"KafkaReplicaIsrShrinkImminent"}
     back = _status(2, State.OK, t_ms=T0 + 1_000)
-    report = m.apply_statuses(1, [(back, T0 + 1_000, 4)], [back], (), BatchTotals(40, 40, {"c": T0 + 1_000}))
+    report = m.apply_statuses(1, [(back, T0 + 1_000, 4, None)], [back], (), BatchTotals(40, 40, {"c": T0 + 1_000}))
     assert report.resolved, "its return to ok resolves its alerts"
     assert m.statuses == {} and report.statuses == 0, "then the driver lets go of it"
     assert len(m.store.snapshot()) == 0, "and /metrics no longer serves it"
@@ -67,23 +67,25 @@ def test_the_default_monitor_keeps_the_replica_back_to_ok(tmp_path) -> None:
     """The same batches with ``holds_ok`` (the default): the replica stays held (the test
     above is not passing for want of a replica to hold)."""
     m = _monitor(tmp_path, Clock(), Collect())
-    m.apply_statuses(0, [(_status(2, State.CRITICAL), T0, 3)])
+    m.apply_statuses(0, [(_status(2, State.CRITICAL), T0, 3, None)])
     back = _status(2, State.OK, t_ms=T0 + 1_000)
-    m.apply_statuses(1, [(back, T0 + 1_000, 4)], [back])
+    m.apply_statuses(1, [(back, T0 + 1_000, 4, None)], [back])
     assert list(m.statuses) == [("c", "t", 0, 2)]
 
 
 def test_an_ok_follower_without_a_spare_in_sync_replica_stays_held(tmp_path) -> None:
     """ISR 2 at min ISR 2: its partition's at-risk count needs it even while ok."""
     m = _monitor(tmp_path, Clock(), Collect(), holds_ok=False)
-    m.apply_statuses(0, [(_status(2, State.OK, isr_size=2), T0, 1), (_status(3, State.OK, partition=1), T0, 1)])
+    m.apply_statuses(
+        0, [(_status(2, State.OK, isr_size=2), T0, 1, None), (_status(3, State.OK, partition=1), T0, 1, None)]
+    )
     assert list(m.statuses) == [("c", "t", 0, 2)]
 
 
 def test_a_gone_replica_the_driver_does_not_hold_still_gets_its_tombstone(tmp_path) -> None:
     tombstones = Tombstones()
     m = _monitor(tmp_path, Clock(), Collect(), holds_ok=False, state_topic=tombstones)
-    m.apply_statuses(0, [(_status(2, State.NEARING), T0, 1)], [], (), BatchTotals(9, 9, {"c": T0}))
+    m.apply_statuses(0, [(_status(2, State.NEARING), T0, 1, None)], [], (), BatchTotals(9, 9, {"c": T0}))
     gone = [("c", "t", 7, 3, T0 + 100), ("c", "t", 0, 2, T0 + 100)]  # one not held (ok), one held
     m.apply_statuses(1, [], [], gone, BatchTotals(9, 9, {"c": T0 + 100}))
     assert sorted(tombstones.keys) == ["c/t/0/2", "c/t/7/3"]
@@ -200,7 +202,7 @@ def test_not_ok_gives_the_default_s_alerts_and_holds_only_what_it_needs(spark, t
     (checkpoint / query.AGG_DIR / "commits" / "17").write_text("v1\n")
     cfg, th = RuleConfig(lag_time_max_ms=LAG_MS), Thresholds()
     restored = query.restore_statuses(spark, str(checkpoint), cfg, th, held=(2, None))
-    got = {(s.partition, s.broker_id): last_t for s, last_t, _ in restored}
+    got = {(s.partition, s.broker_id): last_t for s, last_t, _, _ in restored}
     assert held_after[-1] <= set(got), got
     extra = set(got) - held_after[-1]
     assert len(extra) <= 1, extra  # the cluster's newest row, for its clock
@@ -209,8 +211,8 @@ def test_not_ok_gives_the_default_s_alerts_and_holds_only_what_it_needs(spark, t
     # A broker the job sees silent: its ok in-sync followers read back (Monitor.followers_of).
     # Broker 3: every partition's but partition 2's (out of that ISR throughout).
     on_3 = query.follower_statuses(spark, str(checkpoint), cfg, th, {("c", 3)})
-    assert sorted((s.partition, s.broker_id) for s, _, _ in on_3) == [(p, 3) for p in range(12) if p != 2]
-    assert all(s.state is State.OK and s.in_isr and s.eval_ms == last_t for s, last_t, _ in on_3)
+    assert sorted((s.partition, s.broker_id) for s, _, _, _ in on_3) == [(p, 3) for p in range(12) if p != 2]
+    assert all(s.state is State.OK and s.in_isr and s.eval_ms == last_t for s, last_t, _, _ in on_3)
     assert len(query.follower_statuses(spark, str(checkpoint), cfg, th, {("c", 2), ("c", 3)})) == FOLLOWERS - 1
     assert query.follower_statuses(spark, str(checkpoint), cfg, th, {("other", 3), ("c", 4)}) == []
 
@@ -263,3 +265,51 @@ def test_not_ok_with_a_refresh_period_writes_ok_replicas_records_at_their_refres
         times = [b for b in range(1, BATCHES) if key in refreshed[b]]
         assert 3 <= len(times) <= 4, (key, times)
     assert sum(len(batch) for batch in refreshed) < sum(len(batch) for batch in written[1].batches) / 2
+
+
+POLL_MS = 3_500  # between a quarter and a half of LAG_MS: a follower that keeps up is this far behind
+
+
+def _polled(r: int) -> list[Observation]:
+    """Round ``r`` (every ``POLL_MS``) of a producing leader's partitions 0..3, followers 2 and 3:
+    each follower has fetched up to the round before's leader LEO (kept up: caught up as of its
+    previous observation, ``POLL_MS`` behind), but partition 0's follower 2, which stops fetching
+    after round 3."""
+    t, leader_leo = T0 + r * POLL_MS, 1_000 * (r + 1)
+    out = []
+    for p in range(4):
+        for broker in (2, 3):
+            leo = leader_leo if r == 0 else 1_000 * r
+            if (p, broker) == (0, 2) and r > 3:
+                leo = 3_000
+            out.append(_obs(p, broker, t, leo, leader_leo, (1, 2, 3)))
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("hold_ok", [True, False], ids=["all", "not-ok"])
+def test_followers_that_keep_up_at_a_sparse_poll_are_not_carried_to_nearing(spark, tmp_path, hold_ok) -> None:
+    """A collector polling every 3.5 s at a 10 s lag time (its follower's crossing, lcu + 5 s,
+    comes 1.5 s after each observation, before the next): a follower that keeps up is never
+    carried to Nearing between batches, whichever way the driver holds replicas, in batches of
+    one round and in a slow batch of three. Each row's observation before its newest comes from
+    Spark (``evaluate.PREV_OBSERVED``): with ``not-ok`` the driver does not hold the ok followers
+    it would otherwise have it from, nor does any driver know it in a batch of several rounds
+    (both carried false Nearings before). The follower that stops is nearing from its telemetry."""
+    from streaming.driver.lookahead import Lookahead
+
+    cfg, th = RuleConfig(lag_time_max_ms=LAG_MS), Thresholds()
+    clock, sink = Clock(), Collect()
+    monitor = _monitor(tmp_path / "ck", clock, sink, holds_ok=hold_ok, lookahead=Lookahead(cfg, th, live_ms=15_000))
+    monitor.store.every_replica = hold_ok
+    handler = handler_on(spark, tmp_path, monitor, refresh_batches=1, hold_ok=hold_ok, default_min_isr=2)
+    batches = [[0], [1], [2], [3], [4, 5, 6], [7]]
+    for b, rounds in enumerate(batches):
+        clock.t = (T0 + rounds[-1] * POLL_MS + 200) / 1000
+        handler(_raw(spark, b, [o for r in rounds for o in _polled(r)]), b)
+        for late_ms in (1_600, 3_000):  # past the crossings a follower's age alone would say
+            clock.t = (T0 + rounds[-1] * POLL_MS + late_ms) / 1000
+            monitor.carry_forward()
+    started = {(name, where) for kind, name, _, _, where in _said(sink) if kind == "started"}
+    assert {where for _, where in started} == {"0/2"}, started  # the stopped follower's alerts only
+    assert ("KafkaReplicaNearingIsrShrink", "0/2") in started, started

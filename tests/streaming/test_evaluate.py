@@ -90,7 +90,7 @@ def _check(spark, aggs: list[ReplicaAggregate], cfg: RuleConfig) -> None:
     df = spark.createDataFrame([_row(a) for a in aggs], AGG_SCHEMA)
     got = list(statuses_from_arrow(status_columns(df, cfg, THRESHOLDS).toArrow()))
     assert len(got) == len(aggs)
-    by_key = {(s.cluster, s.partition): (s, last_t, n) for s, last_t, n in got}
+    by_key = {(s.cluster, s.partition): (s, last_t, n) for s, last_t, n, _ in got}
     for a in aggs:
         status, last_t, n = by_key[(a.cluster, a.partition)]
         # Any cluster clock at or past the replica's newest telemetry gives the same status.
@@ -121,7 +121,7 @@ def _statuses(spark, rows: list[tuple]):
     """(cluster, partition, state, last_t_ms[, observations, in the batch]) -> a frame shaped
     like evaluate_batch's newest rows (status_columns' output; one observation by default)."""
     from isrwatch.status import ReplicaStatus
-    from streaming.evaluation.evaluate import EXTRA_COLUMNS, IN_BATCH, STATUS_COLUMNS
+    from streaming.evaluation.evaluate import EXTRA_COLUMNS, IN_BATCH, PREV_OBSERVED, STATUS_COLUMNS
 
     out = []
     for cluster, partition, state, last_t, *counts in rows:
@@ -130,7 +130,7 @@ def _statuses(spark, rows: list[tuple]):
                           10_000, last_t + 10_000, last_t + 15_000)  # fmt: skip
         d = asdict(s)
         d["state"], d["lag_state"] = s.state.value, s.lag_state.value
-        out.append({**d, "last_t_ms": last_t, "observations": total, IN_BATCH: in_batch})
+        out.append({**d, "last_t_ms": last_t, "observations": total, PREV_OBSERVED: last_t - 1_000, IN_BATCH: in_batch})
     schema = spark.createDataFrame(out[:1]).schema
     return spark.createDataFrame(out, schema).select(*STATUS_COLUMNS, *EXTRA_COLUMNS, IN_BATCH)
 

@@ -30,9 +30,20 @@ def _setup(tmp_path, rule: Rule = Rule.KIP16_REFINED, horizon_ms: int | None = N
     return m, clock, sink
 
 
-def _batch(m, batch_id: int, t_ms: int, caught_up_ms: int, *, in_isr: bool = True, leo: int = 10, silent_ms: int = 0):
+def _batch(
+    m,
+    batch_id: int,
+    t_ms: int,
+    caught_up_ms: int,
+    *,
+    in_isr: bool = True,
+    leo: int = 10,
+    silent_ms: int = 0,
+    prev_ms: int | None = None,
+):
     """One batch of one replica evaluated at ``t_ms``; ``silent_ms`` > 0: its broker has not
-    answered for that long (no LEO in the newest observation) while its leader does."""
+    answered for that long (no LEO in the newest observation) while its leader does.
+    ``prev_ms``: the time of its observation before, as Spark's row gives it (None: not known)."""
     row = _row(t_ms, caught_up_ms, batch_id + 1)
     row["latest"]["leo"] = row["known_leo"] = leo
     if silent_ms:
@@ -42,7 +53,7 @@ def _batch(m, batch_id: int, t_ms: int, caught_up_ms: int, *, in_isr: bool = Tru
         row["latest"]["isr"] = [1]
     agg = row_to_aggregate(row)
     s = evaluate(agg, t_ms, m.cfg, m.thresholds)
-    return m.apply_statuses(batch_id, [(s, t_ms, batch_id + 1)])
+    return m.apply_statuses(batch_id, [(s, t_ms, batch_id + 1, prev_ms)])
 
 
 def _started(sink) -> list[tuple[str, int]]:
@@ -76,28 +87,26 @@ def test_a_follower_caught_up_as_of_its_previous_observation_is_not_carried(tmp_
     at a 20 s lag). An observation that still shows it behind is evidence: carried then."""
     m, clock, sink = _setup(tmp_path)
     _batch(m, 0, T0, T0)  # caught up
-    _batch(m, 1, T0 + 2_600, T0)  # behind since the observation before
+    _batch(m, 1, T0 + 2_600, T0, prev_ms=T0)  # behind since the observation before
     clock.t = (T0 + 5_000) / 1000
     assert m.carry_forward() == [] and not _started(sink)
-    _batch(m, 2, T0 + 5_200, T0 + 2_600)  # polled again: kept up with the one before, not planned
+    _batch(m, 2, T0 + 5_200, T0 + 2_600, prev_ms=T0 + 2_600)  # polled again: kept up with the one before
     # the next round (sooner) still shows it behind since T0 + 2.6 s: it did not fetch since
-    _batch(m, 3, T0 + 6_000, T0 + 2_600)
+    _batch(m, 3, T0 + 6_000, T0 + 2_600, prev_ms=T0 + 5_200)
     clock.t = (T0 + 7_600) / 1000
     [carried] = m.carry_forward()
     assert carried.eval_ms == T0 + 7_600 and _started(sink) == [(AlertName.NEARING.value, T0 + 7_600)]
 
 
-def test_a_batch_of_two_observations_of_a_follower_that_keeps_up_carries_nothing(tmp_path) -> None:
-    """The same polling, a slow batch bringing two of its rounds: the newest shows it caught up
-    as of the one before, which the driver never held (the observations' spacing tells it)."""
+def test_a_follower_whose_previous_observation_is_not_known_is_planned_from_its_age(tmp_path) -> None:
+    """The same status without the time of the observation before (a replica's first, a status
+    restored from the state table): its age is all there is, and it is carried at its crossing."""
     m, clock, sink = _setup(tmp_path)
     _batch(m, 0, T0, T0)
-    row = _row(T0 + 5_200, T0 + 2_600, 3)  # observed at T0 + 2.6 s and T0 + 5.2 s: 3 observations ever
-    row["latest"]["leo"] = row["known_leo"] = 10
-    s = evaluate(row_to_aggregate(row), T0 + 5_200, m.cfg, m.thresholds)
-    m.apply_statuses(1, [(s, T0 + 5_200, 3)])
-    clock.t = (T0 + 7_600) / 1000
-    assert m.carry_forward() == [] and not _started(sink)
+    _batch(m, 1, T0 + 2_600, T0)
+    clock.t = (T0 + 5_000) / 1000
+    [carried] = m.carry_forward()
+    assert carried.eval_ms == T0 + 5_000 and _started(sink) == [(AlertName.NEARING.value, T0 + 5_000)]
 
 
 def test_a_stalled_follower_caught_up_as_of_its_previous_observation_is_still_carried(tmp_path) -> None:
@@ -106,7 +115,7 @@ def test_a_stalled_follower_caught_up_as_of_its_previous_observation_is_still_ca
     at its crossing."""
     m, clock, sink = _setup(tmp_path)
     _batch(m, 0, T0, T0)
-    _batch(m, 1, T0 + 3_000, T0, silent_ms=3_000)
+    _batch(m, 1, T0 + 3_000, T0, silent_ms=3_000, prev_ms=T0)
     assert m.statuses[("c", "t", 0, 2)].state is State.STALLED
     clock.t = (T0 + 5_000) / 1000
     [carried] = m.carry_forward()
@@ -240,7 +249,7 @@ def test_a_restart_keeps_a_carried_alert_that_its_evidence_still_agrees_with(tmp
     evidence = evaluate(row_to_aggregate(_row(T0, T0 - 3_000, 1)), T0, m.cfg, m.thresholds)
     again, clock2, sink2 = _setup(tmp_path)  # the same checkpoint: the alert book
     assert restored.eval_ms == T0 + 2_000 and again.book.active
-    again.restore([(evidence, T0, 1)])
+    again.restore([(evidence, T0, 1, None)])
     _batch(again, 1, T0 + 1_500, T0 - 3_000)
     assert not _resolved(sink2) and not _started(sink2)
     _batch(again, 2, T0 + 3_000, T0 + 2_900, leo=20)
@@ -320,10 +329,11 @@ def test_a_follower_on_a_broker_silent_to_the_job_is_nearing_while_the_telemetry
 def _read_back(m, t_ms: int, caught_up_ms: int, leo: int):
     """The follower as the state table last held it (what ``Monitor.followers_of`` reads back
     in the job: ``streaming.lifecycle.query.follower_statuses``, tested on a real state table in
-    tests/streaming/test_driver_replicas.py): its status, newest telemetry time, observations."""
+    tests/streaming/test_driver_replicas.py): its status, newest telemetry time, observations,
+    and no time of an observation before (the state table keeps only the newest)."""
     row = _row(t_ms, caught_up_ms, 1)
     row["latest"]["leo"] = row["known_leo"] = leo
-    return (evaluate(row_to_aggregate(row), t_ms, m.cfg, m.thresholds), t_ms, 1)
+    return (evaluate(row_to_aggregate(row), t_ms, m.cfg, m.thresholds), t_ms, 1, None)
 
 
 def _not_ok_watched(tmp_path, read_back: bool):
@@ -502,7 +512,7 @@ def test_a_restarted_job_does_not_end_what_its_first_run_fired_with_older_teleme
     m2, clock2, sink2 = _setup(tmp_path, horizon_ms=0)  # the same checkpoint: the book has it firing
     clock2.t = start / 1000
     old = _row(start - 500, start - 5_400, 1)
-    m2.restore([(evaluate(row_to_aggregate(old), start - 500, m2.cfg, m2.thresholds), start - 500, 1)])
+    m2.restore([(evaluate(row_to_aggregate(old), start - 500, m2.cfg, m2.thresholds), start - 500, 1, None)])
     _batch(m2, 1, start - 300, start - 4_500)  # a later catch-up than the first run knew: 0.42
     assert not _resolved(sink2) and not _started(sink2)
     _batch(m2, 2, start + 1_000, start + 900, leo=20)  # caught up after the alert began: it ends
@@ -580,7 +590,7 @@ def test_two_clusters_numbering_their_brokers_alike_with_one_topic_layout_stay_a
         row["cluster"] = cluster
         row["latest"]["leo"] = row["known_leo"] = 20
         s = evaluate(row_to_aggregate(row), T0, m.cfg, m.thresholds)
-        m.apply_statuses(0 if cluster == "alpha" else 1, [(s, T0, 1)])
+        m.apply_statuses(0 if cluster == "alpha" else 1, [(s, T0, 1, None)])
     clock.t = (T0 + 20_000) / 1000
     carried = m.carry_forward()
     assert [(c.cluster, c.broker_id, c.state) for c in carried] == [("beta", 2, State.STALLED)]

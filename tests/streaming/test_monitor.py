@@ -50,7 +50,7 @@ def _apply(m: Monitor, batch_id: int, rows: list[dict]):
     items = []
     for row in rows:
         agg = row_to_aggregate(row)
-        items.append((evaluate(agg, agg.last_t_ms, m.cfg, m.thresholds), agg.last_t_ms, int(row["observations"])))
+        items.append((evaluate(agg, agg.last_t_ms, m.cfg, m.thresholds), agg.last_t_ms, int(row["observations"]), None))
     return m.apply_statuses(batch_id, items)
 
 
@@ -230,7 +230,7 @@ def test_changes_inside_a_batch_fire_and_resolve_at_their_own_times(tmp_path) ->
     critical = status(108_500, 100_000)  # 85 %: crossed 80 % at 108 000
     back = status(109_000, 109_000)
     end = status(112_000, 111_500)
-    report = m.apply_statuses(0, [(end, 112_000, 40)], [nearing, critical, back])
+    report = m.apply_statuses(0, [(end, 112_000, 40, None)], [nearing, critical, back])
     assert (report.started, report.resolved) == (2, 2)
     events = [
         (a.name.value, "firing" if a in t.started else "resolved", a.starts_ms, a.ends_ms)
@@ -245,7 +245,7 @@ def test_changes_inside_a_batch_fire_and_resolve_at_their_own_times(tmp_path) ->
     ]
     assert not m.book.active and m.statuses[("c", "t", 0, 2)].state is State.OK
     again = _monitor(tmp_path, clock, Collect())  # restarted on the same checkpoint
-    replay = again.apply_statuses(0, [(end, 112_000, 40)], [nearing, critical, back])
+    replay = again.apply_statuses(0, [(end, 112_000, 40, None)], [nearing, critical, back])
     assert replay.skipped and (replay.started, replay.resolved) == (0, 0)
 
 

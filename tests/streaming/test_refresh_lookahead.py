@@ -93,11 +93,14 @@ def test_a_follower_the_lookahead_may_carry_reaches_the_driver_at_every_observat
     monitor.cfg = cfg
     handler = handler_on(spark, tmp_path, monitor, refresh_batches=REFRESH)
     # Batch 0, every replica's first observations (each goes to the driver): all caught up at
-    # T0; then 2 and 3 behind 3 s (a ratio of 0.3, ok, crossing at T0 + 5 s: within the 2.5 s
-    # horizon of T0 + 3 s), 4 behind 1 s (not within it), 5 to 8 in sync. The leader's row is
-    # the cluster's newest (that row always goes: it carries the cluster's clock).
+    # T0; then 2 and 3 behind 3 s, at two observations (a ratio of 0.3, ok, crossing at T0 + 5 s:
+    # within the 2.5 s horizon of T0 + 3 s; not caught up as of the observation before, which
+    # the lookahead would read as a poll interval), 4 behind 1 s (not within it), 5 to 8 in
+    # sync. The leader's row is the cluster's newest (that row always goes: it carries the
+    # cluster's clock).
     first = [_obs(b, T0, 100, 100) for b in FOLLOWERS]
-    first += [_obs(b, T0 + 3_000, 100, 400) for b in (2, 3)] + [_obs(4, T0 + 1_000, 100, 200)]
+    first += [_obs(b, t, 100, leo) for b in (2, 3) for t, leo in ((T0 + 1_000, 200), (T0 + 3_000, 400))]
+    first += [_obs(4, T0 + 1_000, 100, 200)]
     first += [_obs(b, T0 + 3_000, 400, 400) for b in IN_SYNC] + [_obs(1, T0 + 3_001, 400, 400)]
     clock.t = (T0 + 3_500) / 1000
     assert _run(spark, handler, 0, first) == {1, *FOLLOWERS}
@@ -122,14 +125,16 @@ def test_a_follower_the_lookahead_may_carry_reaches_the_driver_at_every_observat
 
 @pytest.mark.parametrize("horizon_ms", [None, 1_500])
 def test_within_reach_keeps_every_follower_the_lookahead_would_carry(spark, horizon_ms) -> None:
-    """``evaluate.within_reach`` (Spark) against ``Lookahead._crossing`` (the driver's test) on
-    random statuses: every follower the lookahead may carry is kept, and only those, but for
-    a crossing a millisecond outside the horizon (the Spark side's margin for rounding)."""
+    """``evaluate.within_reach`` (Spark) against ``Lookahead._crossing`` and ``kept_up`` (the
+    driver's tests) on random statuses: every follower the lookahead may carry is kept, and only
+    those, but for a crossing a millisecond outside the horizon (the Spark side's margin for
+    rounding)."""
     import random
     from dataclasses import asdict, replace
 
     from isrwatch.status import ReplicaStatus, State
-    from streaming.evaluation.evaluate import within_reach
+    from streaming.driver.lookahead import kept_up
+    from streaming.evaluation.evaluate import PREV_OBSERVED, within_reach
 
     th = Thresholds()
     lookahead = Lookahead(RuleConfig(Rule.KIP16_REFINED, LAG_MS), th, live_ms=15_000, horizon_ms=horizon_ms)
@@ -180,14 +185,21 @@ def test_within_reach_keeps_every_follower_the_lookahead_would_carry(spark, hori
                     shrink_window_start_ms=s.eval_ms - behind + s.lag_time_max_ms,
                 )
             )
-    rows = []
+    # Each row's observation before its newest: unknown, or a millisecond either side of its
+    # last catch-up or at it (caught up as of it: kept up, ``kept_up``), or well before it.
+    rows, prev = [], {}
     for s in statuses:
+        lcu = last_caught_up_ms(s)
+        prev[s.partition] = rng.choice([None, lcu - 1, lcu, lcu + 1, lcu - 5_000])
         d = asdict(s)
         d["state"], d["lag_state"] = s.state.value, s.lag_state.value
-        rows.append(d)
+        rows.append({**d, PREV_OBSERVED: prev[s.partition]})
     kept = {r["partition"] for r in spark.createDataFrame(rows).where(within_reach(lookahead)).collect()}
-    carried = {s.partition for s in statuses if lookahead._crossing(s) is not None}
+    carried = {
+        s.partition for s in statuses if lookahead._crossing(s) is not None and not kept_up(s, prev[s.partition])
+    }
     assert carried, "the sample must hold followers within reach"
+    assert any(kept_up(s, prev[s.partition]) and lookahead._crossing(s) is not None for s in statuses)
     assert carried <= kept, sorted(carried - kept)[:10]
     for s in statuses:
         if s.partition in kept - carried:  # only the margin: ok, in the ISR, behind, a millisecond out

@@ -51,7 +51,7 @@ def _spark_changes(spark, rows, cfg, max_gap_ms, cuts, per_batch=None):
         got = replicas.for_the_driver(out, frozenset(), 1).toArrow()
         flags = got.select([replicas.CHANGE, replicas.LAST]).to_pylist()
         batch_finals = {}
-        for (s, _, n), f in zip(statuses_from_arrow(got), flags, strict=True):
+        for (s, _, n, _), f in zip(statuses_from_arrow(got), flags, strict=True):
             if f[replicas.CHANGE]:
                 changes.append(s)
             if f[replicas.LAST]:
@@ -327,3 +327,30 @@ def test_the_jobs_rows_only_equal_every_row_filtered_to_the_jobs_rows(spark, his
         assert sorted(got, key=repr) == sorted(wanted, key=repr)
         state = only.where(replicas.LAST).select(*replicas.STATE_COLUMNS)
         carried = spark.createDataFrame(state.collect(), state.schema)
+
+
+def test_each_driver_row_carries_the_time_of_its_replicas_observation_before(spark) -> None:
+    """``evaluate.PREV_OBSERVED`` on each replica's newest row: none for its first observation
+    ever, the carried state's newest for a batch of one, the one before for a batch of several,
+    however the rounds are cut, and for every replica of the batch apart."""
+    cfg = RuleConfig(Rule.KIP16_REFINED, 10_000)
+    t0 = 1_000_000
+    times = [t0 + i * 3_500 for i in range(6)]
+    rows = _rows([(2, [(t, 100, 100) for t in times]), (3, [(t + 7, 100, 100) for t in times])])
+    carried = None
+    got = []
+    for batch in _batches(rows, cuts=[2, 4, 10]):  # rounds 0 | 1 | 2, 3, 4 | 5
+        obs = replicas.observation_rows(spark.createDataFrame(batch, OBS_SCHEMA), cfg, 5_000)
+        carried = obs.limit(0) if carried is None else carried
+        out = replicas.evaluate_batch(obs, carried, cfg, TH, 5_000).cache()
+        finals = replicas.for_the_driver(out, frozenset(), 1).where(F.col(replicas.LAST)).toArrow()
+        got.append(sorted((s.broker_id, s.eval_ms, prev) for s, _, _, prev in statuses_from_arrow(finals)))
+        state = out.where(replicas.LAST).select(*replicas.STATE_COLUMNS)
+        carried = spark.createDataFrame(state.collect(), state.schema)
+        out.unpersist()
+    newest = [0, 1, 4, 5]  # each batch's newest round
+    before = [None, 0, 3, 4]  # and the round before it
+    assert got == [
+        [(2, times[n], None if p is None else times[p]), (3, times[n] + 7, None if p is None else times[p] + 7)]
+        for n, p in zip(newest, before, strict=True)
+    ]
