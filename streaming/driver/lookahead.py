@@ -94,13 +94,14 @@ class Lookahead:
         ``prev_t_ms``: the time of the replica's observation before ``s``'s (Spark's
         ``streaming.evaluation.evaluate.PREV_OBSERVED``), None when not known (its first
         observation, a status restored from the state table). A follower caught up at or
-        after it is not planned to cross: its age is no more than the interval between two observations,
-        which says how often the collector polls it, not that it stopped fetching, and the
-        next observation (one interval on) would come after the crossing it would infer once
-        that interval is past the horizon's start (a collector polling every 6 s at a 20 s
-        lag time: a follower that keeps up is 6 s behind at each observation, due to cross
-        4 s later). It is planned at the next observation that still shows it behind. Not so a
-        stalled follower (its broker silent while its leader answers): that status is evidence."""
+        after it is not planned to cross: its age is no more than the interval between two
+        observations, which says how often the collector polls it, not that it stopped
+        fetching, and the next observation (one interval on) would come after the crossing it
+        would infer once that interval is past the horizon's start (a collector polling every
+        6 s at a 20 s lag time: a follower that keeps up is 6 s behind at each observation, due
+        to cross 4 s later). It is planned at the next observation that still shows it behind.
+        Not so a stalled follower (its broker silent while its leader answers): that status is
+        evidence."""
         if not self.enabled:
             return s
         held = s
